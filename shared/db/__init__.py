@@ -1,0 +1,1 @@
+"""The only package that talks to PostgreSQL (asyncpg). Everything beyond it sees plain values."""

@@ -1,0 +1,91 @@
+"""Apply the plain SQL files of ``migrations/`` in order, one transaction each, recorded in a table."""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import asyncpg
+
+from shared.db.errors import SchemaNotCurrent
+
+log = logging.getLogger("wiscat.db")
+
+MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
+_NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
+
+_CREATE_TABLE = """
+create table if not exists schema_migrations (
+    version     integer primary key,
+    name        text not null,
+    applied_at  timestamptz not null default now()
+)
+"""
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    path: Path
+
+
+def available(directory: Path = MIGRATIONS_DIR) -> list[Migration]:
+    """The migration files, in version order."""
+    found = []
+    for path in sorted(directory.glob("*.sql")):
+        match = _NAME.match(path.name)
+        if match is None:
+            raise ValueError(f"{path.name}: migrations are named NNNN_description.sql")
+        found.append(Migration(int(match.group(1)), path.name, path))
+    versions = [m.version for m in found]
+    if len(set(versions)) != len(versions):
+        raise ValueError("two migrations share a version number")
+    return found
+
+
+async def applied_versions(conn: asyncpg.Connection) -> set[int]:
+    exists = await conn.fetchval("select to_regclass('schema_migrations') is not null")
+    if not exists:
+        return set()
+    return {row["version"] for row in await conn.fetch("select version from schema_migrations")}
+
+
+async def migrate(conn: asyncpg.Connection, directory: Path = MIGRATIONS_DIR) -> list[str]:
+    """Apply every migration not yet applied; return the names applied. Idempotent."""
+    # One advisory lock so two processes starting together do not race each other.
+    await conn.execute("select pg_advisory_lock(7213901)")
+    try:
+        await conn.execute(_CREATE_TABLE)
+        done = await applied_versions(conn)
+        applied = []
+        for migration in available(directory):
+            if migration.version in done:
+                continue
+            async with conn.transaction():
+                await conn.execute(migration.path.read_text(encoding="utf-8"))
+                await conn.execute(
+                    "insert into schema_migrations (version, name) values ($1, $2)",
+                    migration.version,
+                    migration.name,
+                )
+            log.info("applied migration %s", migration.name)
+            applied.append(migration.name)
+        return applied
+    finally:
+        await conn.execute("select pg_advisory_unlock(7213901)")
+
+
+async def check_current(conn: asyncpg.Connection, directory: Path = MIGRATIONS_DIR) -> None:
+    """Raise :class:`SchemaNotCurrent` unless every migration is applied (and no unknown one)."""
+    wanted = {m.version for m in available(directory)}
+    have = await applied_versions(conn)
+    if have != wanted:
+        missing = sorted(wanted - have)
+        unknown = sorted(have - wanted)
+        raise SchemaNotCurrent(
+            f"schema not current: missing migrations {missing}, unknown migrations {unknown}; "
+            "run `wiscat migrate`"
+        )

@@ -1,0 +1,57 @@
+"""Opening the database: the asyncpg pool, and the embedded server when no URL is configured."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import asyncpg
+
+from shared.db.embedded import EmbeddedPostgres
+from shared.db.errors import DatabaseError
+
+log = logging.getLogger("wiscat.db")
+
+
+async def _init_connection(conn: asyncpg.Connection) -> None:
+    # Datestamps are UTC throughout; JIT only slows the short queries of this workload.
+    await conn.execute("set timezone to 'UTC'; set jit to off")
+
+
+async def create_pool(url: str, *, min_size: int = 1, max_size: int = 10) -> asyncpg.Pool:
+    """An asyncpg pool on ``url`` whose sessions use UTC."""
+    try:
+        pool = await asyncpg.create_pool(
+            url, min_size=min_size, max_size=max_size, init=_init_connection, command_timeout=300
+        )
+    except (OSError, asyncpg.PostgresError) as exc:
+        raise DatabaseError(f"cannot connect to the database: {exc}") from exc
+    assert pool is not None
+    return pool
+
+
+@contextlib.asynccontextmanager
+async def database_url(configured: str | None, data_dir: Path) -> AsyncIterator[str]:
+    """Yield the database URL to use: the configured one, or an embedded server's (started here,
+    stopped on exit)."""
+    if configured:
+        yield configured
+        return
+    server = EmbeddedPostgres(data_dir)
+    url = server.start()
+    try:
+        yield url
+    finally:
+        server.stop()
+
+
+async def connect(url: str) -> asyncpg.Connection:
+    """One connection (for migrations and one-shot commands)."""
+    try:
+        conn = await asyncpg.connect(url)
+    except (OSError, asyncpg.PostgresError) as exc:
+        raise DatabaseError(f"cannot connect to the database: {exc}") from exc
+    await _init_connection(conn)
+    return conn

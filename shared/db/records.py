@@ -1,0 +1,237 @@
+"""The record store: writes of whole batches in one statement each, and keyset list pages.
+
+Every function takes a connection (or pool) from its caller and returns plain values. The
+oai:datestamp of every row comes from the database clock (``now()``, the write transaction's start),
+which is what invariant 2's settle window relies on.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+import asyncpg
+
+from shared.db.queries import load
+
+_SQL = load("records.sql")
+
+Executor = asyncpg.Connection | asyncpg.Pool
+
+
+@dataclass(frozen=True, slots=True)
+class IncomingRecord:
+    """A record ready to store: identifier, gmd:dateStamp, canonical hash and serialized XML."""
+
+    identifier: str
+    md_datestamp: datetime | None
+    content_hash: bytes
+    xml: str
+
+
+@dataclass(frozen=True, slots=True)
+class StoredRecord:
+    """A record (or tombstone) as the provider lists it."""
+
+    identifier: str
+    datestamp: datetime
+    deleted: bool
+    set_specs: tuple[str, ...]
+    xml: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class SetInfo:
+    spec: str
+    name: str
+    kind: str
+
+
+@dataclass(frozen=True, slots=True)
+class WriteResult:
+    """Per-identifier outcomes of one batch write, and their counts."""
+
+    outcomes: dict[str, str]
+
+    @property
+    def counts(self) -> Counter[str]:
+        return Counter(self.outcomes.values())
+
+    def identifiers(self, outcome: str) -> list[str]:
+        return sorted(i for i, o in self.outcomes.items() if o == outcome)
+
+
+async def ensure_set(db: Executor, spec: str, name: str, kind: str) -> None:
+    """Create set ``spec`` unless it exists (kind: own, remote, shared or other)."""
+    await db.execute(_SQL["ensure_set"], spec, name, kind)
+
+
+async def upsert_records(
+    conn: asyncpg.Connection,
+    set_spec: str,
+    records: Sequence[IncomingRecord],
+    *,
+    protected_set: str | None = None,
+) -> WriteResult:
+    """Write live records into ``set_spec`` in one statement.
+
+    Outcomes: ``added`` (new, or revived from a tombstone), ``updated`` (content changed: new
+    datestamp), ``joined`` (same content, newly in this set: new datestamp), ``unchanged`` (nothing
+    written, datestamp kept), ``refused_older`` (gmd:dateStamp older than the stored copy's,
+    invariant 5), ``refused_protected`` (the record is in ``protected_set`` and this write is not
+    into it, invariant 6).
+    """
+    if not records:
+        return WriteResult({})
+    rows = await conn.fetch(
+        _SQL["upsert_records"],
+        set_spec,
+        [r.identifier for r in records],
+        [r.md_datestamp for r in records],
+        [r.content_hash for r in records],
+        [r.xml for r in records],
+        protected_set,
+    )
+    return WriteResult({row["identifier"]: row["outcome"] for row in rows})
+
+
+async def delete_records(
+    conn: asyncpg.Connection,
+    set_spec: str,
+    identifiers: Sequence[str],
+    *,
+    protected_set: str | None = None,
+    remember_unknown: bool = False,
+) -> WriteResult:
+    """Take records out of ``set_spec`` in one statement (tombstones when it was their last set).
+
+    Outcomes: ``deleted`` (now a tombstone), ``left_set`` (still live in another set),
+    ``unchanged`` (already deleted, or not in this set), ``not_found``, ``remembered`` (unknown
+    here, kept as a tombstone because ``remember_unknown``), ``refused_protected``.
+    """
+    if not identifiers:
+        return WriteResult({})
+    rows = await conn.fetch(
+        _SQL["delete_records"], set_spec, list(identifiers), protected_set, remember_unknown
+    )
+    return WriteResult({row["identifier"]: row["outcome"] for row in rows})
+
+
+def _stored(row: asyncpg.Record) -> StoredRecord:
+    return StoredRecord(
+        row["identifier"], row["datestamp"], row["deleted"], tuple(row["set_specs"]), row["xml"]
+    )
+
+
+async def list_page(
+    db: Executor,
+    *,
+    set_spec: str | None,
+    after: tuple[datetime, str] | None,
+    from_: datetime | None,
+    until_exclusive: datetime | None,
+    upper_bound: datetime,
+    limit: int,
+    with_xml: bool,
+) -> list[StoredRecord]:
+    """One keyset page ordered by (datestamp, identifier), strictly after ``after``.
+
+    ``set_spec`` None lists the whole catalogue. Only rows with ``from_ <= datestamp <
+    until_exclusive`` and ``datestamp <= upper_bound`` (the list's frozen bound) are listed.
+    """
+    last_datestamp, last_identifier = after if after else (_MIN, "")
+    low = from_ or _MIN
+    high = until_exclusive or _MAX
+    if set_spec is None:
+        rows = await db.fetch(
+            _SQL["list_all"], last_datestamp, last_identifier, low, high, upper_bound, with_xml,
+            limit,
+        )
+    else:
+        rows = await db.fetch(
+            _SQL["list_set"], set_spec, last_datestamp, last_identifier, low, high, upper_bound,
+            with_xml, limit,
+        )
+    return [_stored(row) for row in rows]
+
+
+async def count_list(
+    db: Executor,
+    *,
+    set_spec: str | None,
+    from_: datetime | None,
+    until_exclusive: datetime | None,
+    upper_bound: datetime,
+) -> int:
+    """The size of the list :func:`list_page` pages through."""
+    low = from_ or _MIN
+    high = until_exclusive or _MAX
+    if set_spec is None:
+        value = await db.fetchval(_SQL["count_all"], low, high, upper_bound)
+    else:
+        value = await db.fetchval(_SQL["count_set"], set_spec, low, high, upper_bound)
+    return int(value)
+
+
+async def get_record(db: Executor, identifier: str) -> StoredRecord | None:
+    """One record or tombstone, or None when the identifier is unknown."""
+    row = await db.fetchrow(_SQL["get_record"], identifier)
+    return _stored(row) if row else None
+
+
+async def record_exists(db: Executor, identifier: str) -> bool:
+    return bool(await db.fetchval(_SQL["record_exists"], identifier))
+
+
+async def list_sets(db: Executor) -> list[SetInfo]:
+    """Every set the node has."""
+    return [SetInfo(r["spec"], r["name"], r["kind"]) for r in await db.fetch(_SQL["list_sets"])]
+
+
+async def earliest_datestamp(db: Executor) -> datetime | None:
+    value: datetime | None = await db.fetchval(_SQL["earliest_datestamp"])
+    return value
+
+
+async def purge_tombstones(db: Executor, retention: timedelta) -> int:
+    """Drop tombstones and deleted memberships older than ``retention``; return records purged."""
+    purged = int(await db.fetchval(_SQL["purge_deleted_records"], retention))
+    await db.fetchval(_SQL["purge_deleted_memberships"], retention)
+    return purged
+
+
+@dataclass(frozen=True, slots=True)
+class SetCount:
+    spec: str
+    live: int
+    deleted: int
+    last_change: datetime | None
+
+
+async def set_counts(db: Executor) -> list[SetCount]:
+    """Live and deleted records per set."""
+    rows = await db.fetch(_SQL["set_counts"])
+    return [SetCount(r["set_spec"], r["live"], r["deleted"], r["last_change"]) for r in rows]
+
+
+async def catalogue_counts(db: Executor) -> SetCount:
+    """Live and deleted records in the whole catalogue (spec ``*``)."""
+    row = await db.fetchrow(_SQL["catalogue_counts"])
+    assert row is not None
+    return SetCount("*", row["live"], row["deleted"], row["last_change"])
+
+
+async def node_secret(db: Executor, name: str, *, size: int = 32) -> bytes:
+    """A random secret shared by every process on this database, made on first use."""
+    value = await db.fetchval(_SQL["get_secret"], name)
+    if value is None:
+        value = await db.fetchval(_SQL["put_secret_if_absent"], name, secrets.token_bytes(size))
+    return bytes(value)
+
+
+# Open ends of a datestamp range; PostgreSQL timestamptz covers them.
+_MIN = datetime(1, 1, 1, tzinfo=UTC)
+_MAX = datetime(9999, 12, 31, tzinfo=UTC)

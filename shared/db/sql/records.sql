@@ -1,0 +1,220 @@
+-- name: ensure_set --
+-- Create a set if it does not exist yet (its name and kind are kept if it does).
+insert into sets (spec, name, kind) values ($1, $2, $3)
+on conflict (spec) do nothing
+
+-- name: upsert_records --
+-- Write a batch of live records into set $1 in one statement; returns each identifier's outcome.
+-- $6 is the protected set: a record that is (or was) a member of it is refused unless $1 = $6.
+with incoming as (
+    -- a broken peer may repeat an identifier within a page: the last occurrence wins
+    select distinct on (identifier) identifier, md_datestamp, content_hash, xml
+    from unnest($2::text[], $3::timestamptz[], $4::bytea[], $5::text[])
+         with ordinality as t (identifier, md_datestamp, content_hash, xml, position)
+    order by identifier, position desc
+),
+existing as (
+    select r.identifier, r.deleted, r.content_hash, r.md_datestamp, r.set_specs
+    from records r
+    where r.identifier in (select identifier from incoming)
+    order by r.identifier
+    for update
+),
+classified as (
+    select i.identifier, i.md_datestamp, i.content_hash, i.xml,
+        case
+            when $6::text is not null and $6::text <> $1::text and exists (
+                select 1 from set_members p where p.set_spec = $6::text and p.identifier = i.identifier
+            ) then 'refused_protected'
+            when e.identifier is null or e.deleted then 'added'
+            when e.content_hash = i.content_hash then
+                case when $1::text = any (e.set_specs) then 'unchanged' else 'joined' end
+            when i.md_datestamp < e.md_datestamp then 'refused_older'
+            else 'updated'
+        end as outcome
+    from incoming i
+    left join existing e using (identifier)
+),
+written as (
+    insert into records as r (identifier, datestamp, md_datestamp, content_hash, xml, deleted, set_specs)
+    select identifier, now(), md_datestamp, content_hash, xml, false, array[$1::text]
+    from classified
+    where outcome in ('added', 'updated', 'joined')
+    on conflict (identifier) do update set
+        datestamp = excluded.datestamp,
+        md_datestamp = excluded.md_datestamp,
+        content_hash = excluded.content_hash,
+        xml = excluded.xml,
+        deleted = false,
+        set_specs = case
+            when r.deleted then excluded.set_specs
+            else array(select distinct s from unnest(r.set_specs || excluded.set_specs) as s order by s)
+        end
+    returning r.identifier
+),
+membership as (
+    insert into set_members as m (set_spec, identifier, datestamp, deleted)
+    select $1::text, identifier, now(), false
+    from classified
+    where outcome in ('added', 'updated', 'joined')
+    on conflict (set_spec, identifier) do update set datestamp = excluded.datestamp, deleted = false
+    returning m.identifier
+),
+other_memberships as (
+    -- a content change is news in every set the record is in
+    update set_members m set datestamp = now()
+    from classified c
+    where m.identifier = c.identifier and c.outcome = 'updated'
+      and m.set_spec <> $1::text and not m.deleted
+    returning m.identifier
+)
+select identifier, outcome from classified
+
+-- name: delete_records --
+-- Take a batch of identifiers out of set $1 in one statement; a record that leaves its last set
+-- becomes a tombstone. $3 is the protected set (as for upsert_records); with $4 an unknown
+-- identifier is remembered as a tombstone, so the deletion still travels on to harvesters.
+with incoming as (
+    select distinct identifier from unnest($2::text[]) as identifier
+),
+existing as (
+    select r.identifier, r.deleted, r.set_specs
+    from records r
+    where r.identifier in (select identifier from incoming)
+    order by r.identifier
+    for update
+),
+classified as (
+    select i.identifier,
+        case
+            when $3::text is not null and $3::text <> $1::text and exists (
+                select 1 from set_members p where p.set_spec = $3::text and p.identifier = i.identifier
+            ) then 'refused_protected'
+            when e.identifier is null then case when $4::boolean then 'remembered' else 'not_found' end
+            when e.deleted or not ($1::text = any (e.set_specs)) then 'unchanged'
+            when cardinality(array_remove(e.set_specs, $1::text)) = 0 then 'deleted'
+            else 'left_set'
+        end as outcome
+    from incoming i
+    left join existing e using (identifier)
+),
+tombstones as (
+    insert into records as r (identifier, datestamp, md_datestamp, content_hash, xml, deleted, set_specs)
+    select identifier, now(), null, null, null, true, '{}'
+    from classified
+    where outcome in ('deleted', 'left_set', 'remembered')
+    on conflict (identifier) do update set
+        datestamp = excluded.datestamp,
+        deleted = cardinality(array_remove(r.set_specs, $1::text)) = 0,
+        xml = case when cardinality(array_remove(r.set_specs, $1::text)) = 0 then null else r.xml end,
+        content_hash = case
+            when cardinality(array_remove(r.set_specs, $1::text)) = 0 then null else r.content_hash
+        end,
+        set_specs = array_remove(r.set_specs, $1::text)
+    returning r.identifier
+),
+membership as (
+    insert into set_members as m (set_spec, identifier, datestamp, deleted)
+    select $1::text, identifier, now(), true
+    from classified
+    where outcome in ('deleted', 'left_set', 'remembered')
+    on conflict (set_spec, identifier) do update set datestamp = excluded.datestamp, deleted = true
+    returning m.identifier
+)
+select identifier, outcome from classified
+
+-- name: list_all --
+-- One keyset page of the whole catalogue, oldest datestamp first.
+select identifier, datestamp, deleted, set_specs, case when $6::boolean then xml end as xml
+from records
+where (datestamp, identifier) > ($1::timestamptz, $2::text)
+  and datestamp >= $3::timestamptz and datestamp < $4::timestamptz and datestamp <= $5::timestamptz
+order by datestamp, identifier
+limit $7
+
+-- name: count_all --
+-- How many records list_all would list in all.
+select count(*)
+from records
+where datestamp >= $1::timestamptz and datestamp < $2::timestamptz and datestamp <= $3::timestamptz
+
+-- name: list_set --
+-- One keyset page of one set, oldest datestamp first; a record that left the set is deleted here.
+select m.identifier, m.datestamp, m.deleted, r.set_specs,
+       case when $7::boolean and not m.deleted then r.xml end as xml
+from set_members m
+join records r using (identifier)
+where m.set_spec = $1::text
+  and (m.datestamp, m.identifier) > ($2::timestamptz, $3::text)
+  and m.datestamp >= $4::timestamptz and m.datestamp < $5::timestamptz and m.datestamp <= $6::timestamptz
+order by m.datestamp, m.identifier
+limit $8
+
+-- name: count_set --
+-- How many records list_set would list in all.
+select count(*)
+from set_members m
+where m.set_spec = $1::text
+  and m.datestamp >= $2::timestamptz and m.datestamp < $3::timestamptz and m.datestamp <= $4::timestamptz
+
+-- name: get_record --
+-- One record (or tombstone) by identifier.
+select identifier, datestamp, deleted, set_specs, xml
+from records
+where identifier = $1
+
+-- name: record_exists --
+-- Whether an identifier is known (live or deleted).
+select exists (select 1 from records where identifier = $1)
+
+-- name: list_sets --
+-- Every set the node has, with its name.
+select spec, name, kind from sets order by spec
+
+-- name: earliest_datestamp --
+-- The oldest datestamp held, or null for an empty catalogue.
+select min(datestamp) from records
+
+-- name: purge_deleted_records --
+-- Drop tombstones older than the retention period (their memberships go with them).
+with gone as (
+    delete from records where deleted and datestamp < now() - $1::interval returning 1
+)
+select count(*) from gone
+
+-- name: purge_deleted_memberships --
+-- Drop the deleted memberships of live records once older than the retention period.
+with gone as (
+    delete from set_members where deleted and datestamp < now() - $1::interval returning 1
+)
+select count(*) from gone
+
+-- name: set_counts --
+-- Live and deleted records per set.
+select set_spec, count(*) filter (where not deleted) as live, count(*) filter (where deleted) as deleted,
+       max(datestamp) as last_change
+from set_members
+group by set_spec
+order by set_spec
+
+-- name: catalogue_counts --
+-- Live and deleted records in the whole catalogue.
+select count(*) filter (where not deleted) as live, count(*) filter (where deleted) as deleted,
+       max(datestamp) as last_change
+from records
+
+-- name: get_secret --
+-- A node-wide secret by name.
+select value from node_secrets where name = $1
+
+-- name: put_secret_if_absent --
+-- Store a node-wide secret unless another replica stored one first; returns the value in force.
+with inserted as (
+    insert into node_secrets (name, value) values ($1, $2)
+    on conflict (name) do nothing
+    returning value
+)
+select value from inserted
+union all
+select value from node_secrets where name = $1
+limit 1

@@ -1,0 +1,57 @@
+"""UTC datestamps as OAI-PMH 2.0 writes them (specification §3.3).
+
+The protocol knows two granularities, ``YYYY-MM-DD`` and ``YYYY-MM-DDThh:mm:ssZ``. Responses always
+use seconds; requests may use either, and from/until must then share one granularity.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+from enum import Enum
+
+from shared.oaipmh.errors import BadArgument
+
+
+class Granularity(Enum):
+    DAY = "YYYY-MM-DD"
+    SECONDS = "YYYY-MM-DDThh:mm:ssZ"
+
+
+_DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
+_SECONDS = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z")
+
+
+def format_datestamp(moment: datetime) -> str:
+    """Write ``moment`` as ``YYYY-MM-DDThh:mm:ssZ`` (truncated to the second, in UTC)."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def format_day(moment: datetime) -> str:
+    """Write ``moment`` as ``YYYY-MM-DD`` (UTC)."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%d")
+
+
+def parse_datestamp(text: str) -> tuple[datetime, Granularity]:
+    """Parse a request's from/until value; raise :class:`BadArgument` on anything else.
+
+    Only the two forms of §3.3.1 are legal; a day value means midnight UTC of that day.
+    """
+    try:
+        if _SECONDS.fullmatch(text):
+            moment = datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+            return moment, Granularity.SECONDS
+        if _DAY.fullmatch(text):
+            return datetime.strptime(text, "%Y-%m-%d").replace(tzinfo=UTC), Granularity.DAY
+    except ValueError as exc:
+        raise BadArgument(f"{text!r} is not a valid date") from exc
+    raise BadArgument(
+        f"{text!r} is not a UTC datestamp of the form YYYY-MM-DD or YYYY-MM-DDThh:mm:ssZ"
+    )
+
+
+def until_upper_bound(moment: datetime, granularity: Granularity) -> datetime:
+    """The first instant *after* an inclusive ``until`` value of the given granularity."""
+    if granularity is Granularity.DAY:
+        return moment + timedelta(days=1)
+    return moment + timedelta(seconds=1)

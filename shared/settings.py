@@ -1,0 +1,61 @@
+"""Node settings, read from the environment (prefix ``WISCAT_``) or a ``.env`` file.
+
+Settings are built once at start-up by the command that starts a service and passed down; nothing
+reads them at import time. Names follow the interface contract (DESIGN §8).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+UNION_SET = "WIS-CATALOGUE"
+
+
+class Settings(BaseSettings):
+    """Everything a node reads from its environment."""
+
+    model_config = SettingsConfigDict(env_prefix="WISCAT_", env_file=".env", extra="ignore")
+
+    database_url: str | None = Field(
+        default=None,
+        description="libpq URL of the database; unset starts an embedded PostgreSQL in DATA_DIR",
+    )
+    data_dir: Path = Path("./var")
+    gisc_name: str = "LOCAL"
+    base_url: str = "http://127.0.0.1:8080/oai"
+    repository_name: str = "wiscat catalogue node"
+    admin_email: str = "wis-admin@example.org"
+    admin_token: SecretStr | None = None
+    page_size: int = Field(default=500, ge=1, le=10_000)
+    token_secret: SecretStr | None = None
+    token_lifetime_hours: float = Field(default=24.0, gt=0)
+    deleted_retention_days: int = Field(default=90, ge=0, description="0 keeps tombstones forever")
+    settle_seconds: float = Field(default=5.0, ge=0)
+    provider_host: str = "127.0.0.1"
+    provider_port: int = 8080
+    harvester_port: int = 8081
+    allow_private_fetch: bool = False
+    max_concurrent_lists: int = Field(default=16, ge=1)
+    log_level: str = "INFO"
+    log_format: Literal["text", "json"] = "text"
+
+    @field_validator("gisc_name")
+    @classmethod
+    def _gisc_name_is_a_set_name(cls, value: str) -> str:
+        if not value or any(ch.isspace() or ch == ":" for ch in value):
+            raise ValueError("GISC_NAME must be non-empty, without spaces or ':'")
+        return value
+
+    @property
+    def own_set(self) -> str:
+        """The node's own set, ``WIS-GISC-<NAME>`` (seed 002)."""
+        return f"WIS-GISC-{self.gisc_name}"
+
+    @property
+    def write_timeout_seconds(self) -> float:
+        """Bound on one write transaction; kept well inside the settle window (invariant 2)."""
+        return max(self.settle_seconds / 2, 0.5)

@@ -1,0 +1,141 @@
+"""The record store's write rules, on a real PostgreSQL (DESIGN invariants 1, 4, 5, 6)."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from datetime import UTC, datetime, timedelta
+
+import asyncpg
+
+from shared.db import records as store
+from shared.db.records import IncomingRecord
+
+OWN = "WIS-GISC-TEST"
+REMOTE = "WIS-GISC-OTHER"
+
+
+def rec(identifier: str, content: str = "a", md: datetime | None = None) -> IncomingRecord:
+    xml = f"<x id='{identifier}'>{content}</x>"
+    md = md or datetime(2020, 1, 1, tzinfo=UTC)
+    return IncomingRecord(identifier, md, hashlib.sha256(xml.encode()).digest(), xml)
+
+
+async def setup_sets(db: asyncpg.Pool) -> None:
+    await store.ensure_set(db, OWN, "own", "own")
+    await store.ensure_set(db, REMOTE, "remote", "remote")
+
+
+async def upsert(db: asyncpg.Pool, set_spec: str, *records: IncomingRecord, protected: str | None = None):
+    async with db.acquire() as conn, conn.transaction():
+        return await store.upsert_records(conn, set_spec, records, protected_set=protected)
+
+
+async def delete(db: asyncpg.Pool, set_spec: str, *ids: str, protected: str | None = None, remember=False):
+    async with db.acquire() as conn, conn.transaction():
+        return await store.delete_records(
+            conn, set_spec, ids, protected_set=protected, remember_unknown=remember
+        )
+
+
+async def test_unchanged_record_keeps_its_datestamp(db: asyncpg.Pool) -> None:
+    await setup_sets(db)
+    result = await upsert(db, OWN, rec("a"), rec("b"))
+    assert result.outcomes == {"a": "added", "b": "added"}
+    first = await store.get_record(db, "a")
+    await asyncio.sleep(0.01)
+    result = await upsert(db, OWN, rec("a"), rec("b", "changed"))
+    assert result.outcomes == {"a": "unchanged", "b": "updated"}
+    again = await store.get_record(db, "a")
+    changed = await store.get_record(db, "b")
+    assert first and again and changed
+    assert again.datestamp == first.datestamp
+    assert changed.datestamp > first.datestamp
+    assert changed.xml and "changed" in changed.xml
+
+
+async def test_older_md_datestamp_is_refused(db: asyncpg.Pool) -> None:
+    await setup_sets(db)
+    new = datetime(2024, 1, 1, tzinfo=UTC)
+    await upsert(db, REMOTE, rec("a", "new", new))
+    result = await upsert(db, REMOTE, rec("a", "old", new - timedelta(days=1)))
+    assert result.outcomes == {"a": "refused_older"}
+    stored = await store.get_record(db, "a")
+    assert stored and stored.xml and "new" in stored.xml
+
+
+async def test_protected_own_set_is_not_changed_by_a_gisc_link(db: asyncpg.Pool) -> None:
+    await setup_sets(db)
+    await upsert(db, OWN, rec("mine"))
+    result = await upsert(db, REMOTE, rec("mine", "other"), rec("theirs"), protected=OWN)
+    assert result.outcomes == {"mine": "refused_protected", "theirs": "added"}
+    gone = await delete(db, REMOTE, "mine", protected=OWN)
+    assert gone.outcomes == {"mine": "refused_protected"}
+    stored = await store.get_record(db, "mine")
+    assert stored and not stored.deleted and stored.set_specs == (OWN,)
+
+
+async def test_deletion_leaves_a_tombstone_in_the_set_and_catalogue(db: asyncpg.Pool) -> None:
+    await setup_sets(db)
+    await upsert(db, OWN, rec("a"), rec("b"))
+    await upsert(db, REMOTE, rec("b"))  # b is in both sets now
+    result = await delete(db, OWN, "a", "b", "zzz")
+    assert result.outcomes == {"a": "deleted", "b": "left_set", "zzz": "not_found"}
+    a = await store.get_record(db, "a")
+    b = await store.get_record(db, "b")
+    assert a and a.deleted and a.xml is None and a.set_specs == ()
+    assert b and not b.deleted and b.set_specs == (REMOTE,)
+    bound = datetime.now(UTC) + timedelta(seconds=1)
+    own = await store.list_page(
+        db, set_spec=OWN, after=None, from_=None, until_exclusive=None, upper_bound=bound,
+        limit=10, with_xml=True,
+    )
+    assert [(r.identifier, r.deleted, r.xml is None) for r in own] == [
+        ("a", True, True), ("b", True, True)
+    ]
+    again = await delete(db, OWN, "a")
+    assert again.outcomes == {"a": "unchanged"}
+
+
+async def test_unknown_deletion_is_remembered_for_relays(db: asyncpg.Pool) -> None:
+    await setup_sets(db)
+    result = await delete(db, REMOTE, "never-seen", remember=True)
+    assert result.outcomes == {"never-seen": "remembered"}
+    stored = await store.get_record(db, "never-seen")
+    assert stored and stored.deleted
+
+
+async def test_keyset_pages_cover_every_record_once(db: asyncpg.Pool) -> None:
+    await setup_sets(db)
+    for start in range(0, 50, 10):
+        await upsert(db, OWN, *(rec(f"r{n:03d}") for n in range(start, start + 10)))
+    bound = datetime.now(UTC) + timedelta(seconds=1)
+    seen: list[str] = []
+    after = None
+    while True:
+        page = await store.list_page(
+            db, set_spec=None, after=after, from_=None, until_exclusive=None, upper_bound=bound,
+            limit=7, with_xml=False,
+        )
+        if not page:
+            break
+        seen += [r.identifier for r in page]
+        after = (page[-1].datestamp, page[-1].identifier)
+    assert sorted(seen) == [f"r{n:03d}" for n in range(50)]
+    assert len(seen) == len(set(seen))
+    count = await store.count_list(
+        db, set_spec=OWN, from_=None, until_exclusive=None, upper_bound=bound
+    )
+    assert count == 50
+
+
+async def test_purge_drops_only_old_tombstones(db: asyncpg.Pool) -> None:
+    await setup_sets(db)
+    await upsert(db, OWN, rec("a"), rec("b"))
+    await delete(db, OWN, "a")
+    assert await store.purge_tombstones(db, timedelta(days=1)) == 0
+    await db.execute("update records set datestamp = datestamp - interval '2 days' where deleted")
+    await db.execute("update set_members set datestamp = datestamp - interval '2 days' where deleted")
+    assert await store.purge_tombstones(db, timedelta(days=1)) == 1
+    assert await store.get_record(db, "a") is None
+    assert await store.get_record(db, "b") is not None

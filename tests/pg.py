@@ -1,0 +1,59 @@
+"""A real PostgreSQL for the tests: a migrated template database, and a fresh clone per test."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from urllib.parse import urlsplit, urlunsplit
+
+from shared.db import migrate as migrations
+from shared.db.pool import connect
+
+TEMPLATE = "wiscat_test_template"
+
+
+def with_database(url: str, name: str) -> str:
+    """``url`` pointed at database ``name``."""
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path="/" + name))
+
+
+async def build_template(server_url: str) -> None:
+    conn = await connect(server_url)
+    try:
+        await conn.execute(f"drop database if exists {TEMPLATE}")
+        await conn.execute(f"create database {TEMPLATE}")
+    finally:
+        await conn.close()
+    conn = await connect(with_database(server_url, TEMPLATE))
+    try:
+        await migrations.migrate(conn)
+    finally:
+        await conn.close()
+
+
+async def clone_template(server_url: str) -> str:
+    """A new database cloned from the template; returns its URL."""
+    name = "wiscat_t_" + uuid.uuid4().hex[:12]
+    conn = await connect(server_url)
+    try:
+        for attempt in range(20):
+            try:
+                await conn.execute(f"create database {name} template {TEMPLATE}")
+                break
+            except Exception as exc:  # the template is briefly busy while another clone runs
+                if "is being accessed by other users" not in str(exc) or attempt == 19:
+                    raise
+                await asyncio.sleep(0.1)
+    finally:
+        await conn.close()
+    return with_database(server_url, name)
+
+
+async def drop_database(server_url: str, database_url: str) -> None:
+    name = urlsplit(database_url).path.lstrip("/")
+    conn = await connect(server_url)
+    try:
+        await conn.execute(f"drop database if exists {name} with (force)")
+    finally:
+        await conn.close()
