@@ -40,6 +40,15 @@ class Settings(BaseSettings):
     harvester_port: int = 8081
     allow_private_fetch: bool = False
     max_concurrent_lists: int = Field(default=16, ge=1)
+    harvest_concurrency: int = Field(default=16, ge=1, description="links harvested at once")
+    harvest_per_host: int = Field(default=2, ge=1, description="links at once per peer host")
+    harvest_lease_seconds: float = Field(default=300, gt=0)
+    harvest_poll_seconds: float = Field(default=2.0, gt=0)
+    harvest_timeout_seconds: float = Field(default=120, gt=0, description="per response")
+    harvest_max_retries: int = Field(default=5, ge=0)
+    harvest_max_page_bytes: int = Field(default=256 * 1024 * 1024, gt=0)
+    mass_delete_share: float = Field(default=0.10, ge=0, le=1)
+    mass_delete_min: int = Field(default=50, ge=0)
     log_level: str = "INFO"
     log_format: Literal["text", "json"] = "text"
 

@@ -55,3 +55,7 @@ async def connect(url: str) -> asyncpg.Connection:
         raise DatabaseError(f"cannot connect to the database: {exc}") from exc
     await _init_connection(conn)
     return conn
+
+
+# The pool type, for annotations beyond this package (which never import asyncpg themselves).
+Pool = asyncpg.Pool

@@ -1,0 +1,238 @@
+"""Harvest links, their leases and state, harvest runs and the quarantine."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+from datetime import datetime, timedelta
+from typing import Any
+
+import asyncpg
+
+from shared.db.queries import load
+
+_SQL = load("links.sql")
+
+Executor = asyncpg.Connection | asyncpg.Pool
+
+
+class LinkExists(Exception):
+    """A link of that name exists already."""
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    """A harvest job and its state (DESIGN §1 "link")."""
+
+    name: str
+    base_url: str
+    remote_set: str | None
+    local_set: str
+    metadata_prefix: str
+    strategy: str
+    every: timedelta
+    full_every: timedelta
+    overlap: timedelta
+    window_slices: int
+    enabled: bool
+    recovery: bool
+    created_at: datetime
+    high_water_mark: datetime | None
+    last_full_at: datetime | None
+    window_index: int
+    next_run_at: datetime
+    run_requested: str | None
+    lease_owner: str | None
+    lease_expires: datetime | None
+    last_run_id: int | None
+    last_success_at: datetime | None
+    last_error: str | None
+
+    def as_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, datetime):
+                value = value.isoformat()
+            elif isinstance(value, timedelta):
+                value = value.total_seconds()
+            out[f.name] = value
+        return out
+
+
+_LINK_FIELDS = [f.name for f in fields(Link)]
+
+
+def _link(row: asyncpg.Record) -> Link:
+    return Link(**{name: row[name] for name in _LINK_FIELDS})
+
+
+@dataclass(frozen=True, slots=True)
+class NewLink:
+    name: str
+    base_url: str
+    remote_set: str | None
+    local_set: str
+    metadata_prefix: str = "iso19139"
+    strategy: str = "ListRecords"
+    every: timedelta = timedelta(hours=1)
+    full_every: timedelta = timedelta(days=7)
+    overlap: timedelta = timedelta(0)
+    window_slices: int = 24
+    enabled: bool = True
+    recovery: bool = False
+
+
+async def add_link(db: Executor, link: NewLink) -> Link:
+    """Create a link; raise :class:`LinkExists` if the name is taken."""
+    try:
+        row = await db.fetchrow(
+            _SQL["insert_link"], link.name, link.base_url, link.remote_set, link.local_set,
+            link.metadata_prefix, link.strategy, link.every, link.full_every, link.overlap,
+            link.window_slices, link.enabled, link.recovery,
+        )
+    except asyncpg.UniqueViolationError as exc:
+        raise LinkExists(f"a link named {link.name!r} exists already") from exc
+    assert row is not None
+    return _link(row)
+
+
+async def get_link(db: Executor, name: str) -> Link | None:
+    row = await db.fetchrow(_SQL["get_link"], name)
+    return _link(row) if row else None
+
+
+async def all_links(db: Executor) -> list[Link]:
+    return [_link(row) for row in await db.fetch(_SQL["all_links"])]
+
+
+async def remove_link(db: Executor, name: str) -> bool:
+    return await db.fetchval(_SQL["remove_link"], name) is not None
+
+
+async def update_source(
+    db: Executor, name: str, base_url: str, remote_set: str | None
+) -> Link | None:
+    """Point a link at another peer/set; resets its high-water mark (full harvest next)."""
+    row = await db.fetchrow(_SQL["update_link_source"], name, base_url, remote_set)
+    return _link(row) if row else None
+
+
+async def set_enabled(db: Executor, name: str, enabled: bool) -> Link | None:
+    row = await db.fetchrow(_SQL["set_link_enabled"], name, enabled)
+    return _link(row) if row else None
+
+
+async def request_run(db: Executor, name: str, mode: str = "incremental") -> bool:
+    """Ask the harvester to run ``name`` now; False if there is no such link."""
+    return await db.fetchval(_SQL["request_run"], name, mode) is not None
+
+
+async def lease_due(db: Executor, owner: str, lease: timedelta, limit: int) -> list[Link]:
+    """Lease up to ``limit`` due links (``FOR UPDATE SKIP LOCKED``: workers never collide)."""
+    return [_link(row) for row in await db.fetch(_SQL["lease_due_links"], owner, lease, limit)]
+
+
+async def lease_link(db: Executor, name: str, owner: str, lease: timedelta) -> Link | None:
+    """Lease one link for a manual run; None when it is leased by someone else."""
+    row = await db.fetchrow(_SQL["lease_link"], name, owner, lease)
+    return _link(row) if row else None
+
+
+async def renew_lease(db: Executor, name: str, owner: str, lease: timedelta) -> bool:
+    return await db.fetchval(_SQL["renew_lease"], name, owner, lease) is not None
+
+
+async def release_lease(db: Executor, name: str, owner: str, next_run_at: datetime) -> None:
+    await db.execute(_SQL["release_lease"], name, owner, next_run_at)
+
+
+async def start_run(
+    db: Executor, link: str, mode: str, from_: datetime | None, until: datetime | None
+) -> int:
+    return int(await db.fetchval(_SQL["start_run"], link, mode, from_, until))
+
+
+@dataclass(frozen=True, slots=True)
+class PageCounts:
+    bytes: int = 0
+    added: int = 0
+    updated: int = 0
+    unchanged: int = 0
+    deleted: int = 0
+    refused: int = 0
+    quarantined: int = 0
+
+
+async def record_page(conn: asyncpg.Connection, run_id: int, counts: PageCounts) -> None:
+    await conn.execute(
+        _SQL["record_page"], run_id, counts.bytes, counts.added, counts.updated,
+        counts.unchanged, counts.deleted, counts.refused, counts.quarantined,
+    )
+
+
+async def finish_run(
+    db: Executor,
+    run_id: int,
+    status: str,
+    *,
+    error_kind: str | None = None,
+    error: str | None = None,
+    deleted: int = 0,
+    refused: int = 0,
+) -> dict[str, Any]:
+    row = await db.fetchrow(
+        _SQL["finish_run"], run_id, status, error_kind, error, deleted, refused
+    )
+    assert row is not None
+    return dict(row)
+
+
+async def complete_list(
+    conn: asyncpg.Connection,
+    name: str,
+    *,
+    high_water_mark: datetime | None,
+    full: bool,
+    window_index: int,
+    run_id: int,
+) -> None:
+    await conn.execute(
+        _SQL["complete_list"], name, high_water_mark, full, window_index, run_id
+    )
+
+
+async def fail_link(db: Executor, name: str, run_id: int, reason: str) -> None:
+    await db.execute(_SQL["fail_link"], name, run_id, reason)
+
+
+async def quarantine(
+    conn: asyncpg.Connection,
+    link: str,
+    run_id: int,
+    page: int,
+    items: Sequence[tuple[str | None, str, bytes]],
+) -> None:
+    """Keep unusable records: (identifier or None, reason, raw bytes) each."""
+    if not items:
+        return
+    await conn.execute(
+        _SQL["quarantine_records"], link, run_id, page,
+        [i[0] for i in items], [i[1] for i in items], [i[2] for i in items],
+    )
+
+
+async def live_in_set(db: Executor, set_spec: str, identifiers: Sequence[str]) -> int:
+    return int(await db.fetchval(_SQL["live_in_set"], set_spec, list(identifiers)))
+
+
+async def live_count(db: Executor, set_spec: str) -> int:
+    return int(await db.fetchval(_SQL["live_count"], set_spec))
+
+
+async def recent_runs(db: Executor, link: str | None = None, limit: int = 20) -> list[dict[str, Any]]:
+    return [dict(r) for r in await db.fetch(_SQL["recent_runs"], link, limit)]
+
+
+async def recent_quarantine(db: Executor, limit: int = 50) -> list[dict[str, Any]]:
+    return [dict(r) for r in await db.fetch(_SQL["recent_quarantine"], limit)]

@@ -1,0 +1,130 @@
+-- name: insert_link --
+-- Create a link.
+insert into links (name, base_url, remote_set, local_set, metadata_prefix, strategy, every,
+                   full_every, overlap, window_slices, enabled, recovery)
+values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+returning *
+
+-- name: get_link --
+-- One link by name.
+select * from links where name = $1
+
+-- name: all_links --
+-- Every link, by name.
+select * from links order by name
+
+-- name: remove_link --
+-- Delete a link (its runs go with it; its records stay).
+delete from links where name = $1 returning name
+
+-- name: update_link_source --
+-- Point a link at another peer or remote set; its high-water mark is reset so the next run is a
+-- full, idempotent harvest (seed 002: a harvester that switches providers must take precautions).
+update links
+set base_url = $2, remote_set = $3, high_water_mark = null, last_full_at = null, window_index = 0,
+    next_run_at = now()
+where name = $1
+returning *
+
+-- name: set_link_enabled --
+-- Enable or disable a link.
+update links set enabled = $2 where name = $1 returning *
+
+-- name: request_run --
+-- Ask the harvester to run a link as soon as it can (the WIS emergency update).
+update links set run_requested = $2, next_run_at = now() where name = $1 returning name
+
+-- name: lease_due_links --
+-- Lease up to $3 links that are due, for $2; a crashed worker's lease runs out and is taken over.
+update links l
+set lease_owner = $1, lease_expires = now() + $2::interval
+where l.name in (
+    select name from links
+    where enabled and next_run_at <= now() and (lease_expires is null or lease_expires < now())
+    order by next_run_at
+    limit $3
+    for update skip locked
+)
+returning l.*
+
+-- name: lease_link --
+-- Lease one link by name for a manual run; null when another worker holds it.
+update links
+set lease_owner = $2, lease_expires = now() + $3::interval
+where name = $1 and (lease_expires is null or lease_expires < now() or lease_owner = $2)
+returning *
+
+-- name: renew_lease --
+-- Keep a lease alive while a long list is harvested.
+update links set lease_expires = now() + $3::interval
+where name = $1 and lease_owner = $2
+returning name
+
+-- name: release_lease --
+-- Release a lease and schedule the next run.
+update links
+set lease_owner = null, lease_expires = null, next_run_at = $3, run_requested = null
+where name = $1 and lease_owner = $2
+
+-- name: start_run --
+-- Record the start of a harvest run.
+insert into harvest_runs (link, mode, from_date, until_date) values ($1, $2, $3, $4)
+returning id
+
+-- name: record_page --
+-- Add one page's counts to its run (in the page's own transaction).
+update harvest_runs
+set pages = pages + 1, bytes = bytes + $2, added = added + $3, updated = updated + $4,
+    unchanged = unchanged + $5, deleted = deleted + $6, refused = refused + $7,
+    quarantined = quarantined + $8
+where id = $1
+
+-- name: finish_run --
+-- Close a run with its status and reason.
+update harvest_runs
+set finished_at = now(), status = $2, error_kind = $3, error = $4,
+    deleted = deleted + $5, refused = refused + $6
+where id = $1
+returning *
+
+-- name: complete_list --
+-- A whole list was committed: advance the high-water mark (invariant 3) and note the success.
+update links
+set high_water_mark = coalesce($2, high_water_mark),
+    last_full_at = case when $3 then now() else last_full_at end,
+    window_index = $4,
+    last_run_id = $5, last_success_at = now(), last_error = null
+where name = $1
+
+-- name: fail_link --
+-- A run failed: keep the high-water mark, store the reason.
+update links set last_run_id = $2, last_error = $3 where name = $1
+
+-- name: quarantine_records --
+-- Keep records that could not be used, with their raw bytes and the reason.
+insert into quarantine (link, run_id, page, identifier, reason, raw)
+select $1, $2, $3, identifier, reason, raw
+from unnest($4::text[], $5::text[], $6::bytea[]) as t (identifier, reason, raw)
+
+-- name: live_in_set --
+-- How many of these identifiers are live in a set (for the mass-deletion circuit breaker).
+select count(*) from set_members
+where set_spec = $1 and identifier = any ($2::text[]) and not deleted
+
+-- name: live_count --
+-- Live records in a set.
+select count(*) from set_members where set_spec = $1 and not deleted
+
+-- name: recent_runs --
+-- The latest runs, newest first (optionally of one link).
+select * from harvest_runs
+where $1::text is null or link = $1
+order by id desc
+limit $2
+
+-- name: recent_quarantine --
+-- The latest quarantined records, newest first (without their raw bytes).
+select id, link, run_id, page, identifier, reason, length(raw) as size, received_at
+from quarantine
+order by id desc
+limit $1

@@ -1,0 +1,103 @@
+"""Local ingest into the node's own set: files, folders, single documents, and local deletions.
+
+A bad document never stops the good ones: each file is parsed on its own, the good records of a
+folder are written in batches (one statement each), and each bad file is reported with its reason.
+Nothing of a bad document is stored.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import asyncpg
+
+from shared.db import records as store
+from shared.iso19139 import Record, RecordError, parse_record
+
+log = logging.getLogger("wiscat.ingest")
+
+BATCH = 200
+
+
+@dataclass
+class IngestReport:
+    """What an ingest did: outcome counts, and each refused file with its reason."""
+
+    counts: Counter[str] = field(default_factory=Counter)
+    refused: list[tuple[str, str]] = field(default_factory=list)
+
+    def summary(self) -> str:
+        parts = [f"{name} {self.counts[name]}" for name in sorted(self.counts)]
+        parts.append(f"bad {len(self.refused)}")
+        return ", ".join(parts)
+
+
+def incoming(record: Record) -> store.IncomingRecord:
+    return store.IncomingRecord(
+        record.identifier, record.md_datestamp, record.content_hash, record.xml
+    )
+
+
+def iter_files(paths: Iterable[Path]) -> Iterator[Path]:
+    """Every ``*.xml`` file under the given files and folders, in a stable order."""
+    for path in paths:
+        if path.is_dir():
+            yield from sorted(p for p in path.rglob("*.xml") if p.is_file())
+        else:
+            yield path
+
+
+async def ensure_own_set(db: store.Executor, own_set: str) -> None:
+    await store.ensure_set(db, own_set, f"Records of {own_set}'s area of responsibility", "own")
+
+
+async def write_local(
+    pool: asyncpg.Pool, own_set: str, batch: Sequence[Record], report: IngestReport
+) -> None:
+    async with pool.acquire() as conn, conn.transaction():
+        result = await store.upsert_records(conn, own_set, [incoming(r) for r in batch])
+    report.counts.update(result.counts)
+    for identifier in result.identifiers("refused_older"):
+        log.warning("refused %s: its gmd:dateStamp is older than the stored copy's", identifier)
+
+
+async def ingest_paths(pool: asyncpg.Pool, own_set: str, paths: Sequence[Path]) -> IngestReport:
+    """Load ISO 19139 files or folders into the own set."""
+    await ensure_own_set(pool, own_set)
+    report = IngestReport()
+    batch: list[Record] = []
+    for path in iter_files(paths):
+        try:
+            record = parse_record(path.read_bytes())
+        except (RecordError, OSError) as exc:
+            report.refused.append((str(path), str(exc)))
+            log.warning("refused %s: %s", path, exc)
+            continue
+        batch.append(record)
+        if len(batch) >= BATCH:
+            await write_local(pool, own_set, batch, report)
+            batch = []
+    if batch:
+        await write_local(pool, own_set, batch, report)
+    return report
+
+
+async def put_record(pool: asyncpg.Pool, own_set: str, record: Record) -> str:
+    """Store one parsed record in the own set; returns its outcome (added, updated, ...)."""
+    await ensure_own_set(pool, own_set)
+    async with pool.acquire() as conn, conn.transaction():
+        result = await store.upsert_records(conn, own_set, [incoming(record)])
+    return result.outcomes[record.identifier]
+
+
+async def delete_local(
+    pool: asyncpg.Pool, own_set: str, identifiers: Sequence[str]
+) -> store.WriteResult:
+    """Delete records of the own set (tombstones)."""
+    await ensure_own_set(pool, own_set)
+    async with pool.acquire() as conn, conn.transaction():
+        return await store.delete_records(conn, own_set, identifiers)

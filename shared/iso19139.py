@@ -1,0 +1,321 @@
+"""One ISO 19139 metadata record: safe parsing, identity, md datestamp and canonical hash.
+
+Everything that enters the catalogue, by local ingest or by harvest, passes through
+:func:`parse_record` (bytes from a file or an admin request) or :func:`record_from_element` (an
+element the harvester already took out of an OAI-PMH page). Both return a :class:`Record` or raise
+:class:`RecordError` whose message is a reason a person can act on; nothing else escapes.
+
+Exceptions::
+
+    ValueError
+     └── RecordError      not well-formed, carries a DOCTYPE, wrong root, no fileIdentifier,
+                          unparsable gmd:dateStamp
+
+What counts as "the same record" (design invariant 7) is decided by :func:`canonical_hash`.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, time
+
+from lxml import etree
+
+# Namespaces of ISO 19139 (the 2005 schemas WMO Core 1.3 profiles) and of what records carry.
+GMD = "http://www.isotc211.org/2005/gmd"
+GCO = "http://www.isotc211.org/2005/gco"
+GMX = "http://www.isotc211.org/2005/gmx"
+SRV = "http://www.isotc211.org/2005/srv"
+GML = "http://www.opengis.net/gml/3.2"
+# Records written against the 2005/2006 ISO schemas use the pre-3.2.1 GML namespace; readers that
+# look for GML content must accept both.
+GML_LEGACY = "http://www.opengis.net/gml"
+XLINK = "http://www.w3.org/1999/xlink"
+XSI = "http://www.w3.org/2001/XMLSchema-instance"
+
+# Prefix map for find()/xpath(); the prefixes are ours, documents may use any.
+NAMESPACES: dict[str, str] = {
+    "gmd": GMD,
+    "gco": GCO,
+    "gmx": GMX,
+    "srv": SRV,
+    "gml": GML,
+    "xlink": XLINK,
+    "xsi": XSI,
+}
+
+ROOT_TAG = f"{{{GMD}}}MD_Metadata"
+
+# The ISO 19139 schema location advertised for the iso19139 metadata format.
+GMD_SCHEMA = "http://www.isotc211.org/2005/gmd/gmd.xsd"
+
+# lxml.etree.canonicalize is missing from lxml-stubs; typed here once: element in, text out.
+_canonicalize: Callable[..., str] = etree.canonicalize
+
+
+class RecordError(ValueError):
+    """A document that is not an acceptable ISO 19139 record; ``str()`` is the reason."""
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """A parsed record, reduced to what the catalogue stores about it.
+
+    ``md_datestamp`` is the record's gmd:dateStamp in UTC (``None`` when the record has none);
+    ``content_hash`` is :func:`canonical_hash` of the root; ``xml`` is the root element serialized
+    without XML declaration, ready to be embedded in an OAI-PMH ``<metadata>`` element.
+    """
+
+    identifier: str
+    md_datestamp: datetime | None
+    content_hash: bytes
+    xml: str
+
+
+def safe_parser(*, encoding: str | None = None) -> etree.XMLParser:
+    """A new XML parser that never loads a DTD, resolves an entity or touches the network.
+
+    A fresh parser per call because lxml parsers carry state (error log, resolvers); building one
+    costs about a microsecond. ``encoding`` overrides the document's declaration (for text input).
+    """
+    return _parser(encoding, None)
+
+
+def _parser(encoding: str | None, target: _PrologScanner | None) -> etree.XMLParser:
+    return etree.XMLParser(
+        encoding=encoding,
+        resolve_entities=False,
+        no_network=True,
+        load_dtd=False,
+        huge_tree=False,
+        remove_blank_text=False,
+        target=target,
+    )
+
+
+def parse_xml(data: bytes | str) -> etree._Element:
+    """Parse one XML document safely and return its root element.
+
+    Raises :class:`RecordError` if the document is not well-formed or carries a DOCTYPE. A DOCTYPE
+    is refused outright, whatever it declares: metadata records never need one, and entity
+    declarations are how billion-laughs and external-entity (XXE) attacks get in.
+    """
+    # lxml refuses text that still has an encoding declaration; bytes plus an encoding override
+    # parse any text, with or without one.
+    if isinstance(data, str):
+        try:
+            raw, encoding = data.encode("utf-8"), "utf-8"
+        except UnicodeEncodeError as exc:  # lone surrogates: not text any parser could read
+            raise RecordError(f"not well-formed XML: {exc.reason} at offset {exc.start}") from exc
+    else:
+        raw, encoding = data, None
+    if _has_doctype(raw, encoding):
+        raise RecordError(_DOCTYPE_REASON)
+    try:
+        root = etree.fromstring(raw, safe_parser(encoding=encoding))
+    except etree.XMLSyntaxError as exc:
+        raise RecordError(f"not well-formed XML: {exc}") from exc
+    _refuse_dtd(root)
+    return root
+
+
+def parse_record(data: bytes | str) -> Record:
+    """Parse a whole ISO 19139 document (file contents, request body) into a :class:`Record`."""
+    return record_from_element(parse_xml(data))
+
+
+def record_from_element(root: etree._Element) -> Record:
+    """Build a :class:`Record` from an already-parsed ``gmd:MD_Metadata`` element.
+
+    The element may sit inside a larger document (an OAI-PMH page); it is then detached into a
+    copy of its own so that the stored XML carries only the namespace declarations it uses, not
+    the envelope's, and the original page is left untouched.
+    """
+    _refuse_dtd(root)
+    if root.getparent() is not None:
+        root = copy.deepcopy(root)
+    if root.tag != ROOT_TAG:
+        raise RecordError(f"root element is {root.tag}, expected gmd:MD_Metadata")
+    return Record(
+        identifier=file_identifier(root),
+        md_datestamp=md_datestamp(root),
+        content_hash=canonical_hash(root),
+        xml=etree.tostring(root, encoding="unicode"),
+    )
+
+
+def file_identifier(root: etree._Element) -> str:
+    """The trimmed ``gmd:fileIdentifier/gco:CharacterString`` of a record; RecordError if none."""
+    found = root.findall("gmd:fileIdentifier", NAMESPACES)
+    if not found:
+        raise RecordError("no gmd:fileIdentifier")
+    if len(found) > 1:
+        # ISO 19115 allows at most one; two would make the record's identity ambiguous.
+        raise RecordError("more than one gmd:fileIdentifier")
+    text = found[0].find("gco:CharacterString", NAMESPACES)
+    if text is None:
+        raise RecordError("gmd:fileIdentifier has no gco:CharacterString")
+    identifier = _text(text)
+    if not identifier:
+        raise RecordError("gmd:fileIdentifier is empty")
+    return identifier
+
+
+def md_datestamp(root: etree._Element) -> datetime | None:
+    """The record's ``gmd:dateStamp`` as an aware UTC datetime, or None if it has none.
+
+    gmd:dateStamp holds a gco:DateTime or a gco:Date. A date, or a date-time without offset, is
+    taken as UTC (WMO Core 1.3 asks for UTC). A gmd:dateStamp that is present but holds no
+    readable date raises :class:`RecordError`: the "older never overwrites newer" guard must not
+    silently lose its input.
+    """
+    stamp = root.find("gmd:dateStamp", NAMESPACES)
+    if stamp is None:
+        return None
+    value = stamp.find("gco:DateTime", NAMESPACES)
+    parse = _parse_datetime
+    if value is None:
+        value = stamp.find("gco:Date", NAMESPACES)
+        parse = _parse_date
+    if value is None:
+        raise RecordError("gmd:dateStamp holds neither gco:DateTime nor gco:Date")
+    text = _text(value)
+    moment = parse(text)
+    if moment is None:
+        raise RecordError(f"gmd:dateStamp is not a date: {text!r}")
+    return moment
+
+
+def canonical_hash(root: etree._Element) -> bytes:
+    """SHA-256 (32 bytes) of the C14N 2.0 form of ``root`` with ``strip_text``.
+
+    Two records are "the same" when their canonical forms are equal. These differences do NOT
+    count as a change:
+
+    - whitespace at the start and end of any text node, so whitespace-only text between
+      elements (indentation, line breaks, CRLF vs LF) and padding around a value;
+    - the order of attributes, and single vs double quotes;
+    - where namespace declarations sit, and declarations no element or attribute name uses;
+    - ``<a/>`` vs ``<a></a>``, CDATA sections vs escaped text, character references vs literal
+      characters, the XML declaration and the document's encoding;
+    - comments.
+
+    These DO count: element or attribute names, namespace URIs and the prefixes chosen for them,
+    attribute values (whitespace included), text other than leading/trailing whitespace (so
+    ``"a  b"`` differs from ``"a b"``), the order of elements, and processing instructions.
+    """
+    if root.getparent() is not None:
+        # The C14N walk starts at the element and would not see namespaces declared on its
+        # ancestors; a detached copy carries the ones it needs.
+        root = copy.deepcopy(root)
+    canonical = _canonicalize(root, strip_text=True)
+    return hashlib.sha256(canonical.encode("utf-8")).digest()
+
+
+_DOCTYPE_REASON = (
+    "document carries a DOCTYPE; DTDs and entity declarations are refused "
+    "(billion-laughs and external-entity risk)"
+)
+
+
+# What lxml hands a parser target: text, typed as str or bytes by the stubs.
+_Text = str | bytes
+
+
+class _PrologEnd(Exception):
+    pass
+
+
+class _PrologScanner:
+    """Parser target that stops at the DOCTYPE or at the root's start tag, whichever comes first.
+
+    Checking before the full parse gives every DOCTYPE the same clear reason: otherwise libxml2's
+    own guards may stop a billion-laughs document first, with a message about entity
+    amplification that depends on its version.
+    """
+
+    def __init__(self) -> None:
+        self.has_doctype = False
+
+    def doctype(self, name: str, public_id: str | None, system_url: str | None) -> None:
+        self.has_doctype = True
+        raise _PrologEnd
+
+    def start(self, tag: _Text, attrib: dict[_Text, _Text], nsmap: object = None) -> None:
+        raise _PrologEnd
+
+    def end(self, tag: _Text) -> None:
+        pass
+
+    def data(self, data: _Text) -> None:
+        pass
+
+    def comment(self, text: _Text) -> None:
+        pass
+
+    def close(self) -> None:
+        return None
+
+
+def _has_doctype(raw: bytes, encoding: str | None) -> bool:
+    scanner = _PrologScanner()
+    try:
+        etree.fromstring(raw, _parser(encoding, scanner))
+    except _PrologEnd:
+        pass
+    except etree.XMLSyntaxError:
+        pass  # the full parse reports it, with its line
+    return scanner.has_doctype
+
+
+def _refuse_dtd(root: etree._Element) -> None:
+    info = root.getroottree().docinfo
+    # libxml2 records any <!DOCTYPE ...> as an internal subset, even one with no declarations.
+    if info.internalDTD is not None or info.externalDTD is not None:
+        raise RecordError(_DOCTYPE_REASON)
+    # An element handed over by a caller's own (less strict) parser could still hold unexpanded
+    # entity references, which would serialize into XML that no longer parses on its own.
+    for _ in root.iter(etree.Entity):
+        raise RecordError("document holds entity references")
+
+
+def _text(element: etree._Element) -> str:
+    # XPath string-value: all descendant text, without comments or processing instructions.
+    return str(element.xpath("string()")).strip()
+
+
+# xs:date, and the gYearMonth / gYear forms gco:Date also admits, each with an optional zone.
+_DATE = re.compile(r"(\d{4})(?:-(\d{2})(?:-(\d{2}))?)?(Z|[+-]\d{2}:\d{2})?")
+
+
+def _parse_date(text: str) -> datetime | None:
+    match = _DATE.fullmatch(text)
+    if match is None:
+        return None
+    year, month, day, zone = match.groups()
+    try:
+        start = date(int(year), int(month or 1), int(day or 1))
+    except ValueError:
+        return None
+    moment = datetime.combine(start, time())
+    if zone is None or zone == "Z":
+        return moment.replace(tzinfo=UTC)
+    return _parse_datetime(f"{moment.isoformat()}{zone}")
+
+
+def _parse_datetime(text: str) -> datetime | None:
+    # xs:dateTime always has the date and time joined by "T"; fromisoformat alone would also take
+    # a bare date or a space separator.
+    if "T" not in text:
+        return None
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    if moment.tzinfo is None:
+        return moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC)

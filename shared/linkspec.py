@@ -1,0 +1,77 @@
+"""Validating a new link the way both the CLI and the admin API accept it (DESIGN §8)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from urllib.parse import urlsplit
+
+from shared.db.links import NewLink
+from shared.settings import UNION_SET
+
+
+class LinkSpecError(ValueError):
+    """A link definition that cannot work, with the reason."""
+
+
+def set_kind(local_set: str, own_set: str) -> str:
+    if local_set == own_set:
+        return "own"
+    if local_set.startswith("WIS-GISC-"):
+        return "remote"
+    return "shared"
+
+
+def build_link(
+    *,
+    name: str,
+    url: str,
+    remote_set: str | None,
+    into: str | None,
+    own_set: str,
+    prefix: str = "iso19139",
+    strategy: str = "ListRecords",
+    every: timedelta = timedelta(hours=1),
+    full_every: timedelta = timedelta(days=7),
+    overlap: timedelta = timedelta(0),
+    window_slices: int = 24,
+    enabled: bool = True,
+    recovery: bool = False,
+) -> NewLink:
+    """Check a link definition and fill in its defaults.
+
+    ``into`` defaults to the remote set's own name (seed 000 §2: set names are preserved on
+    arrival); a link without a remote set harvests the peer's whole catalogue and must say
+    ``into`` (typically an area link into the own set).
+    """
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise LinkSpecError(f"{url!r} is not an http(s) URL")
+    if parts.query or parts.fragment:
+        raise LinkSpecError("the base URL must not carry a query or fragment (OAI-PMH §3.1.1)")
+    local = into or remote_set
+    if local is None:
+        raise LinkSpecError("a link without --set harvests the whole catalogue: give --into")
+    if local == UNION_SET:
+        raise LinkSpecError(f"records cannot be filed into {UNION_SET}: it is every record")
+    if recovery and local != own_set:
+        raise LinkSpecError(f"a recovery link restores the own set: --into {own_set}")
+    if strategy not in ("ListRecords", "ListIdentifiers"):
+        raise LinkSpecError("strategy is ListRecords or ListIdentifiers")
+    if every <= timedelta(0) or full_every <= timedelta(0):
+        raise LinkSpecError("--every and --full-every must be positive")
+    if overlap < timedelta(0):
+        raise LinkSpecError("--overlap cannot be negative")
+    return NewLink(
+        name=name,
+        base_url=url,
+        remote_set=remote_set,
+        local_set=local,
+        metadata_prefix=prefix,
+        strategy=strategy,
+        every=every,
+        full_every=full_every,
+        overlap=overlap,
+        window_slices=window_slices,
+        enabled=enabled,
+        recovery=recovery,
+    )

@@ -1,0 +1,467 @@
+"""One ISO 19139 record: safe parsing, identity, md datestamp and the canonical hash."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from lxml import etree
+
+from shared.generator import generate_record, identifier_for
+from shared.iso19139 import (
+    GCO,
+    GMD,
+    NAMESPACES,
+    Record,
+    RecordError,
+    canonical_hash,
+    parse_record,
+    parse_xml,
+    record_from_element,
+    safe_parser,
+)
+
+NS_DECL = f'xmlns:gmd="{GMD}" xmlns:gco="{GCO}"'
+
+
+def iso(body: str, *, root_attrs: str = NS_DECL) -> bytes:
+    return f"<gmd:MD_Metadata {root_attrs}>{body}</gmd:MD_Metadata>".encode()
+
+
+def file_id(value: str) -> str:
+    return (
+        f"<gmd:fileIdentifier><gco:CharacterString>{value}</gco:CharacterString>"
+        "</gmd:fileIdentifier>"
+    )
+
+
+def date_stamp(kind: str, value: str) -> str:
+    return f"<gmd:dateStamp><gco:{kind}>{value}</gco:{kind}></gmd:dateStamp>"
+
+
+def reason(data: bytes | str) -> str:
+    with pytest.raises(RecordError) as caught:
+        parse_record(data)
+    return str(caught.value)
+
+
+# --- the record ---------------------------------------------------------------------------------
+
+
+def test_parse_generated_record() -> None:
+    record = parse_record(generate_record(3))
+
+    assert isinstance(record, Record)
+    assert record.identifier == identifier_for(3) == "urn:x-wmo:md:int.wmo.wis::xx.taf.3"
+    assert record.md_datestamp == datetime(2015, 1, 1, 0, 4, 51, tzinfo=UTC)
+    assert len(record.content_hash) == 32
+    assert record.xml.startswith("<gmd:MD_Metadata ")
+    assert "<?xml" not in record.xml
+
+
+def test_record_is_frozen() -> None:
+    record = parse_record(generate_record(0))
+    with pytest.raises(AttributeError):
+        record.identifier = "other"  # type: ignore[misc]
+
+
+def test_stored_xml_reparses_to_the_same_record() -> None:
+    record = parse_record(generate_record(11))
+    assert parse_record(record.xml) == record
+
+
+def test_identifier_is_trimmed() -> None:
+    record = parse_record(iso(file_id("\n   urn:x-wmo:md:int.wmo.wis::abc  \t")))
+    assert record.identifier == "urn:x-wmo:md:int.wmo.wis::abc"
+
+
+def test_text_input_with_encoding_declaration() -> None:
+    text = '<?xml version="1.0" encoding="ISO-8859-1"?>\n' + iso(file_id("café")).decode()
+    assert parse_record(text).identifier == "café"
+
+
+def test_latin1_bytes_follow_their_declaration() -> None:
+    data = b'<?xml version="1.0" encoding="ISO-8859-1"?>' + iso(file_id("café")).decode().encode(
+        "iso-8859-1"
+    )
+    assert b"caf\xe9" in data
+    assert parse_record(data).identifier == "café"
+
+
+def test_xml_declaration_and_outer_comments_are_not_stored() -> None:
+    data = b'<?xml version="1.0"?>\n<!-- exported -->\n' + iso(file_id("a")) + b"\n<?done?>"
+    record = parse_record(data)
+    assert record.xml == iso(file_id("a")).decode()
+
+
+# --- refusals -----------------------------------------------------------------------------------
+
+
+def test_record_error_is_a_value_error() -> None:
+    assert issubclass(RecordError, ValueError)
+
+
+def test_malformed_xml_names_the_line() -> None:
+    message = reason(iso(f"\n{file_id('a')}\n<gmd:b></gmd:c>\n"))
+    assert message.startswith("not well-formed XML:")
+    assert "line 3" in message
+
+
+def test_undeclared_prefix_is_not_well_formed() -> None:
+    message = reason(b"<gmd:MD_Metadata/>")
+    assert message.startswith("not well-formed XML:")
+    assert "prefix gmd" in message
+
+
+def test_text_that_is_not_unicode() -> None:
+    message = reason(iso(file_id("a")).decode() + "\ud800")
+    assert message.startswith("not well-formed XML: surrogates not allowed")
+
+
+def test_empty_document() -> None:
+    assert reason(b"").startswith("not well-formed XML:")
+
+
+def test_wrong_root() -> None:
+    message = reason(b'<foo xmlns="urn:example"><bar/></foo>')
+    assert message == "root element is {urn:example}foo, expected gmd:MD_Metadata"
+
+
+def test_root_in_the_wrong_namespace() -> None:
+    message = reason(b'<MD_Metadata xmlns="http://standards.iso.org/iso/19115/-3/mdb/2.0"/>')
+    assert message.startswith("root element is {http://standards.iso.org/iso/19115/-3/mdb/2.0}")
+
+
+def test_missing_file_identifier() -> None:
+    assert reason(iso(date_stamp("Date", "2024-01-01"))) == "no gmd:fileIdentifier"
+
+
+def test_nested_file_identifier_does_not_count() -> None:
+    body = f"<gmd:identificationInfo>{file_id('deep')}</gmd:identificationInfo>"
+    assert reason(iso(body)) == "no gmd:fileIdentifier"
+
+
+def test_empty_file_identifier() -> None:
+    assert reason(iso(file_id("   "))) == "gmd:fileIdentifier is empty"
+
+
+def test_file_identifier_without_character_string() -> None:
+    body = '<gmd:fileIdentifier gco:nilReason="missing"/>'
+    assert reason(iso(body)) == "gmd:fileIdentifier has no gco:CharacterString"
+
+
+def test_two_file_identifiers() -> None:
+    assert reason(iso(file_id("a") + file_id("b"))) == "more than one gmd:fileIdentifier"
+
+
+def test_unparsable_date_stamp() -> None:
+    message = reason(iso(file_id("a") + date_stamp("DateTime", "yesterday")))
+    assert message == "gmd:dateStamp is not a date: 'yesterday'"
+
+
+def test_date_stamp_without_date() -> None:
+    message = reason(iso(file_id("a") + "<gmd:dateStamp/>"))
+    assert message == "gmd:dateStamp holds neither gco:DateTime nor gco:Date"
+
+
+@pytest.mark.parametrize(
+    ("kind", "value"),
+    [
+        ("DateTime", "2024-02-30T00:00:00Z"),
+        ("DateTime", "2024-01-02"),
+        ("DateTime", "2024-01-02 10:00:00"),
+        ("Date", "2024-13-01"),
+        ("Date", "2024-01-02T10:00:00Z"),
+        ("Date", ""),
+    ],
+)
+def test_bad_date_values(kind: str, value: str) -> None:
+    assert reason(iso(file_id("a") + date_stamp(kind, value))).startswith("gmd:dateStamp")
+
+
+# --- md datestamp ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kind", "value", "expected"),
+    [
+        ("DateTime", "2024-01-02T03:04:05Z", datetime(2024, 1, 2, 3, 4, 5, tzinfo=UTC)),
+        ("DateTime", " 2024-01-02T03:04:05 ", datetime(2024, 1, 2, 3, 4, 5, tzinfo=UTC)),
+        ("DateTime", "2024-01-02T03:04:05+02:00", datetime(2024, 1, 2, 1, 4, 5, tzinfo=UTC)),
+        (
+            "DateTime",
+            "2024-01-02T03:04:05.250-01:30",
+            datetime(2024, 1, 2, 4, 34, 5, 250000, tzinfo=UTC),
+        ),
+        ("Date", "2024-01-02", datetime(2024, 1, 2, tzinfo=UTC)),
+        ("Date", "2024-01-02Z", datetime(2024, 1, 2, tzinfo=UTC)),
+        ("Date", "2024-01-02+02:00", datetime(2024, 1, 1, 22, tzinfo=UTC)),
+        ("Date", "2024-07", datetime(2024, 7, 1, tzinfo=UTC)),
+        ("Date", "2024", datetime(2024, 1, 1, tzinfo=UTC)),
+    ],
+)
+def test_md_datestamp_forms(kind: str, value: str, expected: datetime) -> None:
+    stamp = parse_record(iso(file_id("a") + date_stamp(kind, value))).md_datestamp
+    assert stamp == expected
+    assert stamp is not None and stamp.utcoffset() is not None
+    assert stamp.tzinfo is UTC
+
+
+def test_md_datestamp_is_optional() -> None:
+    assert parse_record(iso(file_id("a"))).md_datestamp is None
+
+
+# --- DOCTYPE, entities and external resources -----------------------------------------------------
+
+BILLION_LAUGHS = b"""<?xml version="1.0"?>
+<!DOCTYPE gmd:MD_Metadata [
+  <!ENTITY lol "lol">
+  <!ENTITY lol1 "&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;">
+  <!ENTITY lol2 "&lol1;&lol1;&lol1;&lol1;&lol1;&lol1;&lol1;&lol1;&lol1;&lol1;">
+  <!ENTITY lol3 "&lol2;&lol2;&lol2;&lol2;&lol2;&lol2;&lol2;&lol2;&lol2;&lol2;">
+  <!ENTITY lol4 "&lol3;&lol3;&lol3;&lol3;&lol3;&lol3;&lol3;&lol3;&lol3;&lol3;">
+  <!ENTITY lol5 "&lol4;&lol4;&lol4;&lol4;&lol4;&lol4;&lol4;&lol4;&lol4;&lol4;">
+  <!ENTITY lol6 "&lol5;&lol5;&lol5;&lol5;&lol5;&lol5;&lol5;&lol5;&lol5;&lol5;">
+  <!ENTITY lol7 "&lol6;&lol6;&lol6;&lol6;&lol6;&lol6;&lol6;&lol6;&lol6;&lol6;">
+  <!ENTITY lol8 "&lol7;&lol7;&lol7;&lol7;&lol7;&lol7;&lol7;&lol7;&lol7;&lol7;">
+  <!ENTITY lol9 "&lol8;&lol8;&lol8;&lol8;&lol8;&lol8;&lol8;&lol8;&lol8;&lol8;">
+]>
+<gmd:MD_Metadata xmlns:gmd="http://www.isotc211.org/2005/gmd"
+    xmlns:gco="http://www.isotc211.org/2005/gco">
+  <gmd:fileIdentifier><gco:CharacterString>&lol9;</gco:CharacterString></gmd:fileIdentifier>
+</gmd:MD_Metadata>
+"""
+
+
+def xxe_document(secret: Path) -> bytes:
+    return f"""<?xml version="1.0"?>
+<!DOCTYPE gmd:MD_Metadata [<!ENTITY xxe SYSTEM "{secret.as_uri()}">]>
+<gmd:MD_Metadata {NS_DECL}>
+  <gmd:fileIdentifier><gco:CharacterString>&xxe;</gco:CharacterString></gmd:fileIdentifier>
+</gmd:MD_Metadata>
+""".encode()
+
+
+@pytest.fixture
+def secret(tmp_path: Path) -> Path:
+    path = tmp_path / "secret.txt"
+    path.write_text("TOP-SECRET-CONTENT")
+    return path
+
+
+class RecordingResolver(etree.Resolver):
+    """Sees every external resource the parser tries to load, and serves a harmless stand-in."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.requested: list[str] = []
+
+    def resolve(self, system_url: str, public_id: str, context: object) -> object:
+        self.requested.append(system_url)
+        return self.resolve_string("INTERCEPTED", context)
+
+
+def test_billion_laughs_is_refused_quickly() -> None:
+    started = time.perf_counter()
+    message = reason(BILLION_LAUGHS)
+    assert "DOCTYPE" in message
+    assert time.perf_counter() - started < 1.0
+
+
+def test_external_entity_is_refused(secret: Path) -> None:
+    message = reason(xxe_document(secret))
+    assert "DOCTYPE" in message
+    assert "TOP-SECRET" not in message
+
+
+def test_safe_parser_never_loads_the_external_entity(secret: Path) -> None:
+    parser = safe_parser()
+    resolver = RecordingResolver()
+    parser.resolvers.add(resolver)
+
+    root = etree.fromstring(xxe_document(secret), parser)
+
+    assert resolver.requested == []
+    assert b"TOP-SECRET" not in etree.tostring(root)
+    assert b"INTERCEPTED" not in etree.tostring(root)
+
+
+def test_recording_resolver_sees_loads_of_a_permissive_parser(secret: Path) -> None:
+    # Control for the test above: the resolver does notice when a parser loads the entity.
+    parser = etree.XMLParser(resolve_entities=True, load_dtd=True, no_network=True)
+    resolver = RecordingResolver()
+    parser.resolvers.add(resolver)
+
+    root = etree.fromstring(xxe_document(secret), parser)
+
+    assert resolver.requested == [secret.as_uri()]
+    assert b"INTERCEPTED" in etree.tostring(root)
+
+
+def test_parameter_entity_is_refused_without_loading(secret: Path) -> None:
+    data = f"""<?xml version="1.0"?>
+<!DOCTYPE gmd:MD_Metadata [<!ENTITY % remote SYSTEM "{secret.as_uri()}"> %remote;]>
+<gmd:MD_Metadata {NS_DECL}>{file_id("a")}</gmd:MD_Metadata>""".encode()
+    parser = safe_parser()
+    resolver = RecordingResolver()
+    parser.resolvers.add(resolver)
+    etree.fromstring(data, parser)
+
+    assert resolver.requested == []
+    assert "DOCTYPE" in reason(data)
+
+
+def test_external_dtd_is_refused(secret: Path) -> None:
+    data = f'<!DOCTYPE gmd:MD_Metadata SYSTEM "{secret.as_uri()}">'.encode() + iso(file_id("a"))
+    assert "DOCTYPE" in reason(data)
+
+
+def test_bare_doctype_is_refused() -> None:
+    assert "DOCTYPE" in reason(b"<!DOCTYPE gmd:MD_Metadata>" + iso(file_id("a")))
+
+
+def test_element_from_a_document_with_doctype_is_refused() -> None:
+    root = etree.fromstring(b'<!DOCTYPE x [<!ENTITY e "v">]>' + iso(file_id("&e;")))
+    with pytest.raises(RecordError, match="DOCTYPE"):
+        record_from_element(root)
+
+
+def test_parse_xml_refuses_doctype_for_any_root() -> None:
+    with pytest.raises(RecordError, match="DOCTYPE"):
+        parse_xml(b'<!DOCTYPE a [<!ENTITY e "v">]><a>&e;</a>')
+
+
+# --- elements taken from a larger document --------------------------------------------------------
+
+OAI_PAGE = """<OAI-PMH xmlns="http://www.openarchives.org/OAI/2.0/"
+    xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance"
+    xmlns:gco="http://www.isotc211.org/2005/gco">
+  <ListRecords><record><metadata>{record}</metadata></record></ListRecords>
+</OAI-PMH>"""
+
+
+def test_record_from_element_inside_a_page() -> None:
+    standalone = parse_record(iso(file_id("urn:a") + date_stamp("Date", "2024-05-06")))
+    # The page declares gco on the envelope only, as some providers do.
+    inner = f'<gmd:MD_Metadata xmlns:gmd="{GMD}">{file_id("urn:a")}'
+    inner += date_stamp("Date", "2024-05-06") + "</gmd:MD_Metadata>"
+    page = etree.fromstring(OAI_PAGE.format(record=inner).encode(), safe_parser())
+    element = page.find(".//{http://www.openarchives.org/OAI/2.0/}metadata")[0]
+
+    record = record_from_element(element)
+
+    assert record.identifier == "urn:a"
+    assert record.md_datestamp == datetime(2024, 5, 6, tzinfo=UTC)
+    assert record.content_hash == standalone.content_hash
+    # Only the namespaces the record uses travel with it, not the envelope's.
+    assert "http://www.openarchives.org/OAI/2.0/" not in record.xml
+    assert "XMLSchema-instance" not in record.xml
+    assert parse_record(record.xml).content_hash == record.content_hash
+    # The page itself is left as it was.
+    assert element.getparent() is not None
+
+
+def test_generated_record_inside_a_page_keeps_its_hash() -> None:
+    data = generate_record(42)
+    body = etree.tostring(etree.fromstring(data), encoding="unicode")
+    page = etree.fromstring(OAI_PAGE.format(record=body).encode(), safe_parser())
+    element = page.find(".//{http://www.openarchives.org/OAI/2.0/}metadata")[0]
+
+    assert record_from_element(element) == parse_record(data)
+
+
+# --- canonical hash: what counts as the same ----------------------------------------------------
+
+
+def hash_of(data: bytes | str) -> bytes:
+    return canonical_hash(parse_xml(data))
+
+
+def test_hash_is_sha256_of_c14n() -> None:
+    import hashlib
+
+    data = iso(file_id("a"))
+    canonical = etree.canonicalize(parse_xml(data), strip_text=True)
+    assert hash_of(data) == hashlib.sha256(canonical.encode()).digest()
+
+
+def test_reindenting_does_not_change_the_hash() -> None:
+    original = generate_record(5)
+    compact_parser = etree.XMLParser(remove_blank_text=True)
+    compact = etree.tostring(etree.fromstring(original, compact_parser))
+    pretty = etree.tostring(etree.fromstring(compact), pretty_print=True)
+    crlf = original.replace(b"\n", b"\r\n")
+    tabs = original.replace(b"\n  ", b"\n\t\t")
+
+    assert b"\n" not in compact.strip()
+    hashes = {hash_of(variant) for variant in (original, compact, pretty, crlf, tabs)}
+    assert len(hashes) == 1
+
+
+def test_padding_around_text_does_not_change_the_hash() -> None:
+    assert hash_of(iso(file_id("abc"))) == hash_of(iso(file_id("\n   abc \t ")))
+
+
+def test_attribute_order_and_quotes_do_not_change_the_hash() -> None:
+    a = iso(file_id("a") + '<gmd:x codeList="L" codeListValue="V" id="1"/>')
+    b = iso(file_id("a") + "<gmd:x id='1' codeListValue='V' codeList='L'></gmd:x>")
+    assert hash_of(a) == hash_of(b)
+
+
+def test_namespace_declaration_placement_does_not_change_the_hash() -> None:
+    on_root = iso(file_id("a"), root_attrs=NS_DECL + ' xmlns:unused="urn:unused"')
+    on_use = (
+        f'<gmd:MD_Metadata xmlns:gmd="{GMD}"><gmd:fileIdentifier>'
+        f'<gco:CharacterString xmlns:gco="{GCO}">a</gco:CharacterString>'
+        "</gmd:fileIdentifier></gmd:MD_Metadata>"
+    ).encode()
+    assert hash_of(on_root) == hash_of(on_use)
+
+
+def test_declaration_encoding_cdata_and_references_do_not_change_the_hash() -> None:
+    plain = iso(file_id("é &amp; b"))
+    dressed = b'<?xml version="1.0" encoding="ISO-8859-1"?>' + iso(
+        file_id("&#233; <![CDATA[&]]> b")
+    ).decode().encode("iso-8859-1")
+    assert hash_of(plain) == hash_of(dressed)
+
+
+def test_comments_do_not_change_the_hash() -> None:
+    assert hash_of(iso(file_id("a"))) == hash_of(iso("<!-- note -->" + file_id("a")))
+
+
+def test_real_text_change_changes_the_hash() -> None:
+    original = generate_record(5)
+    edited = original.replace(b"#5</gco:CharacterString>", b"#6</gco:CharacterString>")
+    assert edited != original
+    assert hash_of(original) != hash_of(edited)
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        (file_id("a b"), file_id("a  b")),  # whitespace inside text counts
+        (file_id("a"), file_id("A")),
+        (
+            file_id("a") + '<gmd:x codeListValue="V"/>',
+            file_id("a") + '<gmd:x codeListValue="V "/>',
+        ),
+        (file_id("a") + "<gmd:x/><gmd:y/>", file_id("a") + "<gmd:y/><gmd:x/>"),
+        (file_id("a"), file_id("a") + "<?pi data?>"),
+    ],
+)
+def test_meaningful_changes_change_the_hash(a: str, b: str) -> None:
+    assert hash_of(iso(a)) != hash_of(iso(b))
+
+
+def test_prefix_choice_counts() -> None:
+    other_prefix = iso(file_id("a")).replace(b"gco:", b"c:").replace(b"xmlns:gco", b"xmlns:c")
+    assert parse_record(other_prefix).identifier == "a"
+    assert hash_of(iso(file_id("a"))) != hash_of(other_prefix)
+
+
+def test_namespaces_map_is_usable_for_find() -> None:
+    root = parse_xml(generate_record(1))
+    assert root.find("gmd:identificationInfo/gmd:MD_DataIdentification", NAMESPACES) is not None
