@@ -1,0 +1,45 @@
+# wiscat: `make help` lists the targets.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.DEFAULT_GOAL := all
+.PHONY: all help venv run test test-unit test-integration lint format bench demo clean
+
+all: lint test ## lint, then the whole test suite
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 20
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test,lint]'
+	touch $(STAMP)
+
+venv: $(STAMP) ## create .venv and install wiscat with its test and lint tools
+
+run: $(STAMP) ## start a node (embedded PostgreSQL unless WISCAT_DATABASE_URL is set)
+	$(BIN)/wiscat run
+
+test: $(STAMP) ## the whole suite on a real PostgreSQL (WISCAT_TEST_DATABASE_URL or embedded)
+	$(BIN)/pytest
+
+test-unit: $(STAMP) ## the fast, pure tests only
+	$(BIN)/pytest tests/unit
+
+lint: $(STAMP) ## ruff, mypy (strict) and the import-linter layer contracts
+	$(BIN)/ruff check shared services tests bench
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+
+format: $(STAMP) ## format the code with ruff
+	$(BIN)/ruff format shared services tests bench
+	$(BIN)/ruff check --fix shared services tests bench
+
+bench: $(STAMP) ## benchmarks; figures go to docs/benchmarks.md (BENCH_RECORDS scales them)
+	$(BIN)/python -m bench.run
+
+clean: ## remove the virtual environment and local data
+	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache

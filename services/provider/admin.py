@@ -1,0 +1,169 @@
+"""Admin API (bearer token ``WISCAT_ADMIN_TOKEN``): the node's own records.
+
+Without a configured token the admin API is disabled rather than open.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+
+from fastapi import APIRouter, Depends, HTTPException, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+
+from shared import ingest
+from shared.db import links as link_store
+from shared.db import records as store
+from shared.durations import parse_duration
+from shared.iso19139 import RecordError, parse_record
+from shared.linkspec import build_link, set_kind
+from services.provider.oai import ProviderState
+
+log = logging.getLogger("wiscat.admin")
+
+MAX_RECORD_BYTES = 20 * 1024 * 1024
+
+
+def require_admin(request: Request) -> ProviderState:
+    """Check ``Authorization: Bearer <WISCAT_ADMIN_TOKEN>``."""
+    state: ProviderState = request.app.state.provider
+    configured = state.settings.admin_token
+    if configured is None or not configured.get_secret_value():
+        raise HTTPException(403, "the admin API is disabled: set WISCAT_ADMIN_TOKEN to enable it")
+    scheme, _, given = request.headers.get("authorization", "").partition(" ")
+    expected = configured.get_secret_value().encode()
+    if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), expected):
+        raise HTTPException(401, "missing or wrong bearer token", {"WWW-Authenticate": "Bearer"})
+    return state
+
+
+router = APIRouter(prefix="/admin")
+
+
+@router.put("/records/{identifier:path}")
+async def put_record(
+    identifier: str, request: Request, state: ProviderState = Depends(require_admin)
+) -> JSONResponse:
+    """Store an ISO 19139 record in the own set; its fileIdentifier must equal the path's."""
+    body = await request.body()
+    if len(body) > MAX_RECORD_BYTES:
+        raise HTTPException(413, f"a record may be at most {MAX_RECORD_BYTES} bytes")
+    try:
+        record = parse_record(body)
+    except RecordError as exc:
+        raise HTTPException(400, f"record refused: {exc}") from exc
+    if record.identifier != identifier:
+        raise HTTPException(
+            400,
+            f"record refused: its gmd:fileIdentifier {record.identifier!r} is not the "
+            f"identifier in the URL {identifier!r}",
+        )
+    outcome = await ingest.put_record(state.pool, state.settings.own_set, record)
+    log.info("admin put %s: %s", identifier, outcome)
+    status = 201 if outcome == "added" else 200
+    if outcome == "refused_older":
+        raise HTTPException(
+            409, "record refused: its gmd:dateStamp is older than the stored copy's"
+        )
+    return JSONResponse({"identifier": identifier, "outcome": outcome}, status_code=status)
+
+
+@router.delete("/records/{identifier:path}")
+async def delete_record(
+    identifier: str, state: ProviderState = Depends(require_admin)
+) -> JSONResponse:
+    """Delete a record of the own set: it stays as a tombstone for the retention period."""
+    result = await ingest.delete_local(state.pool, state.settings.own_set, [identifier])
+    outcome = result.outcomes[identifier]
+    log.info("admin delete %s: %s", identifier, outcome)
+    if outcome in ("not_found", "unchanged"):
+        raise HTTPException(404, f"no live record {identifier!r} in {state.settings.own_set}")
+    return JSONResponse({"identifier": identifier, "outcome": outcome})
+
+
+class LinkBody(BaseModel):
+    """A new link, as ``wiscat link add`` takes it (durations like ``1h``, ``7d``)."""
+
+    name: str
+    url: str
+    set: str | None = None
+    into: str | None = None
+    prefix: str = "iso19139"
+    strategy: str = "ListRecords"
+    every: str = "1h"
+    full_every: str = "7d"
+    overlap: str = "0s"
+    window_slices: int = 24
+    enabled: bool = True
+    recovery: bool = False
+
+
+@router.get("/links")
+async def list_links(state: ProviderState = Depends(require_admin)) -> JSONResponse:
+    """Every link with its state."""
+    return JSONResponse([link.as_json() for link in await link_store.all_links(state.pool)])
+
+
+@router.post("/links")
+async def add_link(body: LinkBody, state: ProviderState = Depends(require_admin)) -> JSONResponse:
+    """Add a link; 400 with the reason when it cannot work, 409 when the name is taken."""
+    try:
+        new = build_link(
+            name=body.name, url=body.url, remote_set=body.set, into=body.into,
+            own_set=state.settings.own_set, prefix=body.prefix, strategy=body.strategy,
+            every=parse_duration(body.every), full_every=parse_duration(body.full_every),
+            overlap=parse_duration(body.overlap), window_slices=body.window_slices,
+            enabled=body.enabled, recovery=body.recovery,
+        )
+    except ValueError as exc:  # LinkSpecError and bad durations
+        raise HTTPException(400, f"link refused: {exc}") from exc
+    await store.ensure_set(
+        state.pool, new.local_set, f"Records of {new.local_set}",
+        set_kind(new.local_set, state.settings.own_set),
+    )
+    try:
+        link = await link_store.add_link(state.pool, new)
+    except link_store.LinkExists as exc:
+        raise HTTPException(409, str(exc)) from exc
+    log.info("admin added link %s -> %s", link.name, link.base_url)
+    return JSONResponse(link.as_json(), status_code=201)
+
+
+@router.delete("/links/{name}")
+async def remove_link(name: str, state: ProviderState = Depends(require_admin)) -> JSONResponse:
+    if not await link_store.remove_link(state.pool, name):
+        raise HTTPException(404, f"no link named {name!r}")
+    log.info("admin removed link %s", name)
+    return JSONResponse({"removed": name})
+
+
+@router.post("/links/{name}/harvest")
+async def harvest_now(
+    name: str, full: bool = False, state: ProviderState = Depends(require_admin)
+) -> JSONResponse:
+    """Ask the harvester to run this link now (the WIS emergency update)."""
+    mode = "full" if full else "incremental"
+    if not await link_store.request_run(state.pool, name, mode):
+        raise HTTPException(404, f"no link named {name!r}")
+    log.info("admin requested a %s harvest of %s", mode, name)
+    return JSONResponse({"link": name, "requested": mode}, status_code=202)
+
+
+@router.get("/runs")
+async def runs(
+    link: str | None = None, limit: int = 50, state: ProviderState = Depends(require_admin)
+) -> JSONResponse:
+    """The latest harvest runs, newest first."""
+    rows = await link_store.recent_runs(state.pool, link, min(max(limit, 1), 1000))
+    return JSONResponse(jsonable_encoder(rows))
+
+
+@router.get("/quarantine")
+async def quarantined(
+    limit: int = 50, state: ProviderState = Depends(require_admin)
+) -> JSONResponse:
+    """The latest quarantined records (reasons, not bytes), newest first."""
+    rows = await link_store.recent_quarantine(state.pool, min(max(limit, 1), 1000))
+    return JSONResponse(jsonable_encoder(rows))

@@ -1,0 +1,123 @@
+"""The provider's FastAPI application: /oai, /admin, /healthz, /readyz, /metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from datetime import timedelta
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from shared.db import records as store
+from shared.db.errors import DatabaseError
+from shared.db.migrate import check_current
+from shared.db.pool import create_pool
+from shared.ingest import ensure_own_set
+from shared.oaipmh.tokens import TokenCodec
+from shared.settings import Settings
+from services.provider import admin, oai
+from services.provider.metrics import ProviderMetrics
+from services.provider.oai import ProviderState
+
+log = logging.getLogger("wiscat.provider")
+
+PURGE_EVERY = 3600.0
+
+
+async def _purge_loop(state: ProviderState) -> None:
+    """Drop tombstones once the retention period has passed (seed 002: kept three months)."""
+    retention = timedelta(days=state.settings.deleted_retention_days)
+    while True:
+        try:
+            purged = await store.purge_tombstones(state.pool, retention)
+            if purged:
+                state.metrics.tombstones_purged.inc(purged)
+                log.info("purged %d tombstones older than %s", purged, retention)
+        except DatabaseError as exc:  # pragma: no cover - logged, retried next round
+            log.warning("tombstone purge failed: %s", exc)
+        await asyncio.sleep(PURGE_EVERY)
+
+
+def create_app(settings: Settings, database_url: str) -> FastAPI:
+    """The provider app; the pool and everything else are made in its lifespan."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        pool = await create_pool(database_url, max_size=10)
+        try:
+            async with pool.acquire() as conn:
+                await check_current(conn)
+            await ensure_own_set(pool, settings.own_set)
+            secret = (
+                settings.token_secret.get_secret_value().encode()
+                if settings.token_secret
+                else await store.node_secret(pool, "resumption_token")
+            )
+            codec = TokenCodec(secret, lifetime=timedelta(hours=settings.token_lifetime_hours))
+            state = ProviderState(settings, pool, codec, ProviderMetrics())
+            app.state.provider = state
+            purge = (
+                asyncio.create_task(_purge_loop(state))
+                if settings.deleted_retention_days > 0
+                else None
+            )
+            log.info("provider ready: %s (own set %s)", settings.base_url, settings.own_set)
+            yield
+            if purge:
+                purge.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await purge
+        finally:
+            await pool.close()
+
+    app = FastAPI(
+        title="wiscat provider",
+        summary="OAI-PMH 2.0 provider of a WIS catalogue node",
+        lifespan=lifespan,
+        docs_url="/docs",
+        redoc_url=None,
+    )
+    app.include_router(oai.router)
+    app.include_router(admin.router)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return JSONResponse({"detail": "bad request", "errors": str(exc)}, status_code=400)
+
+    @app.get("/healthz", response_class=PlainTextResponse)
+    async def healthz() -> str:
+        """The process is alive."""
+        return "ok\n"
+
+    @app.get("/readyz")
+    async def readyz(request: Request) -> Response:
+        """The database answers and its schema is current."""
+        state: ProviderState = request.app.state.provider
+        try:
+            async with state.pool.acquire() as conn:
+                await check_current(conn)
+        except (DatabaseError, OSError) as exc:
+            return JSONResponse({"ready": False, "reason": str(exc)}, status_code=503)
+        except Exception as exc:  # asyncpg errors reach here when the server is gone
+            return JSONResponse({"ready": False, "reason": str(exc)}, status_code=503)
+        return JSONResponse({"ready": True})
+
+    @app.get("/metrics")
+    async def metrics(request: Request) -> Response:
+        """Prometheus text format."""
+        state: ProviderState = request.app.state.provider
+        gauge = state.metrics.records
+        for count in await store.set_counts(state.pool):
+            gauge.labels(count.spec, "live").set(count.live)
+            gauge.labels(count.spec, "deleted").set(count.deleted)
+        whole = await store.catalogue_counts(state.pool)
+        gauge.labels("*", "live").set(whole.live)
+        gauge.labels("*", "deleted").set(whole.deleted)
+        return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    return app

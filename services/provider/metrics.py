@@ -1,0 +1,49 @@
+"""The provider's Prometheus metrics, in a registry of its own (one per app, no global state)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+
+@dataclass
+class ProviderMetrics:
+    registry: CollectorRegistry = field(default_factory=CollectorRegistry)
+
+    def __post_init__(self) -> None:
+        self.requests = Counter(
+            "wiscat_oai_requests",
+            "OAI-PMH requests by verb and outcome (ok or the OAI-PMH error code)",
+            ["verb", "outcome"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "wiscat_oai_request_duration_seconds",
+            "Time to answer an OAI-PMH request, until the last byte is sent",
+            ["verb"],
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+            registry=self.registry,
+        )
+        self.records_served = Counter(
+            "wiscat_oai_records_served",
+            "Records and headers sent in list and GetRecord responses",
+            ["verb"],
+            registry=self.registry,
+        )
+        self.overloaded = Counter(
+            "wiscat_oai_overloaded",
+            "List requests answered 503 because too many were in progress",
+            registry=self.registry,
+        )
+        self.records = Gauge(
+            "wiscat_records",
+            "Records held, per set and status (live or deleted); set '*' is the whole catalogue",
+            ["set", "status"],
+            registry=self.registry,
+        )
+        self.tombstones_purged = Counter(
+            "wiscat_tombstones_purged",
+            "Tombstones dropped after the retention period",
+            registry=self.registry,
+        )

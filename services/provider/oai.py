@@ -1,0 +1,403 @@
+"""The OAI-PMH 2.0 endpoint: ``GET|POST /oai``.
+
+Thin by design: arguments are checked by :mod:`shared.oaipmh.arguments`, rows come from
+:mod:`shared.db.records`, bytes from :mod:`shared.oaipmh.render`. Every answer, errors included, is
+an OAI-PMH document with HTTP 200 (§3.6); only overload gets a 503 with Retry-After (§3.1.2.2 allows
+it for flow control).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+import zlib
+from collections.abc import AsyncIterator, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from urllib.parse import parse_qsl
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response, StreamingResponse
+
+from shared import crosswalk
+from shared.db import records as store
+from shared.db.pool import Pool
+from shared.oaipmh import render
+from shared.oaipmh.arguments import OAIRequest, echo_allowed, parse_request
+from shared.oaipmh.dates import Granularity, until_upper_bound
+from shared.oaipmh.errors import (
+    BadArgument,
+    BadResumptionToken,
+    BadVerb,
+    CannotDisseminateFormat,
+    IdDoesNotExist,
+    NoRecordsMatch,
+    OAIError,
+)
+from shared.oaipmh.tokens import ListPosition, TokenCodec
+from shared.settings import UNION_SET, Settings
+from services.provider.metrics import ProviderMetrics
+
+log = logging.getLogger("wiscat.provider")
+
+router = APIRouter()
+
+XML_TYPE = "text/xml; charset=utf-8"
+CHUNK = 256 * 1024
+
+# prefix -> (schema, namespace); iso19139 is the stored record as is (WIS guidelines, seed 002),
+# oai_dc is the crosswalk every repository must offer (OAI-PMH 2.0 §3.4).
+FORMATS: dict[str, tuple[str, str]] = {
+    "iso19139": ("http://www.isotc211.org/2005/gmd/gmd.xsd", "http://www.isotc211.org/2005/gmd"),
+    "oai_dc": (
+        "http://www.openarchives.org/OAI/2.0/oai_dc.xsd",
+        "http://www.openarchives.org/OAI/2.0/oai_dc/",
+    ),
+}
+
+
+@dataclass
+class ProviderState:
+    """What the endpoint needs, built once in the app's lifespan."""
+
+    settings: Settings
+    pool: Pool
+    codec: TokenCodec
+    metrics: ProviderMetrics
+    lists_in_progress: int = 0
+
+
+class Overloaded(Exception):
+    pass
+
+
+def _pairs(raw: str) -> list[tuple[str, str]]:
+    try:
+        return parse_qsl(raw, keep_blank_values=True, strict_parsing=False, errors="strict")
+    except UnicodeDecodeError as exc:
+        raise BadArgument("the request is not valid UTF-8") from exc
+
+
+async def request_pairs(request: Request) -> list[tuple[str, str]]:
+    """The arguments in order, repeats kept, from the query string (GET) or the form body (POST)."""
+    if request.method == "POST":
+        content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if content_type != "application/x-www-form-urlencoded":
+            raise BadArgument("POST requests must be application/x-www-form-urlencoded (§3.1.1.2)")
+        body = await request.body()
+        try:
+            return _pairs(body.decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            raise BadArgument("the request is not valid UTF-8") from exc
+    return _pairs(request.url.query)
+
+
+@router.api_route("/oai", methods=["GET", "POST"])
+async def oai_endpoint(request: Request) -> Response:
+    state: ProviderState = request.app.state.provider
+    started = time.perf_counter()
+    response_date = datetime.now(UTC)
+    base_url = state.settings.base_url
+    verb_label = "none"
+    pairs: list[tuple[str, str]] = []
+    try:
+        pairs = await request_pairs(request)
+        verbs = [v for k, v in pairs if k == "verb"]
+        verb_label = verbs[0] if len(verbs) == 1 and verbs[0] in render.VERBS else "invalid"
+        body = await answer(state, parse_request(pairs, formats=FORMATS), response_date)
+    except Overloaded:
+        state.metrics.overloaded.inc()
+        state.metrics.requests.labels(verb_label, "overloaded").inc()
+        return Response(
+            status_code=503,
+            headers={"Retry-After": "10"},
+            content="Too many list requests in progress; retry later.\n",
+            media_type="text/plain",
+        )
+    except OAIError as error:
+        state.metrics.requests.labels(verb_label, error.code).inc()
+        # §3.2: after badVerb or badArgument the request element carries no attributes.
+        # pairs passed the syntax checks when the error is not badVerb/badArgument
+        echo = dict(pairs) if echo_allowed(error) else None
+        document = render.render_error(response_date, base_url, echo, [error])
+        state.metrics.latency.labels(verb_label).observe(time.perf_counter() - started)
+        return _respond(request, [document])
+    state.metrics.requests.labels(verb_label, "ok").inc()
+    return _respond(request, body, on_done=lambda: state.metrics.latency.labels(verb_label).observe(
+        time.perf_counter() - started
+    ))
+
+
+def _respond(
+    request: Request, chunks: Iterable[bytes] | AsyncIterator[bytes], on_done: object = None
+) -> Response:
+    gzip = "gzip" in request.headers.get("accept-encoding", "").lower()
+    if isinstance(chunks, list) and not gzip:
+        return Response(content=b"".join(chunks), media_type=XML_TYPE)
+    stream = _stream(chunks, gzip=gzip, on_done=on_done)
+    headers = {"Content-Encoding": "gzip", "Vary": "Accept-Encoding"} if gzip else {}
+    return StreamingResponse(stream, media_type=XML_TYPE, headers=headers)
+
+
+async def _stream(
+    chunks: Iterable[bytes] | AsyncIterator[bytes], *, gzip: bool, on_done: object
+) -> AsyncIterator[bytes]:
+    # Level 1: the payload is already-compressed-friendly XML; higher levels cost CPU for little.
+    compressor = zlib.compressobj(1, zlib.DEFLATED, 31) if gzip else None
+    try:
+        if isinstance(chunks, list | tuple):
+            source: AsyncIterator[bytes] = _aiter(chunks)
+        else:
+            source = chunks  # type: ignore[assignment]
+        async for chunk in source:
+            yield compressor.compress(chunk) if compressor else chunk
+        if compressor:
+            yield compressor.flush()
+    finally:
+        if callable(on_done):
+            on_done()
+
+
+async def _aiter(chunks: Iterable[bytes]) -> AsyncIterator[bytes]:
+    for chunk in chunks:
+        yield chunk
+
+
+async def answer(
+    state: ProviderState, req: OAIRequest, response_date: datetime
+) -> list[bytes] | AsyncIterator[bytes]:
+    if req.verb == "Identify":
+        return [await identify(state, req, response_date)]
+    if req.verb == "ListMetadataFormats":
+        return [await list_metadata_formats(state, req, response_date)]
+    if req.verb == "ListSets":
+        return [await list_sets(state, req, response_date)]
+    if req.verb == "GetRecord":
+        return [await get_record(state, req, response_date)]
+    return await list_records(state, req, response_date)
+
+
+def _document(response_date: datetime, state: ProviderState, req: OAIRequest, inner: bytes) -> bytes:
+    return (
+        render.response_start(response_date, state.settings.base_url, req.echo, req.verb)
+        + inner
+        + render.response_end(req.verb)
+    )
+
+
+async def identify(state: ProviderState, req: OAIRequest, response_date: datetime) -> bytes:
+    settings = state.settings
+    earliest = await store.earliest_datestamp(state.pool)
+    if earliest is None:
+        earliest = response_date
+    inner = render.identify(
+        repository_name=settings.repository_name,
+        base_url=settings.base_url,
+        admin_emails=[settings.admin_email],
+        earliest_datestamp=earliest,
+        deleted_record="persistent" if settings.deleted_retention_days == 0 else "transient",
+        compression=["gzip"],
+    )
+    return _document(response_date, state, req, inner)
+
+
+async def list_metadata_formats(
+    state: ProviderState, req: OAIRequest, response_date: datetime
+) -> bytes:
+    if req.identifier is not None and not await store.record_exists(state.pool, req.identifier):
+        raise IdDoesNotExist(f"no record with identifier {req.identifier!r}")
+    formats = [(prefix, schema, ns) for prefix, (schema, ns) in FORMATS.items()]
+    return _document(response_date, state, req, render.list_metadata_formats(formats))
+
+
+async def list_sets(state: ProviderState, req: OAIRequest, response_date: datetime) -> bytes:
+    if req.resumption_token is not None:
+        # This provider sends ListSets whole, so no token of ours can continue it (§3.5).
+        raise BadResumptionToken("ListSets is never split; this resumptionToken is not ours")
+    sets = [(s.spec, s.name) for s in await store.list_sets(state.pool)]
+    sets.append((UNION_SET, "The whole WIS catalogue held by this node"))
+    sets.sort()
+    return _document(response_date, state, req, render.list_sets(sets))
+
+
+def _header_sets(stored: store.StoredRecord) -> list[str]:
+    if stored.deleted:
+        return []
+    return sorted({*stored.set_specs, UNION_SET})
+
+
+def _metadata(prefix: str, stored: store.StoredRecord) -> str | bytes | None:
+    if stored.deleted or stored.xml is None:
+        return None
+    if prefix == "oai_dc":
+        return crosswalk.to_oai_dc(stored.xml)
+    return stored.xml
+
+
+async def get_record(state: ProviderState, req: OAIRequest, response_date: datetime) -> bytes:
+    assert req.identifier is not None and req.metadata_prefix is not None
+    stored = await store.get_record(state.pool, req.identifier)
+    if stored is None:
+        raise IdDoesNotExist(f"no record with identifier {req.identifier!r}")
+    state.metrics.records_served.labels("GetRecord").inc()
+    inner = render.record(
+        stored.identifier,
+        stored.datestamp,
+        _header_sets(stored),
+        stored.deleted,
+        _metadata(req.metadata_prefix, stored),
+    )
+    return _document(response_date, state, req, inner)
+
+
+async def _set_filter(state: ProviderState, set_spec: str | None) -> str | None:
+    """The set to list (None: the whole catalogue); an unknown set matches no record."""
+    if set_spec is None or set_spec == UNION_SET:
+        return None
+    known = {s.spec for s in await store.list_sets(state.pool)}
+    if set_spec not in known:
+        raise NoRecordsMatch(f"there is no set {set_spec!r} in this repository")
+    return set_spec
+
+
+async def _start_position(
+    state: ProviderState, req: OAIRequest, response_date: datetime
+) -> ListPosition:
+    assert req.metadata_prefix is not None
+    set_spec = await _set_filter(state, req.set_spec)
+    until_exclusive = (
+        until_upper_bound(req.until, req.until_granularity or Granularity.SECONDS)
+        if req.until
+        else None
+    )
+    # Invariant 2: rows younger than the settle window may belong to a write transaction that
+    # is still open elsewhere; hide them for this whole list (the bound is frozen in the token).
+    db_now: datetime = await state.pool.fetchval("select now()")
+    upper_bound = db_now - timedelta(seconds=state.settings.settle_seconds)
+    return ListPosition(
+        verb=req.verb,
+        metadata_prefix=req.metadata_prefix,
+        set_spec=set_spec,
+        from_=req.from_,
+        until_exclusive=until_exclusive,
+        upper_bound=upper_bound,
+        last_datestamp=None,
+        last_identifier="",
+        cursor=0,
+        complete_list_size=-1,
+        expires=response_date + timedelta(hours=state.settings.token_lifetime_hours),
+    )
+
+
+async def list_records(
+    state: ProviderState, req: OAIRequest, response_date: datetime
+) -> AsyncIterator[bytes]:
+    if req.resumption_token is not None:
+        position = state.codec.decode(req.resumption_token, now=response_date)
+        if position.verb != req.verb:
+            raise BadResumptionToken(f"this resumptionToken continues {position.verb}, not {req.verb}")
+    else:
+        position = await _start_position(state, req, response_date)
+    if state.lists_in_progress >= state.settings.max_concurrent_lists:
+        raise Overloaded()
+    with_xml = req.verb == "ListRecords"
+    page_size = state.settings.page_size
+    after = (
+        (position.last_datestamp, position.last_identifier)
+        if position.last_datestamp is not None
+        else None
+    )
+    state.lists_in_progress += 1
+    try:
+        rows = await store.list_page(
+            state.pool,
+            set_spec=position.set_spec,
+            after=after,
+            from_=position.from_,
+            until_exclusive=position.until_exclusive,
+            upper_bound=position.upper_bound,
+            limit=page_size + 1,
+            with_xml=with_xml,
+        )
+        if not rows:
+            raise NoRecordsMatch("no record matches these arguments")
+        more = len(rows) > page_size
+        rows = rows[:page_size]
+        complete_list_size = position.complete_list_size
+        if complete_list_size < 0:
+            complete_list_size = (
+                await store.count_list(
+                    state.pool,
+                    set_spec=position.set_spec,
+                    from_=position.from_,
+                    until_exclusive=position.until_exclusive,
+                    upper_bound=position.upper_bound,
+                )
+                if more
+                else len(rows)
+            )
+    except BaseException:
+        state.lists_in_progress -= 1
+        raise
+    cursor = position.cursor
+    token_xml = b""
+    if more or position.cursor > 0:
+        token: str | None = None
+        expiration: datetime | None = None
+        if more:
+            last = rows[-1]
+            next_position = dataclasses.replace(
+                position,
+                last_datestamp=last.datestamp,
+                last_identifier=last.identifier,
+                cursor=cursor + len(rows),
+                complete_list_size=complete_list_size,
+                expires=response_date + timedelta(hours=state.settings.token_lifetime_hours),
+            )
+            token = state.codec.encode(next_position)
+            expiration = next_position.expires
+        token_xml = render.resumption_token(
+            token,
+            cursor=cursor,
+            complete_list_size=max(complete_list_size, cursor + len(rows)),
+            expiration=expiration,
+        )
+    state.metrics.records_served.labels(req.verb).inc(len(rows))
+    return _page_stream(state, req, response_date, rows, position.metadata_prefix, token_xml)
+
+
+async def _page_stream(
+    state: ProviderState,
+    req: OAIRequest,
+    response_date: datetime,
+    rows: Sequence[store.StoredRecord],
+    prefix: str,
+    token_xml: bytes,
+) -> AsyncIterator[bytes]:
+    try:
+        buffer = [render.response_start(response_date, state.settings.base_url, req.echo, req.verb)]
+        size = 0
+        for stored in rows:
+            if req.verb == "ListIdentifiers":
+                piece = render.header(
+                    stored.identifier, stored.datestamp, _header_sets(stored), stored.deleted
+                )
+            else:
+                piece = render.record(
+                    stored.identifier,
+                    stored.datestamp,
+                    _header_sets(stored),
+                    stored.deleted,
+                    _metadata(prefix, stored),
+                )
+            buffer.append(piece)
+            size += len(piece)
+            if size >= CHUNK:
+                yield b"".join(buffer)
+                buffer, size = [], 0
+        buffer.append(token_xml)
+        buffer.append(render.response_end(req.verb))
+        yield b"".join(buffer)
+    finally:
+        state.lists_in_progress -= 1

@@ -1,0 +1,127 @@
+"""Admin API, ingest of folders with bad files, and the health and metrics endpoints."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from shared.db.pool import Pool
+from shared.generator import generate_record, identifier_for
+from shared.ingest import ingest_paths
+from tests import factories
+from tests.servers import RunningProvider, running_provider
+
+OWN = "WIS-GISC-TEST"
+AUTH = {"Authorization": "Bearer test-admin-token"}
+
+
+@pytest.fixture
+async def provider(db: Pool, database_url: str) -> AsyncIterator[RunningProvider]:
+    async with running_provider(database_url) as running:
+        yield running
+
+
+async def request(method: str, url: str, **kwargs: object) -> tuple[int, object]:
+    async with aiohttp.ClientSession() as session, session.request(method, url, **kwargs) as r:  # type: ignore[arg-type]
+        body = await r.json() if r.content_type == "application/json" else await r.text()
+        return r.status, body
+
+
+async def test_put_and_delete_records(provider: RunningProvider, db: Pool) -> None:
+    identifier = identifier_for(7)
+    url = f"{provider.root}/admin/records/{identifier}"
+    record = generate_record(7)
+    status, _ = await request("PUT", url, data=record)
+    assert status == 401
+    status, _ = await request("PUT", url, data=record, headers={"Authorization": "Bearer wrong"})
+    assert status == 401
+    status, body = await request("PUT", url, data=record, headers=AUTH)
+    assert (status, body) == (201, {"identifier": identifier, "outcome": "added"})
+    status, body = await request("PUT", url, data=record, headers=AUTH)
+    assert (status, body) == (200, {"identifier": identifier, "outcome": "unchanged"})
+    status, body = await request("DELETE", url, headers=AUTH)
+    assert (status, body) == (200, {"identifier": identifier, "outcome": "deleted"})
+    assert await db.fetchval("select deleted from records where identifier = $1", identifier)
+    status, _ = await request("DELETE", url, headers=AUTH)
+    assert status == 404
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        (b"<gmd:MD_Metadata xmlns:gmd='http://www.isotc211.org/2005/gmd'>", "well-formed"),
+        (b"<html><body>hello</body></html>", "MD_Metadata"),
+        (
+            b"<gmd:MD_Metadata xmlns:gmd='http://www.isotc211.org/2005/gmd'/>",
+            "fileIdentifier",
+        ),
+    ],
+)
+async def test_bad_records_are_refused_and_nothing_is_stored(
+    provider: RunningProvider, db: Pool, body: bytes, reason: str
+) -> None:
+    status, detail = await request(
+        "PUT", f"{provider.root}/admin/records/some-id", data=body, headers=AUTH
+    )
+    assert status == 400
+    assert reason in str(detail)
+    assert await db.fetchval("select count(*) from records") == 0
+
+
+async def test_identifier_must_match_the_url(provider: RunningProvider, db: Pool) -> None:
+    status, detail = await request(
+        "PUT", f"{provider.root}/admin/records/other-id", data=generate_record(1), headers=AUTH
+    )
+    assert status == 400 and "fileIdentifier" in str(detail)
+    assert await db.fetchval("select count(*) from records") == 0
+
+
+async def test_admin_is_disabled_without_a_token(db: Pool, database_url: str) -> None:
+    async with running_provider(database_url, admin_token=None) as running:
+        status, detail = await request(
+            "PUT", f"{running.root}/admin/records/x", data=b"", headers=AUTH
+        )
+    assert status == 403 and "WISCAT_ADMIN_TOKEN" in str(detail)
+
+
+async def test_folder_ingest_keeps_good_files_and_names_bad_ones(
+    tmp_path: Path, db: Pool
+) -> None:
+    for n in range(5):
+        (tmp_path / f"good-{n}.xml").write_bytes(generate_record(n))
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "broken.xml").write_bytes(b"<gmd:MD_Metadata")
+    (tmp_path / "sub" / "wrong-root.xml").write_bytes(b"<html/>")
+    report = await ingest_paths(db, OWN, [tmp_path])
+    assert report.counts["added"] == 5
+    assert sorted(Path(p).name for p, _ in report.refused) == ["broken.xml", "wrong-root.xml"]
+    assert await db.fetchval("select count(*) from records where not deleted") == 5
+    again = await ingest_paths(db, OWN, [tmp_path])
+    assert again.counts["unchanged"] == 5
+
+
+async def test_health_ready_and_metrics(provider: RunningProvider, db: Pool) -> None:
+    await factories.load_records(db, OWN, range(3))
+    status, body = await request("GET", f"{provider.root}/healthz")
+    assert status == 200
+    status, body = await request("GET", f"{provider.root}/readyz")
+    assert (status, body) == (200, {"ready": True})
+    await request("GET", f"{provider.oai}?verb=Identify")
+    await request("GET", f"{provider.oai}?verb=Bogus")
+    await request("GET", f"{provider.oai}?verb=ListRecords&metadataPrefix=iso19139")
+    status, text = await request("GET", f"{provider.root}/metrics")
+    assert status == 200
+    assert 'wiscat_oai_requests_total{outcome="ok",verb="Identify"} 1.0' in str(text)
+    assert 'wiscat_oai_requests_total{outcome="badVerb",verb="invalid"} 1.0' in str(text)
+    assert 'wiscat_oai_records_served_total{verb="ListRecords"} 3.0' in str(text)
+    assert f'wiscat_records{{set="{OWN}",status="live"}} 3.0' in str(text)
+    assert "wiscat_oai_request_duration_seconds_bucket" in str(text)
+
+
+async def test_readyz_reports_an_old_schema(provider: RunningProvider, db: Pool) -> None:
+    await db.execute("delete from schema_migrations where version = (select max(version) from schema_migrations)")
+    status, body = await request("GET", f"{provider.root}/readyz")
+    assert status == 503 and "run `wiscat migrate`" in str(body)

@@ -1,0 +1,286 @@
+"""The provider over real HTTP on loopback, against a real PostgreSQL: every verb, every error."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+
+import aiohttp
+import pytest
+
+from shared.db.pool import Pool
+from shared.oaipmh.tokens import ListPosition, TokenCodec
+from tests import factories
+from tests.oai_client import OAI, list_all, oai_get, oai_post, oai_raw
+from tests.oai_validation import strict_checks, validate_oai
+from tests.servers import RunningProvider, running_provider
+
+OWN = "WIS-GISC-TEST"
+
+
+@pytest.fixture
+async def provider(db: Pool, database_url: str) -> AsyncIterator[RunningProvider]:
+    await factories.load_records(db, OWN, range(250))
+    async with running_provider(database_url) as running:
+        yield running
+
+
+def check(body: bytes) -> None:
+    validate_oai(body)
+    strict_checks(body)
+
+
+async def test_identify(provider: RunningProvider) -> None:
+    answer = await oai_get(provider.oai, verb="Identify")
+    check(answer.body)
+    identify = answer.tree.find(f"{OAI}Identify")
+    assert identify is not None
+    assert identify.findtext(f"{OAI}baseURL") == provider.settings.base_url
+    assert identify.findtext(f"{OAI}protocolVersion") == "2.0"
+    assert identify.findtext(f"{OAI}granularity") == "YYYY-MM-DDThh:mm:ssZ"
+    assert identify.findtext(f"{OAI}deletedRecord") == "transient"
+    assert identify.findtext(f"{OAI}compression") == "gzip"
+    request = answer.tree.find(f"{OAI}request")
+    assert request is not None and request.get("verb") == "Identify"
+    assert request.text == provider.settings.base_url
+
+
+async def test_list_sets_and_formats(provider: RunningProvider) -> None:
+    sets = await oai_get(provider.oai, verb="ListSets")
+    check(sets.body)
+    assert sets.xpath("//oai:setSpec/text()") == ["WIS-CATALOGUE", OWN]
+    formats = await oai_get(provider.oai, verb="ListMetadataFormats")
+    check(formats.body)
+    assert sorted(formats.xpath("//oai:metadataPrefix/text()")) == ["iso19139", "oai_dc"]
+    one = (await list_all(provider.oai, metadataPrefix="iso19139"))[0]
+    identifier = one.findtext(f"{OAI}identifier")
+    for_item = await oai_get(provider.oai, verb="ListMetadataFormats", identifier=identifier)
+    check(for_item.body)
+    unknown = await oai_get(provider.oai, verb="ListMetadataFormats", identifier="nope")
+    check(unknown.body)
+    assert unknown.errors() == ["idDoesNotExist"]
+
+
+async def test_get_record_in_both_formats(provider: RunningProvider, db: Pool) -> None:
+    identifier = (await db.fetchval("select min(identifier) from records"))
+    for prefix in ("iso19139", "oai_dc"):
+        answer = await oai_get(
+            provider.oai, verb="GetRecord", identifier=identifier, metadataPrefix=prefix
+        )
+        check(answer.body)
+        assert answer.xpath("//oai:header/oai:identifier/text()") == [identifier]
+        assert answer.xpath("//oai:header/oai:setSpec/text()") == ["WIS-CATALOGUE", OWN]
+    iso = await oai_get(provider.oai, verb="GetRecord", identifier=identifier, metadataPrefix="iso19139")
+    stored = await db.fetchval("select xml from records where identifier = $1", identifier)
+    # the stored record is served as is
+    assert stored.encode() in iso.body
+
+
+@pytest.mark.parametrize(
+    ("query", "code", "echo_attributes"),
+    [
+        ("", "badVerb", False),
+        ("verb=Frobnicate", "badVerb", False),
+        ("verb=Identify&verb=Identify", "badVerb", False),
+        ("verb=Identify&extra=1", "badArgument", False),
+        ("verb=ListRecords", "badArgument", False),
+        ("verb=ListRecords&metadataPrefix=iso19139&metadataPrefix=iso19139", "badArgument", False),
+        ("verb=ListRecords&metadataPrefix=iso19139&from=2024-13-01", "badArgument", False),
+        ("verb=ListRecords&metadataPrefix=iso19139&from=2024-01-01T00:00:00", "badArgument", False),
+        (
+            "verb=ListRecords&metadataPrefix=iso19139&from=2024-01-01&until=2024-02-01T00:00:00Z",
+            "badArgument",
+            False,
+        ),
+        ("verb=ListRecords&metadataPrefix=iso19139&from=2024-02-01&until=2024-01-01", "badArgument", False),
+        ("verb=ListRecords&metadataPrefix=iso19139&resumptionToken=x", "badArgument", False),
+        ("verb=GetRecord&metadataPrefix=iso19139", "badArgument", False),
+        ("verb=ListRecords&metadataPrefix=marc21", "cannotDisseminateFormat", True),
+        ("verb=GetRecord&metadataPrefix=iso19139&identifier=unknown", "idDoesNotExist", True),
+        ("verb=ListIdentifiers&metadataPrefix=iso19139&from=2999-01-01", "noRecordsMatch", True),
+        ("verb=ListIdentifiers&metadataPrefix=iso19139&set=no-such-set", "noRecordsMatch", True),
+        ("verb=ListRecords&resumptionToken=garbage", "badResumptionToken", True),
+        ("verb=ListSets&resumptionToken=anything", "badResumptionToken", True),
+    ],
+)
+async def test_errors(provider: RunningProvider, query: str, code: str, echo_attributes: bool) -> None:
+    answer = await oai_raw(provider.oai, query)
+    assert answer.status == 200
+    assert answer.headers["Content-Type"].startswith("text/xml")
+    check(answer.body)
+    assert answer.errors() == [code]
+    request = answer.tree.find(f"{OAI}request")
+    assert request is not None and request.text == provider.settings.base_url
+    # OAI-PMH §3.2: after badVerb or badArgument, the request element has no attributes.
+    assert bool(request.attrib) is echo_attributes
+
+
+async def test_post_is_the_same_as_get(provider: RunningProvider) -> None:
+    via_post = await oai_post(provider.oai, "verb=ListIdentifiers&metadataPrefix=iso19139")
+    via_get = await oai_get(provider.oai, verb="ListIdentifiers", metadataPrefix="iso19139")
+    check(via_post.body)
+    assert via_post.xpath("//oai:identifier/text()") == via_get.xpath("//oai:identifier/text()")
+    wrong_type = await oai_post(provider.oai, "verb=Identify", content_type="text/plain")
+    check(wrong_type.body)
+    assert wrong_type.errors() == ["badArgument"]
+
+
+async def test_resumption_pages_cover_the_list_exactly(provider: RunningProvider, db: Pool) -> None:
+    answer = await oai_get(provider.oai, verb="ListIdentifiers", metadataPrefix="iso19139")
+    seen: list[str] = []
+    cursors = []
+    while True:
+        check(answer.body)
+        seen += answer.xpath("//oai:header/oai:identifier/text()")
+        token = answer.tree.find(f"{OAI}ListIdentifiers/{OAI}resumptionToken")
+        assert token is not None
+        cursors.append(int(token.get("cursor")))
+        assert token.get("completeListSize") == "250"
+        if not token.text:
+            assert token.get("expirationDate") is None
+            break
+        expires = datetime.strptime(token.get("expirationDate"), "%Y-%m-%dT%H:%M:%SZ")
+        assert expires.replace(tzinfo=UTC) > datetime.now(UTC)
+        answer = await oai_get(provider.oai, verb="ListIdentifiers", resumptionToken=token.text)
+    assert cursors == [0, 100, 200]
+    assert len(seen) == len(set(seen)) == 250
+    assert set(seen) == set(await factories.catalogue(db))
+
+
+async def test_tokens_cannot_be_forged_or_reused_across_verbs(provider: RunningProvider) -> None:
+    first = await oai_get(provider.oai, verb="ListIdentifiers", metadataPrefix="iso19139")
+    token = first.xpath("//oai:resumptionToken/text()")[0]
+    other_verb = await oai_get(provider.oai, verb="ListRecords", resumptionToken=token)
+    assert other_verb.errors() == ["badResumptionToken"]
+    altered = token[:-2] + ("A" if token[-2] != "A" else "B") + token[-1]
+    assert (await oai_get(provider.oai, verb="ListIdentifiers", resumptionToken=altered)).errors() == [
+        "badResumptionToken"
+    ]
+    now = datetime.now(UTC)
+    foreign = TokenCodec(b"another node's secret", lifetime=timedelta(hours=1)).encode(
+        ListPosition(
+            verb="ListIdentifiers", metadata_prefix="iso19139", set_spec=None, from_=None,
+            until_exclusive=None, upper_bound=now, last_datestamp=now - timedelta(days=1),
+            last_identifier="a", cursor=100, complete_list_size=250,
+            expires=now + timedelta(hours=1),
+        )
+    )
+    answer = await oai_get(provider.oai, verb="ListIdentifiers", resumptionToken=foreign)
+    check(answer.body)
+    assert answer.errors() == ["badResumptionToken"]
+
+
+async def test_list_stays_exact_while_records_change(provider: RunningProvider, db: Pool) -> None:
+    before = await factories.catalogue(db)
+    first = await oai_get(provider.oai, verb="ListIdentifiers", metadataPrefix="iso19139")
+    seen = first.xpath("//oai:header/oai:identifier/text()")
+    token = first.xpath("//oai:resumptionToken/text()")[0]
+    untouched = sorted(before)[:50]
+    # change, delete and add records while the list is in progress
+    await factories.load_records(db, OWN, range(200, 220), version=1)
+    victims = sorted(set(before) - set(seen))[:10]
+    await factories.delete(db, OWN, victims)
+    await factories.load_records(db, OWN, range(1000, 1020))
+    while token:
+        answer = await oai_get(provider.oai, verb="ListIdentifiers", resumptionToken=token)
+        check(answer.body)
+        seen += answer.xpath("//oai:header/oai:identifier/text()")
+        token = (answer.xpath("//oai:resumptionToken/text()") or [None])[0]
+    assert len(seen) == len(set(seen)), "a record was listed twice"
+    changed = set(await factories.catalogue(db)) - set(before)
+    assert not (changed & set(seen)), "records added after the list began must wait for the next list"
+    assert set(untouched) <= set(seen)
+
+
+async def test_datestamps_are_arrival_times(provider: RunningProvider, db: Pool) -> None:
+    before = await factories.catalogue(db)
+    await asyncio.sleep(1.1)
+    await factories.load_records(db, OWN, range(0, 5))  # same content again
+    await factories.load_records(db, OWN, range(5, 10), version=1)  # new content
+    after = await factories.catalogue(db)
+    same = [i for i in before if after[i] == before[i]]
+    moved = [i for i in before if after[i] != before[i]]
+    assert len(moved) == 5 and len(same) == 245
+    newest = max(after[i][0] for i in moved)
+    answer = await oai_get(
+        provider.oai, verb="ListIdentifiers", metadataPrefix="iso19139", **{"from": newest}
+    )
+    check(answer.body)
+    assert sorted(answer.xpath("//oai:identifier/text()")) == sorted(moved)
+    # until is inclusive too
+    oldest = min(after[i][0] for i in same)
+    upto = await list_all(provider.oai, metadataPrefix="iso19139", until=oldest)
+    assert {h.findtext(f"{OAI}identifier") for h in upto} >= {
+        i for i in same if after[i][0] == oldest
+    }
+    for header in upto:
+        assert header.findtext(f"{OAI}datestamp") <= oldest
+
+
+async def test_deleted_records_and_set_departures(provider: RunningProvider, db: Pool) -> None:
+    ids = sorted(await factories.catalogue(db))
+    await factories.load_records(db, "shared01", [0], kind="shared")  # record 0 also in shared01
+    zero = [i for i in ids if i.endswith(".0")][0]
+    await factories.delete(db, OWN, ids[1:3])
+    got = await oai_get(provider.oai, verb="GetRecord", identifier=ids[1], metadataPrefix="iso19139")
+    check(got.body)
+    assert got.xpath("//oai:header/@status") == ["deleted"]
+    assert got.xpath("//oai:metadata") == []
+    await factories.delete(db, "shared01", [zero])
+    in_shared = await list_all(provider.oai, metadataPrefix="iso19139", set="shared01")
+    assert [(h.findtext(f"{OAI}identifier"), h.get("status")) for h in in_shared] == [
+        (zero, "deleted")
+    ]
+    whole = {
+        h.findtext(f"{OAI}identifier"): h.get("status")
+        for h in await list_all(provider.oai, metadataPrefix="iso19139")
+    }
+    assert whole[zero] is None and whole[ids[1]] == "deleted" and whole[ids[2]] == "deleted"
+
+
+async def test_sets_select_their_records(provider: RunningProvider, db: Pool) -> None:
+    await factories.load_records(db, "WIS-GISC-OTHER", range(5000, 5007), centre="yy", kind="remote")
+    remote = await list_all(provider.oai, metadataPrefix="iso19139", set="WIS-GISC-OTHER")
+    assert len(remote) == 7
+    own = await list_all(provider.oai, metadataPrefix="iso19139", set=OWN)
+    assert len(own) == 250
+    union = await list_all(provider.oai, metadataPrefix="iso19139", set="WIS-CATALOGUE")
+    assert len(union) == 257
+
+
+async def test_list_records_with_gzip(provider: RunningProvider) -> None:
+    async with aiohttp.ClientSession(auto_decompress=False) as session, session.get(
+        provider.oai,
+        params={"verb": "ListRecords", "metadataPrefix": "oai_dc"},
+        headers={"Accept-Encoding": "gzip"},
+    ) as response:
+        assert response.headers["Content-Encoding"] == "gzip"
+        body = gzip.decompress(await response.read())
+    check(body)
+    assert body.count(b"<record>") == 100
+
+
+async def test_overload_gets_503_with_retry_after(db: Pool, database_url: str) -> None:
+    await factories.load_records(db, OWN, range(3000))
+    async with running_provider(database_url, max_concurrent_lists=1, page_size=3000) as running:
+        # a slow reader holds the only list slot: 3,000 records do not fit in socket buffers
+        reader, writer = await asyncio.open_connection("127.0.0.1", int(running.root.rsplit(":", 1)[1]))
+        writer.write(
+            b"GET /oai?verb=ListRecords&metadataPrefix=iso19139 HTTP/1.1\r\n"
+            b"Host: 127.0.0.1\r\n\r\n"
+        )
+        await writer.drain()
+        await reader.readuntil(b"\r\n\r\n")
+        busy = await oai_get(running.oai, verb="ListIdentifiers", metadataPrefix="iso19139")
+        assert busy.status == 503
+        assert busy.headers["Retry-After"].isdigit()
+        writer.close()
+        await writer.wait_closed()
+        for _ in range(50):
+            answer = await oai_get(running.oai, verb="ListIdentifiers", metadataPrefix="iso19139")
+            if answer.status == 200:
+                break
+            await asyncio.sleep(0.1)
+        assert answer.status == 200

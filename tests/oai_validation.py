@@ -1,0 +1,53 @@
+"""Validation of provider responses: the official OAI-PMH.xsd, plus checks the XSD cannot make."""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from pathlib import Path
+
+from lxml import etree
+
+SCHEMAS = Path(__file__).parent / "data" / "schemas"
+OAI = "{http://www.openarchives.org/OAI/2.0/}"
+_DATESTAMP = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z")
+
+
+@cache
+def _schema() -> etree.XMLSchema:
+    parser = etree.XMLParser(no_network=True, resolve_entities=False)
+    document = etree.parse(str(SCHEMAS / "wiscat-validation.xsd"), parser)
+    return etree.XMLSchema(document)
+
+
+def validate_oai(xml: bytes) -> None:
+    """Raise AssertionError, with the schema's messages, unless ``xml`` validates."""
+    document = etree.fromstring(xml, etree.XMLParser(no_network=True, resolve_entities=False))
+    schema = _schema()
+    if not schema.validate(document):
+        errors = "\n".join(str(e) for e in schema.error_log)
+        raise AssertionError(f"response does not validate against OAI-PMH.xsd:\n{errors}")
+
+
+def strict_checks(xml: bytes) -> None:
+    """Every date is ``YYYY-MM-DDThh:mm:ssZ``; datestamps lie within the request's from/until;
+    identifiers are unique within a list."""
+    root = etree.fromstring(xml)
+    response_date = root.findtext(f"{OAI}responseDate") or ""
+    assert _DATESTAMP.fullmatch(response_date), response_date
+    request = root.find(f"{OAI}request")
+    assert request is not None
+    low, high = request.get("from"), request.get("until")
+    stamps = [e.text or "" for e in root.iter(f"{OAI}datestamp", f"{OAI}earliestDatestamp")]
+    for stamp in stamps:
+        assert _DATESTAMP.fullmatch(stamp), stamp
+    for token in root.iter(f"{OAI}resumptionToken"):
+        expiry = token.get("expirationDate")
+        assert expiry is None or _DATESTAMP.fullmatch(expiry), expiry
+    for stamp in (e.text or "" for e in root.iter(f"{OAI}datestamp")):
+        if low:
+            assert stamp >= (low if "T" in low else low + "T00:00:00Z"), (stamp, low)
+        if high:
+            assert stamp <= (high if "T" in high else high + "T23:59:59Z"), (stamp, high)
+    identifiers = [e.text for e in root.iter(f"{OAI}identifier") if e.getparent().tag == f"{OAI}header"]
+    assert len(identifiers) == len(set(identifiers)), "an identifier is listed twice"
