@@ -147,6 +147,11 @@ async def release_lease(db: Executor, name: str, owner: str, next_run_at: dateti
     await db.execute(_SQL["release_lease"], name, owner, next_run_at)
 
 
+async def close_abandoned_runs(db: Executor, link: str) -> list[int]:
+    """Mark the runs a dead worker left as failed; call while holding the link's lease."""
+    return [row["id"] for row in await db.fetch(_SQL["close_abandoned_runs"], link)]
+
+
 async def start_run(
     db: Executor, link: str, mode: str, from_: datetime | None, until: datetime | None
 ) -> int:

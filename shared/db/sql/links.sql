@@ -128,3 +128,11 @@ select id, link, run_id, page, identifier, reason, length(raw) as size, received
 from quarantine
 order by id desc
 limit $1
+
+-- name: close_abandoned_runs --
+-- Runs of this link still marked running belong to a worker that died (we hold the lease now).
+update harvest_runs
+set status = 'failed', finished_at = now(), error_kind = 'abandoned',
+    error = 'the worker stopped during the run (killed or crashed); the next run starts over from the high-water mark'
+where link = $1 and status = 'running'
+returning id

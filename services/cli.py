@@ -1,0 +1,399 @@
+"""The ``wiscat`` command (DESIGN §8): one entry point for every service and operator task."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import signal
+import sys
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from datetime import timedelta
+from pathlib import Path
+
+import uvicorn
+
+from shared import ingest
+from shared.db import links as link_store
+from shared.db import migrate as migrations
+from shared.db import records as store
+from shared.db.errors import DatabaseError
+from shared.db.pool import Pool, connect, create_pool, database_url
+from shared.durations import format_duration, parse_duration
+from shared.linkspec import LinkSpecError, build_link, set_kind
+from shared.logs import configure
+from shared.settings import Settings
+
+log = logging.getLogger("wiscat")
+
+
+@contextlib.asynccontextmanager
+async def migrated_database(settings: Settings) -> AsyncIterator[str]:
+    """The database URL (embedded server started if none is configured), schema brought current."""
+    async with database_url(settings.database_url, settings.data_dir) as url:
+        conn = await connect(url)
+        try:
+            applied = await migrations.migrate(conn)
+        finally:
+            await conn.close()
+        if applied:
+            log.info("applied migrations: %s", ", ".join(applied))
+        yield url
+
+
+async def cmd_migrate(settings: Settings, args: argparse.Namespace) -> int:
+    async with database_url(settings.database_url, settings.data_dir) as url:
+        conn = await connect(url)
+        try:
+            applied = await migrations.migrate(conn)
+        finally:
+            await conn.close()
+    print(f"applied {len(applied)} migration(s)" + (": " + ", ".join(applied) if applied else ""))
+    return 0
+
+
+class _Server(uvicorn.Server):
+    """uvicorn, minus its own signal handling: the command owns SIGINT and SIGTERM."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+def _on_signals(callback: Callable[[], None]) -> None:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, callback)
+
+
+async def _serve_provider(
+    settings: Settings, url: str, host: str, port: int, stop: asyncio.Event
+) -> None:
+    from services.provider.app import create_app
+
+    app = create_app(settings, url)
+    config = uvicorn.Config(
+        app, host=host, port=port, log_config=None, access_log=False, lifespan="on",
+        timeout_graceful_shutdown=10,
+    )
+    server = _Server(config)
+    watcher = asyncio.create_task(stop.wait())
+    watcher.add_done_callback(lambda _: setattr(server, "should_exit", True))
+    log.info("provider listening on http://%s:%d/oai", host, port)
+    try:
+        await server.serve()
+    finally:
+        watcher.cancel()
+        stop.set()
+
+
+async def cmd_provider(settings: Settings, args: argparse.Namespace) -> int:
+    stop = asyncio.Event()
+    _on_signals(stop.set)
+    async with migrated_database(settings) as url:
+        await _serve_provider(
+            settings, url, args.host or settings.provider_host,
+            args.port or settings.provider_port, stop,
+        )
+    return 0
+
+
+async def cmd_harvester(settings: Settings, args: argparse.Namespace) -> int:
+    from services.harvester.service import serve_harvester
+
+    stop = asyncio.Event()
+    _on_signals(stop.set)
+    async with migrated_database(settings) as url:
+        await serve_harvester(
+            settings, url, host=settings.provider_host, port=args.port or settings.harvester_port,
+            stop=stop,
+        )
+    log.info("harvester stopped")
+    return 0
+
+
+async def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
+    from services.harvester.service import serve_harvester
+
+    stop = asyncio.Event()
+    _on_signals(stop.set)
+    async with migrated_database(settings) as url:
+        host, port = settings.provider_host, settings.provider_port
+        harvester = asyncio.create_task(
+            serve_harvester(settings, url, host=host, port=settings.harvester_port, stop=stop)
+        )
+        print(f"wiscat node {settings.gisc_name}: open http://{host}:{port}/oai?verb=Identify",
+              flush=True)
+        try:
+            await _serve_provider(settings, url, host, port, stop)
+        finally:
+            stop.set()
+            await harvester
+    log.info("node stopped")
+    return 0
+
+
+async def cmd_harvest(settings: Settings, args: argparse.Namespace) -> int:
+    from services.harvester.harvest import harvest_link
+    from services.harvester.scheduler import worker_name
+    from services.harvester.service import harvest_context
+
+    async with migrated_database(settings) as url, harvest_context(settings, url) as ctx:
+        owner = worker_name()
+        lease = timedelta(seconds=settings.harvest_lease_seconds)
+        link = await link_store.lease_link(ctx.pool, args.name, owner, lease)
+        if link is None:
+            if await link_store.get_link(ctx.pool, args.name) is None:
+                print(f"wiscat: no link named {args.name!r}", file=sys.stderr)
+                return 2
+            print(f"wiscat: link {args.name} is being harvested by another worker",
+                  file=sys.stderr)
+            return 1
+        try:
+            report = await harvest_link(
+                ctx, link, full=args.full, allow_mass_delete=args.allow_mass_delete,
+                window=False,
+            )
+        finally:
+            await link_store.release_lease(ctx.pool, link.name, owner, link.next_run_at)
+    print(report.summary())
+    return 0 if report.status == "ok" else 1
+
+
+async def cmd_ingest(settings: Settings, args: argparse.Namespace) -> int:
+    paths = [Path(p) for p in args.paths]
+    missing = [str(p) for p in paths if not p.exists()]
+    if missing:
+        print(f"no such file or folder: {', '.join(missing)}", file=sys.stderr)
+        return 2
+    async with migrated_database(settings) as url:
+        pool = await create_pool(url, max_size=2)
+        try:
+            report = await ingest.ingest_paths(pool, settings.own_set, paths)
+        finally:
+            await pool.close()
+    for path, reason in report.refused:
+        print(f"bad: {path}: {reason}", file=sys.stderr)
+    print(f"{settings.own_set}: {report.summary()}")
+    return 1 if report.refused else 0
+
+
+async def cmd_delete(settings: Settings, args: argparse.Namespace) -> int:
+    async with migrated_database(settings) as url:
+        pool = await create_pool(url, max_size=2)
+        try:
+            result = await ingest.delete_local(pool, settings.own_set, args.identifiers)
+        finally:
+            await pool.close()
+    failed = 0
+    for identifier in args.identifiers:
+        outcome = result.outcomes[identifier]
+        if outcome in ("deleted", "left_set"):
+            print(f"deleted: {identifier}")
+        else:
+            failed += 1
+            print(f"not deleted: {identifier}: no live record in {settings.own_set}",
+                  file=sys.stderr)
+    return 1 if failed else 0
+
+
+@contextlib.asynccontextmanager
+async def migrated_pool(settings: Settings) -> AsyncIterator[Pool]:
+    async with migrated_database(settings) as url:
+        pool = await create_pool(url, max_size=4)
+        try:
+            yield pool
+        finally:
+            await pool.close()
+
+
+async def cmd_link_add(settings: Settings, args: argparse.Namespace) -> int:
+    try:
+        new = build_link(
+            name=args.name,
+            url=args.url,
+            remote_set=args.set,
+            into=args.into,
+            own_set=settings.own_set,
+            prefix=args.prefix,
+            strategy=args.strategy,
+            every=args.every,
+            full_every=args.full_every,
+            overlap=args.overlap,
+            window_slices=args.window_slices,
+            enabled=not args.disabled,
+            recovery=args.recovery,
+        )
+    except LinkSpecError as exc:
+        print(f"wiscat: link not added: {exc}", file=sys.stderr)
+        return 2
+    async with migrated_pool(settings) as pool:
+        kind = set_kind(new.local_set, settings.own_set)
+        await store.ensure_set(pool, new.local_set, f"Records of {new.local_set}", kind)
+        try:
+            link = await link_store.add_link(pool, new)
+        except link_store.LinkExists as exc:
+            print(f"wiscat: {exc}", file=sys.stderr)
+            return 1
+    print(f"added link {link.name}: {link.base_url} set={link.remote_set or '(all)'} "
+          f"into {link.local_set}, every {format_duration(link.every)}, "
+          f"full every {format_duration(link.full_every)}")
+    return 0
+
+
+def _when(value: object) -> str:
+    return value.strftime("%Y-%m-%dT%H:%M:%SZ") if hasattr(value, "strftime") else "-"
+
+
+async def cmd_link_list(settings: Settings, args: argparse.Namespace) -> int:
+    async with migrated_pool(settings) as pool:
+        found = await link_store.all_links(pool)
+    if args.json:
+        print(json.dumps([link.as_json() for link in found], indent=2))
+        return 0
+    if not found:
+        print("no links")
+        return 0
+    print(f"{'NAME':<20} {'ENABLED':<7} {'SET':<24} {'INTO':<24} {'HWM':<20} {'LAST OK':<20} "
+          "URL / LAST ERROR")
+    for link in found:
+        print(f"{link.name:<20} {'yes' if link.enabled else 'no':<7} "
+              f"{link.remote_set or '(all)':<24} {link.local_set:<24} "
+              f"{_when(link.high_water_mark):<20} {_when(link.last_success_at):<20} "
+              f"{link.base_url}" + (f"  [{link.last_error}]" if link.last_error else ""))
+    return 0
+
+
+async def cmd_link_remove(settings: Settings, args: argparse.Namespace) -> int:
+    async with migrated_pool(settings) as pool:
+        removed = await link_store.remove_link(pool, args.name)
+    if not removed:
+        print(f"wiscat: no link named {args.name!r}", file=sys.stderr)
+        return 1
+    print(f"removed link {args.name} (its records stay)")
+    return 0
+
+
+async def cmd_link_set(settings: Settings, args: argparse.Namespace) -> int:
+    async with migrated_pool(settings) as pool:
+        link = await link_store.get_link(pool, args.name)
+        if link is None:
+            print(f"wiscat: no link named {args.name!r}", file=sys.stderr)
+            return 1
+        if args.url or args.set is not None:
+            url = args.url or link.base_url
+            remote_set = (args.set or None) if args.set is not None else link.remote_set
+            link = await link_store.update_source(pool, args.name, url, remote_set)
+            print(f"link {args.name} now harvests {url} set={remote_set or '(all)'}; "
+                  "high-water mark reset: the next run is a full harvest")
+        if args.enable or args.disable:
+            link = await link_store.set_enabled(pool, args.name, bool(args.enable))
+            print(f"link {args.name} {'enabled' if args.enable else 'disabled'}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="wiscat",
+        description="WIS catalogue node: OAI-PMH provider, harvester and tools. Settings come "
+        "from WISCAT_* environment variables or ./.env.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    sub.add_parser("migrate", help="apply migrations/ to the database (idempotent)")
+
+    p = sub.add_parser("provider", help="serve /oai, /admin, /healthz, /readyz, /metrics")
+    p.add_argument("--host")
+    p.add_argument("--port", type=int)
+
+    p = sub.add_parser("harvester", help="run the link scheduler (+ /healthz, /readyz, /metrics)")
+    p.add_argument("--port", type=int)
+
+    sub.add_parser("run", help="run a whole node (embedded PostgreSQL when no DATABASE_URL)")
+
+    p = sub.add_parser("harvest", help="run one link once now; exit 0 on success")
+    p.add_argument("name")
+    p.add_argument("--full", action="store_true", help="a full harvest (no from)")
+    p.add_argument("--allow-mass-delete", action="store_true",
+                   help="apply deletions even past the mass-deletion circuit breaker")
+
+    p = sub.add_parser("ingest", help="load ISO 19139 files or folders into the own set")
+    p.add_argument("paths", nargs="+", metavar="PATH")
+
+    p = sub.add_parser("delete", help="delete records of the own set (tombstones)")
+    p.add_argument("identifiers", nargs="+", metavar="IDENTIFIER")
+
+    link = sub.add_parser("link", help="manage harvest links").add_subparsers(
+        dest="link_command", required=True, metavar="ACTION"
+    )
+    p = link.add_parser("add", help="add a link to a peer")
+    p.add_argument("name")
+    p.add_argument("--url", required=True, help="the peer's OAI-PMH base URL")
+    p.add_argument("--set", help="the remote set to harvest (default: the whole catalogue)")
+    p.add_argument("--into", help="the local set (default: the remote set's name)")
+    p.add_argument("--prefix", default="iso19139", help="metadataPrefix (default iso19139)")
+    p.add_argument("--every", type=parse_duration, default="1h", help="incremental interval")
+    p.add_argument("--full-every", type=parse_duration, default="7d",
+                   help="full re-harvest interval")
+    p.add_argument("--overlap", type=parse_duration, default="0s",
+                   help="ask from = high-water mark minus this (peers with jittery clocks)")
+    p.add_argument("--strategy", choices=["ListRecords", "ListIdentifiers"],
+                   default="ListRecords", help="ListIdentifiers means ListIdentifiers + GetRecord")
+    p.add_argument("--window-slices", type=int, default=24,
+                   help="slices of the rolling windowed re-harvest (0: off)")
+    p.add_argument("--disabled", action="store_true", help="add it disabled")
+    p.add_argument("--recovery", action="store_true",
+                   help="a recovery link: restores the own set from another GISC")
+    p = link.add_parser("list", help="list links and their state")
+    p.add_argument("--json", action="store_true")
+    p = link.add_parser("remove", help="remove a link (its records stay)")
+    p.add_argument("name")
+    p = link.add_parser("set", help="change a link; a new peer or set resets its high-water mark")
+    p.add_argument("name")
+    p.add_argument("--url")
+    p.add_argument("--set", help="new remote set ('' for the whole catalogue)")
+    state = p.add_mutually_exclusive_group()
+    state.add_argument("--enable", action="store_true")
+    state.add_argument("--disable", action="store_true")
+    return parser
+
+
+COMMANDS = {
+    "migrate": cmd_migrate,
+    "provider": cmd_provider,
+    "run": cmd_run,
+    "harvester": cmd_harvester,
+    "harvest": cmd_harvest,
+    "ingest": cmd_ingest,
+    "delete": cmd_delete,
+    "link add": cmd_link_add,
+    "link list": cmd_link_list,
+    "link remove": cmd_link_remove,
+    "link set": cmd_link_set,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        settings = Settings()
+    except ValueError as exc:
+        print(f"wiscat: bad settings: {exc}", file=sys.stderr)
+        return 2
+    configure(settings.log_level, settings.log_format)
+    try:
+        command = args.command
+        if command == "link":
+            command = f"link {args.link_command}"
+        return asyncio.run(COMMANDS[command](settings, args))
+    except DatabaseError as exc:
+        print(f"wiscat: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,331 @@
+"""The harvester's OAI-PMH client over aiohttp: one session per process, explicit timeouts.
+
+Exception tree (what a run can fail with, besides the OAI-PMH errors a peer sends)::
+
+    HarvestError                 a run failed because of the peer or the network; ``reason`` is
+     |                           short, says what happened, and holds no secret
+     +-- PeerHTTPError           an HTTP status that is neither 200 nor retried to success
+     +-- PeerTimeout             no answer within the timeouts, after the retries
+     +-- PeerUnreachable         connection refused or reset, after the retries
+     +-- ResponseTooLarge        a page larger than the cap once decompressed (gzip bombs)
+     +-- RepeatedResumptionToken the peer sent a token it had sent before in this list
+     +-- TooManyEmptyPages       too many pages in a row with a token and no item
+     +-- TooManyRequests         the list needed more requests than allowed
+     +-- BadResponse             not OAI-PMH, or not well-formed (wraps pages.ResponseError)
+
+Retries happen only on connection errors, timeouts, 408, 429 and 5xx (with full-jitter backoff,
+or the peer's ``Retry-After``, capped); any other status is final.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import zlib
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+
+import aiohttp
+
+from shared.oaipmh.dates import format_datestamp, format_day
+from shared.oaipmh.errors import NoRecordsMatch
+from shared.oaipmh.pages import (
+    HeaderItem,
+    IdentifyInfo,
+    PageReader,
+    PageSummary,
+    RecordItem,
+    ResponseError,
+    read_errors,
+    read_identify,
+)
+
+log = logging.getLogger("wiscat.harvester.client")
+
+RETRYABLE = frozenset({408, 429, *range(500, 600)})
+
+
+class HarvestError(Exception):
+    """A run failed because of the peer or the network."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class PeerHTTPError(HarvestError):
+    def __init__(self, status: int, url: str) -> None:
+        super().__init__(f"HTTP {status} from {url}")
+        self.status = status
+
+
+class PeerTimeout(HarvestError):
+    pass
+
+
+class PeerUnreachable(HarvestError):
+    pass
+
+
+class ResponseTooLarge(HarvestError):
+    pass
+
+
+class RepeatedResumptionToken(HarvestError):
+    pass
+
+
+class TooManyEmptyPages(HarvestError):
+    pass
+
+
+class TooManyRequests(HarvestError):
+    pass
+
+
+class BadResponse(HarvestError):
+    pass
+
+
+@dataclass(frozen=True)
+class ClientSettings:
+    """Timeouts and the guards against broken peers, as named settings."""
+
+    connect_timeout: float = 15.0
+    read_timeout: float = 120.0
+    total_timeout: float = 900.0
+    max_retries: int = 5
+    backoff_base: float = 1.0
+    backoff_cap: float = 60.0
+    retry_after_cap: float = 300.0
+    max_requests_per_list: int = 100_000
+    max_empty_pages: int = 5
+    max_decompressed_bytes: int = 256 * 1024 * 1024
+    connections_per_host: int = 4
+    user_agent: str = "wiscat-harvester/0.1 (OAI-PMH 2.0)"
+
+
+@dataclass
+class Page:
+    """One response of a list: iterate its items once, in order; then read its summary.
+
+    noRecordsMatch is not a failure (§3.6: an empty list): the page then has no items and ends
+    the list.
+    """
+
+    url: str
+    bytes: int
+    reader: PageReader
+    consumed: bool = False
+
+    def items(self) -> Iterator[HeaderItem | RecordItem]:
+        if self.consumed:
+            return
+        self.consumed = True
+        try:
+            yield from self.reader.items()
+        except NoRecordsMatch:
+            self.reader.summary.errors.clear()
+            self.reader.summary.resumption_token = None
+        except ResponseError as exc:
+            raise BadResponse(f"{exc} (from {self.url})") from exc
+
+    @property
+    def summary(self) -> PageSummary:
+        return self.reader.summary
+
+
+def _retry_after(value: str | None, cap: float) -> float | None:
+    """Seconds to wait from a ``Retry-After`` header: delta-seconds or an HTTP-date."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return min(float(value), cap)
+    with contextlib.suppress(TypeError, ValueError, IndexError):
+        when = parsedate_to_datetime(value)
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        return min(max((when - datetime.now(UTC)).total_seconds(), 0.0), cap)
+    return None
+
+
+class OAIClient:
+    """Talks OAI-PMH to peers through one shared :class:`aiohttp.ClientSession`."""
+
+    def __init__(self, session: aiohttp.ClientSession, settings: ClientSettings) -> None:
+        self.session = session
+        self.settings = settings
+
+    @staticmethod
+    def session(settings: ClientSettings) -> aiohttp.ClientSession:
+        """The process's one session: timeouts, per-host connection limit, no auto-decompression
+        (we decompress ourselves, under a cap)."""
+        return aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(
+                total=settings.total_timeout,
+                sock_connect=settings.connect_timeout,
+                sock_read=settings.read_timeout,
+            ),
+            connector=aiohttp.TCPConnector(limit=0, limit_per_host=settings.connections_per_host),
+            auto_decompress=False,
+            headers={"User-Agent": settings.user_agent},
+        )
+
+    async def _read(self, response: aiohttp.ClientResponse) -> bytes:
+        cap = self.settings.max_decompressed_bytes
+        encoding = response.headers.get("Content-Encoding", "identity").lower().strip()
+        decompressor = None
+        if encoding in ("gzip", "x-gzip", "deflate"):
+            decompressor = zlib.decompressobj(47)  # gzip or zlib header, detected
+        elif encoding not in ("identity", ""):
+            raise BadResponse(f"unsupported Content-Encoding {encoding!r}")
+        parts: list[bytes] = []
+        size = 0
+        async for chunk in response.content.iter_chunked(256 * 1024):
+            if decompressor is None:
+                data = chunk
+            else:
+                try:
+                    data = decompressor.decompress(chunk, cap - size + 1)
+                except zlib.error as exc:
+                    raise BadResponse(f"broken {encoding} stream: {exc}") from exc
+                if decompressor.unconsumed_tail:
+                    raise ResponseTooLarge(
+                        f"response from {response.url.host} exceeds {cap} bytes decompressed"
+                    )
+            size += len(data)
+            if size > cap:
+                raise ResponseTooLarge(
+                    f"response from {response.url.host} exceeds {cap} bytes"
+                    + (" decompressed" if decompressor else "")
+                )
+            parts.append(data)
+        if decompressor is not None:
+            parts.append(decompressor.flush())
+        return b"".join(parts)
+
+    async def fetch(self, base_url: str, params: dict[str, str]) -> bytes:
+        """GET ``base_url`` with ``params``, retrying what is worth retrying; return the body."""
+        settings = self.settings
+        attempt = 0
+        while True:
+            attempt += 1
+            delay: float | None = None
+            try:
+                async with self.session.get(
+                    base_url, params=params, headers={"Accept-Encoding": "gzip, deflate"},
+                    allow_redirects=True,
+                ) as response:
+                    if response.status == 200:
+                        return await self._read(response)
+                    body = await self._read(response)
+                    errors = read_errors(body)
+                    if errors:
+                        # e.g. an OAI-PMH error sent with HTTP 422: the OAI error is the answer
+                        raise errors[0]
+                    if response.status not in RETRYABLE or attempt > settings.max_retries:
+                        raise PeerHTTPError(response.status, base_url)
+                    delay = _retry_after(response.headers.get("Retry-After"), settings.retry_after_cap)
+                    problem = f"HTTP {response.status}"
+            except TimeoutError as exc:
+                if attempt > settings.max_retries:
+                    raise PeerTimeout(f"no answer from {base_url} in time "
+                                      f"(after {attempt} attempts)") from exc
+                problem = "timeout"
+            except aiohttp.ClientPayloadError as exc:
+                if attempt > settings.max_retries:
+                    raise BadResponse(f"broken response from {base_url}: {exc}") from exc
+                problem = f"broken payload: {exc}"
+            except aiohttp.ClientConnectionError as exc:
+                if attempt > settings.max_retries:
+                    raise PeerUnreachable(f"cannot reach {base_url}: {exc}") from exc
+                problem = f"connection: {exc}"
+            if delay is None:
+                # full jitter: uniform in [0, min(cap, base * 2^attempt)]
+                delay = random.uniform(
+                    0, min(settings.backoff_cap, settings.backoff_base * 2 ** (attempt - 1))
+                )
+            log.warning("%s from %s (attempt %d of %d): retrying in %.1f s", problem, base_url,
+                        attempt, settings.max_retries + 1, delay)
+            await asyncio.sleep(delay)
+
+    async def identify(self, base_url: str) -> IdentifyInfo:
+        """The peer's Identify: granularity, earliestDatestamp, deletedRecord, compression."""
+        body = await self.fetch(base_url, {"verb": "Identify"})
+        try:
+            return read_identify(body)
+        except ResponseError as exc:
+            raise BadResponse(f"{exc} (Identify of {base_url})") from exc
+
+    @staticmethod
+    def _format(moment: datetime, day_granularity: bool) -> str:
+        # A day-granularity peer gets days: from rounds down to its day (nothing is missed) and
+        # until keeps its day (inclusive, so that whole day is asked for).
+        return format_day(moment) if day_granularity else format_datestamp(moment)
+
+    async def list_pages(
+        self,
+        base_url: str,
+        verb: str,
+        *,
+        metadata_prefix: str,
+        set_spec: str | None = None,
+        from_: datetime | None = None,
+        until: datetime | None = None,
+        day_granularity: bool = False,
+    ) -> AsyncIterator[Page]:
+        """Every page of a list, following resumptionTokens; read a page's items before asking
+        for the next page. noRecordsMatch is an empty, complete list."""
+        params = {"verb": verb, "metadataPrefix": metadata_prefix}
+        if set_spec:
+            params["set"] = set_spec
+        if from_ is not None:
+            params["from"] = self._format(from_, day_granularity)
+        if until is not None:
+            params["until"] = self._format(until, day_granularity)
+        seen_tokens: set[str] = set()
+        empty_pages = 0
+        requests = 0
+        while True:
+            requests += 1
+            if requests > self.settings.max_requests_per_list:
+                raise TooManyRequests(
+                    f"the list from {base_url} needed more than "
+                    f"{self.settings.max_requests_per_list} requests"
+                )
+            body = await self.fetch(base_url, params)
+            page = Page(base_url, len(body), PageReader(body))
+            yield page
+            for _ in page.items():  # whatever the consumer left unread
+                pass
+            token = page.summary.resumption_token
+            if token is None:
+                return
+            if token in seen_tokens:
+                raise RepeatedResumptionToken(
+                    f"{base_url} sent the resumptionToken {token!r} twice in one list"
+                )
+            seen_tokens.add(token)
+            empty_pages = empty_pages + 1 if page.reader.items_seen == 0 else 0
+            if empty_pages > self.settings.max_empty_pages:
+                raise TooManyEmptyPages(
+                    f"{base_url} sent {empty_pages} pages in a row with a token and no item"
+                )
+            params = {"verb": verb, "resumptionToken": token}
+
+    async def get_record(self, base_url: str, identifier: str, metadata_prefix: str) -> RecordItem:
+        """One record by GetRecord (the ListIdentifiers + GetRecord strategy)."""
+        body = await self.fetch(
+            base_url,
+            {"verb": "GetRecord", "identifier": identifier, "metadataPrefix": metadata_prefix},
+        )
+        page = Page(base_url, len(body), PageReader(body))
+        for item in page.items():
+            if isinstance(item, RecordItem):
+                return item
+        raise BadResponse(f"GetRecord of {identifier!r} from {base_url} held no record")

@@ -1,0 +1,390 @@
+"""One harvest run of one link: the rules of DESIGN §2 and §4 in one place.
+
+- An incremental run asks ``from = high-water mark − overlap``; a full run asks no ``from``; a
+  window run re-reads one from/until slice of the peer's range (seed 000 §4) and never moves the
+  high-water mark.
+- Every page is written in one statement, in one transaction with the run's progress; unusable
+  records go to the quarantine with their raw bytes, the rest of the page is stored.
+- Deleted headers are kept until the whole list has arrived; the mass-deletion circuit breaker
+  looks at them then, and they are applied in the same transaction that advances the high-water
+  mark (invariant 3). A failure mid-list keeps the committed pages and the old high-water mark.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from lxml import etree
+
+from shared.db import links as link_store
+from shared.db import records as store
+from shared.db.links import Link, PageCounts
+from shared.db.pool import Pool
+from shared.iso19139 import RecordError, record_from_element
+from shared.oaipmh.errors import OAIError
+from shared.oaipmh.pages import RecordItem
+from shared.settings import Settings
+from services.harvester.client import HarvestError, OAIClient
+from services.harvester.metrics import HarvesterMetrics
+
+log = logging.getLogger("wiscat.harvester")
+
+DELETE_BATCH = 5000
+
+
+@dataclass
+class HarvestContext:
+    """What every run needs, built once per process."""
+
+    settings: Settings
+    pool: Pool
+    client: OAIClient
+    metrics: HarvesterMetrics = field(default_factory=HarvesterMetrics)
+    # each peer's earliestDatestamp, as its Identify said on the link's last run
+    peer_earliest: dict[str, datetime] = field(default_factory=dict)
+
+
+@dataclass
+class RunReport:
+    """What one run did (also stored in ``harvest_runs``)."""
+
+    link: str
+    run_id: int
+    mode: str
+    status: str = "running"
+    from_: datetime | None = None
+    until: datetime | None = None
+    counts: Counter[str] = field(default_factory=Counter)
+    pages: int = 0
+    bytes: int = 0
+    error_kind: str | None = None
+    error: str | None = None
+    high_water_mark: datetime | None = None
+    seconds: float = 0.0
+
+    def summary(self) -> str:
+        parts = ", ".join(f"{k} {self.counts[k]}" for k in sorted(self.counts))
+        text = f"{self.link} {self.mode} run {self.run_id}: {self.status}; pages {self.pages}"
+        if parts:
+            text += f"; {parts}"
+        if self.error:
+            text += f"; {self.error_kind}: {self.error}"
+        return text
+
+
+class MassDeletion(Exception):
+    """A run would delete more of a link's records than the circuit breaker allows."""
+
+
+def choose_mode(link: Link, *, now: datetime, requested: str | None, full: bool) -> str:
+    """Full when asked, when the link has no high-water mark yet, or when its full re-harvest
+    is due; incremental otherwise."""
+    if full or requested == "full" or link.high_water_mark is None or link.last_full_at is None:
+        return "full"
+    if now - link.last_full_at >= link.full_every:
+        return "full"
+    return "incremental"
+
+
+def window_slice(
+    link: Link, earliest: datetime, *, now: datetime
+) -> tuple[datetime, datetime, int] | None:
+    """The from/until slice the rolling windowed re-harvest reads this time, and the next index.
+
+    The peer's range, from its earliestDatestamp to our high-water mark, is cut into
+    ``window_slices`` equal slices; one run reads one slice, cycling (seed 000 §4: "a re-harvester
+    works for the first year of the archive on Monday, the second on Tuesday").
+    """
+    if link.window_slices <= 0 or link.high_water_mark is None:
+        return None
+    end = min(link.high_water_mark, now)
+    if end <= earliest:
+        return None
+    span = (end - earliest) / link.window_slices
+    index = link.window_index % link.window_slices
+    start = earliest + span * index
+    stop = end if index == link.window_slices - 1 else start + span
+    return start, stop, (index + 1) % link.window_slices
+
+
+def _protected_set(link: Link, own_set: str) -> str | None:
+    # Invariant 6: only writes into the own set (local ingest, area and recovery links) may change
+    # a record of the own set; every other link is refused such records.
+    return None if link.local_set == own_set else own_set
+
+
+async def harvest_link(
+    ctx: HarvestContext,
+    link: Link,
+    *,
+    requested: str | None = None,
+    full: bool = False,
+    allow_mass_delete: bool = False,
+    window: bool = True,
+) -> RunReport:
+    """Run ``link`` once (full or incremental), then one window slice when that is due."""
+    now = datetime.now(UTC)
+    mode = choose_mode(link, now=now, requested=requested, full=full)
+    from_ = None
+    if mode == "incremental" and link.high_water_mark is not None:
+        from_ = link.high_water_mark - link.overlap
+    report = await run_list(
+        ctx, link, mode=mode, from_=from_, until=None, allow_mass_delete=allow_mass_delete
+    )
+    if report.status == "ok" and mode == "incremental" and window:
+        fresh = await link_store.get_link(ctx.pool, link.name)
+        earliest = ctx.peer_earliest.get(link.name)
+        if fresh is not None and earliest is not None:
+            piece = window_slice(fresh, earliest, now=now)
+            if piece is not None:
+                start, stop, next_index = piece
+                await run_list(
+                    ctx, fresh, mode="window", from_=start, until=stop,
+                    allow_mass_delete=allow_mass_delete, next_window_index=next_index,
+                )
+    return report
+
+
+async def run_list(
+    ctx: HarvestContext,
+    link: Link,
+    *,
+    mode: str,
+    from_: datetime | None,
+    until: datetime | None,
+    allow_mass_delete: bool = False,
+    next_window_index: int | None = None,
+) -> RunReport:
+    """Harvest one whole list of ``link`` and record the run."""
+    started = time.monotonic()
+    for abandoned in await link_store.close_abandoned_runs(ctx.pool, link.name):
+        log.warning("harvest %s: run %d was left unfinished by a stopped worker", link.name,
+                    abandoned)
+    run_id = await link_store.start_run(ctx.pool, link.name, mode, from_, until)
+    report = RunReport(link.name, run_id, mode, from_=from_, until=until)
+    log.info("harvest %s (%s) from %s until %s: started run %d", link.name, mode,
+             from_.isoformat() if from_ else "-", until.isoformat() if until else "-", run_id)
+    try:
+        await _harvest(ctx, link, report, allow_mass_delete, next_window_index)
+        report.status = "ok"
+    except MassDeletion as exc:
+        report.status, report.error_kind, report.error = "stopped", "mass_delete", str(exc)
+    except HarvestError as exc:
+        report.status, report.error_kind, report.error = "failed", type(exc).__name__, exc.reason
+    except OAIError as exc:
+        report.status, report.error_kind, report.error = (
+            "failed", exc.code or "oaiError", f"peer answered {exc.code}: {exc.message}"
+        )
+    except asyncio.CancelledError:
+        report.status, report.error_kind, report.error = "failed", "cancelled", "worker stopped"
+        await _finish(ctx, link, report, started)
+        raise
+    except Exception as exc:  # a bug of ours must not take the other links down
+        log.exception("harvest %s run %d: unexpected error", link.name, run_id)
+        report.status, report.error_kind, report.error = (
+            "failed", type(exc).__name__, str(exc)[:500]
+        )
+    await _finish(ctx, link, report, started)
+    return report
+
+
+async def _finish(ctx: HarvestContext, link: Link, report: RunReport, started: float) -> None:
+    report.seconds = time.monotonic() - started
+    await link_store.finish_run(
+        ctx.pool, report.run_id, report.status, error_kind=report.error_kind, error=report.error,
+        deleted=report.counts["deleted"], refused=report.counts["refused_deletions"],
+    )
+    if report.status != "ok":
+        await link_store.fail_link(ctx.pool, link.name, report.run_id, report.error or "")
+        ctx.metrics.errors.labels(link.name, report.error_kind or "unknown").inc()
+        log.warning("harvest %s", report.summary())
+    else:
+        ctx.metrics.last_success.labels(link.name).set(time.time())
+        log.info("harvest %s", report.summary())
+    ctx.metrics.runs.labels(link.name, report.mode, report.status).inc()
+    ctx.metrics.duration.labels(link.name, report.mode).observe(report.seconds)
+
+
+def _raw(element: Any) -> bytes:
+    if element is None:
+        return b""
+    return bytes(etree.tostring(element))
+
+
+async def _harvest(
+    ctx: HarvestContext,
+    link: Link,
+    report: RunReport,
+    allow_mass_delete: bool,
+    next_window_index: int | None,
+) -> None:
+    settings = ctx.settings
+    protected = _protected_set(link, settings.own_set)
+    identify = await ctx.client.identify(link.base_url)
+    ctx.peer_earliest[link.name] = identify.earliest_datestamp
+    first_response: datetime | None = None
+    greatest: datetime | None = None
+    deletions: list[str] = []
+    async for page in ctx.client.list_pages(
+        link.base_url,
+        "ListRecords",
+        metadata_prefix=link.metadata_prefix,
+        set_spec=link.remote_set,
+        from_=report.from_,
+        until=report.until,
+        day_granularity=identify.day_granularity,
+    ):
+        report.pages += 1
+        batch: list[store.IncomingRecord] = []
+        quarantined: list[tuple[str | None, str, bytes]] = []
+        for item in page.items():
+            header = item.header
+            stamp = header.datestamp_parsed
+            greatest = stamp if greatest is None or stamp > greatest else greatest
+            if header.deleted:
+                deletions.append(header.identifier)
+                continue
+            assert isinstance(item, RecordItem)
+            if item.metadata is None:
+                quarantined.append((header.identifier, "record without metadata", b""))
+                continue
+            try:
+                record = record_from_element(item.metadata)
+            except RecordError as exc:
+                quarantined.append((header.identifier, str(exc), _raw(item.metadata)))
+                continue
+            if record.identifier != header.identifier:
+                # WIS guidelines (seed 002): the OAI identifier MUST equal gmd:fileIdentifier.
+                quarantined.append((
+                    header.identifier,
+                    f"gmd:fileIdentifier {record.identifier!r} differs from the OAI identifier",
+                    _raw(item.metadata),
+                ))
+                continue
+            batch.append(store.IncomingRecord(
+                record.identifier, record.md_datestamp, record.content_hash, record.xml
+            ))
+        summary = page.summary
+        if first_response is None:
+            first_response = summary.response_date
+        report.bytes += page.bytes
+        await _store_page(ctx, link, report, batch, quarantined, protected, page.bytes)
+    await _complete(
+        ctx, link, report, deletions, protected, allow_mass_delete,
+        high_water_mark=_high_water_mark(greatest, first_response, report.mode),
+        next_window_index=next_window_index,
+    )
+
+
+def _high_water_mark(
+    greatest: datetime | None, first_response: datetime | None, mode: str
+) -> datetime | None:
+    """The greatest datestamp of the list, never later than its first responseDate (DESIGN §1)."""
+    if mode == "window" or greatest is None:
+        return None
+    if first_response is not None and greatest > first_response:
+        return first_response
+    return greatest
+
+
+async def _store_page(
+    ctx: HarvestContext,
+    link: Link,
+    report: RunReport,
+    batch: list[store.IncomingRecord],
+    quarantined: list[tuple[str | None, str, bytes]],
+    protected: str | None,
+    size: int,
+) -> None:
+    timeout_ms = int(ctx.settings.write_timeout_seconds * 1000)
+    async with ctx.pool.acquire() as conn, conn.transaction():
+        # Invariant 2: a write transaction must end well inside the provider's settle window.
+        await conn.execute(f"set local statement_timeout = {timeout_ms}")
+        result = await store.upsert_records(conn, link.local_set, batch, protected_set=protected)
+        await link_store.quarantine(conn, link.name, report.run_id, report.pages, quarantined)
+        counts = result.counts
+        refused = counts["refused_older"] + counts["refused_protected"]
+        await link_store.record_page(conn, report.run_id, PageCounts(
+            bytes=size,
+            added=counts["added"],
+            updated=counts["updated"] + counts["joined"],
+            unchanged=counts["unchanged"],
+            refused=refused,
+            quarantined=len(quarantined),
+        ))
+    ctx.metrics.bytes.labels(link.name).inc(size)
+    page_counts = {
+        "added": counts["added"],
+        "updated": counts["updated"] + counts["joined"],
+        "unchanged": counts["unchanged"],
+        "refused": refused,
+        "quarantined": len(quarantined),
+    }
+    report.counts.update(page_counts)
+    for name, value in page_counts.items():
+        if value:
+            ctx.metrics.records.labels(link.name, name).inc(value)
+    for identifier in result.identifiers("refused_protected"):
+        log.warning("harvest %s: refused %s: it belongs to the own set %s and a link into %s "
+                    "may not change it", link.name, identifier, protected, link.local_set)
+    for identifier in result.identifiers("refused_older"):
+        log.info("harvest %s: refused %s: gmd:dateStamp older than the stored copy's",
+                 link.name, identifier)
+    for identifier, reason, _ in quarantined:
+        log.warning("harvest %s: quarantined %s: %s", link.name, identifier, reason)
+
+
+async def _complete(
+    ctx: HarvestContext,
+    link: Link,
+    report: RunReport,
+    deletions: list[str],
+    protected: str | None,
+    allow_mass_delete: bool,
+    *,
+    high_water_mark: datetime | None,
+    next_window_index: int | None,
+) -> None:
+    settings = ctx.settings
+    if deletions and not allow_mass_delete:
+        doomed = await link_store.live_in_set(ctx.pool, link.local_set, deletions)
+        held = await link_store.live_count(ctx.pool, link.local_set)
+        limit = max(settings.mass_delete_share * held, settings.mass_delete_min)
+        if doomed > limit:
+            raise MassDeletion(
+                f"the peer deleted {doomed} of the {held} live records of {link.local_set} "
+                f"(more than {settings.mass_delete_share:.0%}); nothing was deleted and the "
+                f"high-water mark was kept: check the peer, then run "
+                f"`wiscat harvest {link.name} --allow-mass-delete`"
+            )
+    counts: Counter[str] = Counter()
+    timeout_ms = int(ctx.settings.write_timeout_seconds * 1000)
+    async with ctx.pool.acquire() as conn, conn.transaction():
+        for start in range(0, len(deletions), DELETE_BATCH):
+            await conn.execute(f"set local statement_timeout = {timeout_ms}")
+            result = await store.delete_records(
+                conn, link.local_set, deletions[start:start + DELETE_BATCH],
+                protected_set=protected, remember_unknown=True,
+            )
+            counts.update(result.counts)
+            for identifier in result.identifiers("refused_protected"):
+                log.warning("harvest %s: refused the deletion of %s: it belongs to the own set",
+                            link.name, identifier)
+        await link_store.complete_list(
+            conn, link.name,
+            high_water_mark=high_water_mark,
+            full=report.mode == "full",
+            window_index=next_window_index if next_window_index is not None else link.window_index,
+            run_id=report.run_id,
+        )
+    report.counts["deleted"] += counts["deleted"] + counts["left_set"] + counts["remembered"]
+    report.counts["refused_deletions"] += counts["refused_protected"]
+    if counts["deleted"] + counts["left_set"]:
+        ctx.metrics.records.labels(link.name, "deleted").inc(counts["deleted"] + counts["left_set"])
+    report.high_water_mark = high_water_mark

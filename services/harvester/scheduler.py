@@ -1,0 +1,118 @@
+"""Runs every enabled link on its schedule: many at once, bounded overall and per peer host.
+
+Links are leased from the database (``FOR UPDATE SKIP LOCKED``), so several harvester processes on
+one database share the work and a link never runs twice at once; a crashed worker's lease runs out
+and another worker takes the link over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import random
+import socket
+from datetime import UTC, datetime, timedelta
+from urllib.parse import urlsplit
+
+from shared.db import links as link_store
+from shared.db.links import Link
+from services.harvester.harvest import HarvestContext, harvest_link
+
+log = logging.getLogger("wiscat.harvester")
+
+
+def worker_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def next_run(link: Link, *, now: datetime, failed: bool) -> datetime:
+    """When to run ``link`` again: its interval with ±10% jitter, sooner after a failure."""
+    interval = link.every.total_seconds()
+    if failed:
+        interval = min(interval, 300.0)
+    return now + timedelta(seconds=interval * random.uniform(0.9, 1.1))
+
+
+class Scheduler:
+    def __init__(self, ctx: HarvestContext, *, owner: str | None = None) -> None:
+        self.ctx = ctx
+        self.owner = owner or worker_name()
+        settings = ctx.settings
+        self.lease = timedelta(seconds=settings.harvest_lease_seconds)
+        self.slots = settings.harvest_concurrency
+        self.per_host = settings.harvest_per_host
+        self.poll = settings.harvest_poll_seconds
+        self.host_limits: dict[str, asyncio.Semaphore] = {}
+        self.running: set[asyncio.Task[None]] = set()
+        self.wake = asyncio.Event()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Lease due links and run them until ``stop`` is set; then finish the running ones."""
+        log.info("harvester %s scheduling (%d at once, %d per host)", self.owner, self.slots,
+                 self.per_host)
+        while not stop.is_set():
+            free = self.slots - len(self.running)
+            if free > 0:
+                try:
+                    due = await link_store.lease_due(self.ctx.pool, self.owner, self.lease, free)
+                except Exception as exc:  # the database may be restarting: try again later
+                    log.warning("could not lease links: %s", exc)
+                    due = []
+                for link in due:
+                    task = asyncio.create_task(self._run(link), name=f"harvest {link.name}")
+                    self.running.add(task)
+                    task.add_done_callback(self._done)
+            self.wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wait(stop), self.poll)
+        if self.running:
+            log.info("stopping: waiting for %d running harvests", len(self.running))
+            for task in list(self.running):
+                task.cancel()
+            await asyncio.gather(*self.running, return_exceptions=True)
+
+    async def _wait(self, stop: asyncio.Event) -> None:
+        waiters = [asyncio.create_task(stop.wait()), asyncio.create_task(self.wake.wait())]
+        try:
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self.running.discard(task)
+        self.wake.set()
+
+    async def _run(self, link: Link) -> None:
+        host = urlsplit(link.base_url).netloc
+        limit = self.host_limits.setdefault(host, asyncio.Semaphore(self.per_host))
+        keeper = asyncio.create_task(self._keep_lease(link.name))
+        failed = True
+        try:
+            async with limit:
+                # spread the first requests of links that fall due together
+                await asyncio.sleep(random.uniform(0, 0.5))
+                report = await harvest_link(self.ctx, link, requested=link.run_requested)
+                failed = report.status != "ok"
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("harvest of %s crashed", link.name)
+        finally:
+            keeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await keeper
+            with contextlib.suppress(Exception):
+                await link_store.release_lease(
+                    self.ctx.pool, link.name, self.owner,
+                    next_run(link, now=datetime.now(UTC), failed=failed),
+                )
+
+    async def _keep_lease(self, name: str) -> None:
+        while True:
+            await asyncio.sleep(self.lease.total_seconds() / 3)
+            if not await link_store.renew_lease(self.ctx.pool, name, self.owner, self.lease):
+                log.warning("lost the lease of %s", name)
+                return

@@ -1,0 +1,94 @@
+"""The harvester process: the scheduler plus its own /healthz, /readyz and /metrics (aiohttp)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from shared.db import links as link_store
+from shared.db.migrate import check_current
+from shared.db.pool import create_pool
+from shared.settings import Settings
+from services.harvester.client import ClientSettings, OAIClient
+from services.harvester.harvest import HarvestContext
+from services.harvester.scheduler import Scheduler
+
+log = logging.getLogger("wiscat.harvester")
+
+
+def client_settings(settings: Settings) -> ClientSettings:
+    return ClientSettings(
+        read_timeout=settings.harvest_timeout_seconds,
+        max_retries=settings.harvest_max_retries,
+        max_decompressed_bytes=settings.harvest_max_page_bytes,
+    )
+
+
+@contextlib.asynccontextmanager
+async def harvest_context(settings: Settings, database_url: str) -> AsyncIterator[HarvestContext]:
+    """A pool, one HTTP session for the whole process, and the client over it."""
+    pool = await create_pool(database_url, max_size=max(4, settings.harvest_concurrency // 2))
+    try:
+        async with contextlib.AsyncExitStack() as stack:
+            client_config = client_settings(settings)
+            session = await stack.enter_async_context(OAIClient.session(client_config))
+            client = OAIClient(session, client_config)
+            yield HarvestContext(settings, pool, client)
+    finally:
+        await pool.close()
+
+
+def health_app(ctx: HarvestContext) -> web.Application:
+    app = web.Application()
+
+    async def healthz(request: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    async def readyz(request: web.Request) -> web.Response:
+        try:
+            async with ctx.pool.acquire() as conn:
+                await check_current(conn)
+        except Exception as exc:
+            return web.json_response({"ready": False, "reason": str(exc)}, status=503)
+        return web.json_response({"ready": True})
+
+    async def metrics(request: web.Request) -> web.Response:
+        now = time.time()
+        for link in await link_store.all_links(ctx.pool):
+            if link.last_success_at is not None:
+                ctx.metrics.last_success.labels(link.name).set(link.last_success_at.timestamp())
+                ctx.metrics.lag.labels(link.name).set(now - link.last_success_at.timestamp())
+        body = generate_latest(ctx.metrics.registry)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics)
+    return app
+
+
+async def serve_harvester(
+    settings: Settings, database_url: str, *, host: str, port: int, stop: asyncio.Event
+) -> None:
+    """Run the scheduler and the health endpoints until ``stop`` is set."""
+    async with harvest_context(settings, database_url) as ctx:
+        async with ctx.pool.acquire() as conn:
+            await check_current(conn)
+        runner = web.AppRunner(health_app(ctx), access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, host, port)
+        await site.start()
+        log.info("harvester health on http://%s:%d/healthz", host, port)
+        scheduler = Scheduler(ctx)
+        ctx.metrics.running.set_function(lambda: len(scheduler.running))
+        try:
+            await scheduler.run(stop)
+        finally:
+            await runner.cleanup()
+

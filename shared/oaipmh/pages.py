@@ -1,0 +1,273 @@
+"""Reading OAI-PMH responses as a harvester, one page at a time.
+
+A page is parsed incrementally with lxml's pull parser: items are yielded as soon as each
+``<record>`` or ``<header>`` ends, and each is cleared before the next, so memory stays flat
+whatever the page size. Parsing never resolves entities, never touches the network, refuses any
+DOCTYPE outright (billion laughs, XXE) and never runs in lxml's recover mode.
+
+Exception tree (besides the OAI-PMH errors of :mod:`shared.oaipmh.errors`)::
+
+    ResponseError            a response that is not a usable OAI-PMH document
+     +-- NotOAIResponse      an HTML page, another XML vocabulary, an empty body
+     +-- MalformedResponse   not well-formed XML: truncated, invalid characters, a DTD
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from lxml import etree
+
+from shared.oaipmh.errors import OAIError, error_for_code
+
+OAI_NS = "http://www.openarchives.org/OAI/2.0/"
+_Q = "{" + OAI_NS + "}"
+_CHUNK = 64 * 1024
+
+
+class ResponseError(Exception):
+    """A response that is not a usable OAI-PMH document."""
+
+
+class NotOAIResponse(ResponseError):
+    """The body is not an OAI-PMH response (an HTML error page, another vocabulary, empty)."""
+
+
+class MalformedResponse(ResponseError):
+    """The body is not well-formed XML, or carries a DTD (refused: entity attacks)."""
+
+
+def parse_oai_date(text: str) -> datetime:
+    """A datestamp of either granularity from a peer, as UTC (day values mean midnight)."""
+    value = text.strip()
+    try:
+        if "T" in value:
+            return datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+        return datetime.strptime(value, "%Y-%m-%d").replace(tzinfo=UTC)
+    except ValueError as exc:
+        raise MalformedResponse(f"{value!r} is not an OAI-PMH datestamp") from exc
+
+
+@dataclass(frozen=True, slots=True)
+class HeaderItem:
+    identifier: str
+    datestamp: str
+    datestamp_parsed: datetime
+    set_specs: tuple[str, ...]
+    deleted: bool
+
+
+@dataclass(slots=True)
+class RecordItem:
+    """A record of a ListRecords or GetRecord page.
+
+    ``metadata`` is the payload's root element; it lives only until the consumer asks for the
+    next item (the parser then clears it), so read what you need from it before that.
+    """
+
+    header: HeaderItem
+    metadata: etree._Element | None
+
+
+@dataclass
+class PageSummary:
+    """What a page says besides its items; complete once its items have all been read."""
+
+    response_date: datetime | None = None
+    verb: str | None = None
+    errors: list[OAIError] = field(default_factory=list)
+    resumption_token: str | None = None
+    cursor: int | None = None
+    complete_list_size: int | None = None
+    expiration: datetime | None = None
+
+
+@dataclass(frozen=True)
+class IdentifyInfo:
+    repository_name: str
+    base_url: str
+    protocol_version: str
+    earliest_datestamp: datetime
+    deleted_record: str
+    granularity: str
+    compression: tuple[str, ...]
+
+    @property
+    def day_granularity(self) -> bool:
+        return self.granularity == "YYYY-MM-DD"
+
+
+def _parser() -> etree.XMLPullParser:
+    return etree.XMLPullParser(
+        events=("start", "end"),
+        resolve_entities=False,
+        no_network=True,
+        load_dtd=False,
+        huge_tree=False,
+        remove_comments=True,
+    )
+
+
+def looks_like_html(body: bytes) -> bool:
+    head = body[:512].lstrip().lower()
+    return head.startswith((b"<!doctype html", b"<html")) or b"<html" in head[:200]
+
+
+def _header(element: etree._Element) -> HeaderItem:
+    identifier = (element.findtext(_Q + "identifier") or "").strip()
+    stamp = (element.findtext(_Q + "datestamp") or "").strip()
+    if not identifier or not stamp:
+        raise MalformedResponse("a header without identifier or datestamp")
+    return HeaderItem(
+        identifier,
+        stamp,
+        parse_oai_date(stamp),
+        tuple((s.text or "").strip() for s in element.findall(_Q + "setSpec")),
+        element.get("status") == "deleted",
+    )
+
+
+class PageReader:
+    """Parse one response body; iterate :meth:`items`, then read :attr:`summary`."""
+
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+        self.summary = PageSummary()
+        self.items_seen = 0
+
+    def items(self) -> Iterator[HeaderItem | RecordItem]:
+        """Yield each header (ListIdentifiers) or record (ListRecords, GetRecord) in order."""
+        if not self.body.strip():
+            raise NotOAIResponse("the response body is empty")
+        if looks_like_html(self.body):
+            raise NotOAIResponse("the peer answered with an HTML page, not OAI-PMH XML")
+        parser = _parser()
+        depth = 0
+        root_checked = False
+        in_record = False
+        for start in range(0, len(self.body), _CHUNK):
+            try:
+                parser.feed(self.body[start : start + _CHUNK])
+                events = list(parser.read_events())
+            except etree.XMLSyntaxError as exc:
+                raise MalformedResponse(f"not well-formed XML: {exc}") from exc
+            for event, element in events:
+                if event == "start":
+                    depth += 1
+                    if not root_checked:
+                        root_checked = True
+                        self._check_root(element)
+                    elif depth == 2 and element.tag.startswith(_Q):
+                        self.summary.verb = element.tag[len(_Q):]
+                    if element.tag == _Q + "record":
+                        in_record = True
+                    continue
+                depth -= 1
+                item = self._end(element, depth, in_record)
+                if element.tag == _Q + "record":
+                    in_record = False
+                if item is not None:
+                    self.items_seen += 1
+                    yield item
+                    # done with it: free it and what came before (flat memory)
+                    element.clear()
+                    parent = element.getparent()
+                    if parent is not None:
+                        while element.getprevious() is not None:
+                            del parent[0]
+        try:
+            parser.close()
+        except etree.XMLSyntaxError as exc:
+            raise MalformedResponse(f"not well-formed XML: {exc}") from exc
+        if not root_checked:
+            raise NotOAIResponse("the response has no XML root element")
+        if self.summary.errors:
+            raise self.summary.errors[0]
+
+    def _check_root(self, root: etree._Element) -> None:
+        docinfo = root.getroottree().docinfo
+        if docinfo.doctype or docinfo.internalDTD is not None:
+            raise MalformedResponse("the response carries a DOCTYPE, which is refused")
+        if root.tag != _Q + "OAI-PMH":
+            raise NotOAIResponse(f"the root element is {root.tag}, not OAI-PMH")
+
+    def _end(
+        self, element: etree._Element, depth: int, in_record: bool
+    ) -> HeaderItem | RecordItem | None:
+        tag = element.tag
+        if tag == _Q + "header" and not in_record:
+            return _header(element)
+        if tag == _Q + "record":
+            head = element.find(_Q + "header")
+            if head is None:
+                raise MalformedResponse("a record without a header")
+            metadata = element.find(_Q + "metadata")
+            payload = None
+            if metadata is not None:
+                children = [c for c in metadata if isinstance(c.tag, str)]
+                payload = children[0] if children else None
+            return RecordItem(_header(head), payload)
+        if tag == _Q + "responseDate":
+            self.summary.response_date = parse_oai_date(element.text or "")
+        elif tag == _Q + "error":
+            self.summary.errors.append(
+                error_for_code(element.get("code") or "", (element.text or "").strip())
+            )
+        elif tag == _Q + "resumptionToken":
+            token = (element.text or "").strip()
+            self.summary.resumption_token = token or None
+            self.summary.cursor = _int(element.get("cursor"))
+            self.summary.complete_list_size = _int(element.get("completeListSize"))
+            expiry = element.get("expirationDate")
+            self.summary.expiration = parse_oai_date(expiry) if expiry else None
+        return None
+
+
+def _int(value: str | None) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def read_errors(body: bytes) -> list[OAIError]:
+    """The OAI-PMH errors in a body, or [] if it is not an OAI-PMH error document."""
+    try:
+        reader = PageReader(body)
+        for _ in reader.items():
+            pass
+    except OAIError:
+        return reader.summary.errors
+    except ResponseError:
+        return []
+    return reader.summary.errors
+
+
+def read_identify(body: bytes) -> IdentifyInfo:
+    """Parse an Identify response; raise the OAI error or ResponseError it carries."""
+    reader = PageReader(body)
+    for _ in reader.items():
+        pass
+    root = etree.fromstring(body, etree.XMLParser(resolve_entities=False, no_network=True))
+    identify = root.find(_Q + "Identify")
+    if identify is None:
+        raise NotOAIResponse("the Identify response has no Identify element")
+
+    def text(tag: str) -> str:
+        return (identify.findtext(_Q + tag) or "").strip()
+
+    granularity = text("granularity") or "YYYY-MM-DD"
+    earliest = text("earliestDatestamp")
+    return IdentifyInfo(
+        repository_name=text("repositoryName"),
+        base_url=text("baseURL"),
+        protocol_version=text("protocolVersion"),
+        earliest_datestamp=parse_oai_date(earliest) if earliest else datetime(1970, 1, 1, tzinfo=UTC),
+        deleted_record=text("deletedRecord"),
+        granularity=granularity,
+        compression=tuple(
+            (c.text or "").strip() for c in identify.findall(_Q + "compression")
+        ),
+    )
