@@ -34,6 +34,7 @@ create table harvest_runs (
     id            bigserial primary key,
     link          text not null references links (name) on delete cascade,
     mode          text not null check (mode in ('incremental', 'full', 'window', 'backup')),
+    worker        text,
     from_date     timestamptz,
     until_date    timestamptz,
     started_at    timestamptz not null default now(),

@@ -137,11 +137,10 @@ async def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
 
 async def cmd_harvest(settings: Settings, args: argparse.Namespace) -> int:
     from services.harvester.harvest import harvest_link
-    from services.harvester.scheduler import worker_name
     from services.harvester.service import harvest_context
 
     async with migrated_database(settings) as url, harvest_context(settings, url) as ctx:
-        owner = worker_name()
+        owner = ctx.worker
         lease = timedelta(seconds=settings.harvest_lease_seconds)
         link = await link_store.lease_link(ctx.pool, args.name, owner, lease)
         if link is None:
@@ -230,10 +229,10 @@ async def cmd_link_add(settings: Settings, args: argparse.Namespace) -> int:
         print(f"wiscat: link not added: {exc}", file=sys.stderr)
         return 2
     async with migrated_pool(settings) as pool:
-        kind = set_kind(new.local_set, settings.own_set)
-        await store.ensure_set(pool, new.local_set, f"Records of {new.local_set}", kind)
         try:
-            link = await link_store.add_link(pool, new)
+            link = await link_store.add_link(
+                pool, new, set_kind=set_kind(new.local_set, settings.own_set)
+            )
         except link_store.LinkExists as exc:
             print(f"wiscat: {exc}", file=sys.stderr)
             return 1

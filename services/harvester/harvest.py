@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import socket
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -28,7 +30,7 @@ from shared.db.links import Link, PageCounts
 from shared.db.pool import Pool
 from shared.iso19139 import RecordError, record_from_element
 from shared.oaipmh.errors import OAIError
-from shared.oaipmh.pages import RecordItem
+from shared.oaipmh.pages import HeaderItem, RecordItem
 from shared.settings import Settings
 from services.harvester.client import HarvestError, OAIClient
 from services.harvester.metrics import HarvesterMetrics
@@ -46,6 +48,7 @@ class HarvestContext:
     pool: Pool
     client: OAIClient
     metrics: HarvesterMetrics = field(default_factory=HarvesterMetrics)
+    worker: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
     # each peer's earliestDatestamp, as its Identify said on the link's last run
     peer_earliest: dict[str, datetime] = field(default_factory=dict)
 
@@ -104,7 +107,7 @@ def window_slice(
     if link.window_slices <= 0 or link.high_water_mark is None:
         return None
     end = min(link.high_water_mark, now)
-    if end <= earliest:
+    if end < earliest:
         return None
     span = (end - earliest) / link.window_slices
     index = link.window_index % link.window_slices
@@ -166,7 +169,7 @@ async def run_list(
     for abandoned in await link_store.close_abandoned_runs(ctx.pool, link.name):
         log.warning("harvest %s: run %d was left unfinished by a stopped worker", link.name,
                     abandoned)
-    run_id = await link_store.start_run(ctx.pool, link.name, mode, from_, until)
+    run_id = await link_store.start_run(ctx.pool, link.name, mode, from_, until, ctx.worker)
     report = RunReport(link.name, run_id, mode, from_=from_, until=until)
     log.info("harvest %s (%s) from %s until %s: started run %d", link.name, mode,
              from_.isoformat() if from_ else "-", until.isoformat() if until else "-", run_id)
@@ -231,9 +234,10 @@ async def _harvest(
     first_response: datetime | None = None
     greatest: datetime | None = None
     deletions: list[str] = []
+    by_identifiers = link.strategy == "ListIdentifiers"
     async for page in ctx.client.list_pages(
         link.base_url,
-        "ListRecords",
+        "ListIdentifiers" if by_identifiers else "ListRecords",
         metadata_prefix=link.metadata_prefix,
         set_spec=link.remote_set,
         from_=report.from_,
@@ -241,45 +245,80 @@ async def _harvest(
         day_granularity=identify.day_granularity,
     ):
         report.pages += 1
-        batch: list[store.IncomingRecord] = []
-        quarantined: list[tuple[str | None, str, bytes]] = []
+        sorter = _PageSorter()
+        wanted: list[HeaderItem] = []
         for item in page.items():
-            header = item.header
+            header = item.header if isinstance(item, RecordItem) else item
             stamp = header.datestamp_parsed
             greatest = stamp if greatest is None or stamp > greatest else greatest
             if header.deleted:
                 deletions.append(header.identifier)
-                continue
-            assert isinstance(item, RecordItem)
-            if item.metadata is None:
-                quarantined.append((header.identifier, "record without metadata", b""))
-                continue
-            try:
-                record = record_from_element(item.metadata)
-            except RecordError as exc:
-                quarantined.append((header.identifier, str(exc), _raw(item.metadata)))
-                continue
-            if record.identifier != header.identifier:
-                # WIS guidelines (seed 002): the OAI identifier MUST equal gmd:fileIdentifier.
-                quarantined.append((
-                    header.identifier,
-                    f"gmd:fileIdentifier {record.identifier!r} differs from the OAI identifier",
-                    _raw(item.metadata),
-                ))
-                continue
-            batch.append(store.IncomingRecord(
-                record.identifier, record.md_datestamp, record.content_hash, record.xml
-            ))
-        summary = page.summary
+            elif isinstance(item, RecordItem):
+                sorter.take(header, item.metadata)
+            else:
+                wanted.append(header)
+        if wanted:
+            await _get_records(ctx, link, wanted, sorter)
         if first_response is None:
-            first_response = summary.response_date
+            first_response = page.summary.response_date
         report.bytes += page.bytes
-        await _store_page(ctx, link, report, batch, quarantined, protected, page.bytes)
+        await _store_page(ctx, link, report, sorter.batch, sorter.quarantined, protected, page.bytes)
     await _complete(
         ctx, link, report, deletions, protected, allow_mass_delete,
         high_water_mark=_high_water_mark(greatest, first_response, report.mode),
         next_window_index=next_window_index,
     )
+
+
+@dataclass
+class _PageSorter:
+    """Turns a page's items into records to store and records to quarantine."""
+
+    batch: list[store.IncomingRecord] = field(default_factory=list)
+    quarantined: list[tuple[str | None, str, bytes]] = field(default_factory=list)
+
+    def take(self, header: HeaderItem, metadata: Any) -> None:
+        # Called while the payload element is alive (the page parser frees it afterwards).
+        if metadata is None:
+            self.quarantined.append((header.identifier, "record without metadata", b""))
+            return
+        try:
+            record = record_from_element(metadata)
+        except RecordError as exc:
+            self.quarantined.append((header.identifier, str(exc), _raw(metadata)))
+            return
+        if record.identifier != header.identifier:
+            # WIS guidelines (seed 002): the OAI identifier MUST equal gmd:fileIdentifier.
+            self.quarantined.append((
+                header.identifier,
+                f"gmd:fileIdentifier {record.identifier!r} differs from the OAI identifier",
+                _raw(metadata),
+            ))
+            return
+        self.batch.append(store.IncomingRecord(
+            record.identifier, record.md_datestamp, record.content_hash, record.xml
+        ))
+
+
+GET_RECORD_CONCURRENCY = 4
+
+
+async def _get_records(
+    ctx: HarvestContext, link: Link, headers: list[HeaderItem], sorter: _PageSorter
+) -> None:
+    """The ListIdentifiers + GetRecord strategy (seed 002): fetch a page's records, a few at
+    a time, and sort each as it arrives."""
+    limit = asyncio.Semaphore(GET_RECORD_CONCURRENCY)
+
+    async def one(header: HeaderItem) -> None:
+        async with limit:
+            item = await ctx.client.get_record(link.base_url, header.identifier,
+                                               link.metadata_prefix)
+        if item.header.deleted:
+            return
+        sorter.take(header, item.metadata)
+
+    await asyncio.gather(*(one(header) for header in headers))
 
 
 def _high_water_mark(

@@ -10,9 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import random
-import socket
 from datetime import UTC, datetime, timedelta
 from urllib.parse import urlsplit
 
@@ -21,10 +19,6 @@ from shared.db.links import Link
 from services.harvester.harvest import HarvestContext, harvest_link
 
 log = logging.getLogger("wiscat.harvester")
-
-
-def worker_name() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 def next_run(link: Link, *, now: datetime, failed: bool) -> datetime:
@@ -38,7 +32,7 @@ def next_run(link: Link, *, now: datetime, failed: bool) -> datetime:
 class Scheduler:
     def __init__(self, ctx: HarvestContext, *, owner: str | None = None) -> None:
         self.ctx = ctx
-        self.owner = owner or worker_name()
+        self.owner = owner or ctx.worker
         settings = ctx.settings
         self.lease = timedelta(seconds=settings.harvest_lease_seconds)
         self.slots = settings.harvest_concurrency

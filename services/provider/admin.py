@@ -119,12 +119,10 @@ async def add_link(body: LinkBody, state: ProviderState = Depends(require_admin)
         )
     except ValueError as exc:  # LinkSpecError and bad durations
         raise HTTPException(400, f"link refused: {exc}") from exc
-    await store.ensure_set(
-        state.pool, new.local_set, f"Records of {new.local_set}",
-        set_kind(new.local_set, state.settings.own_set),
-    )
     try:
-        link = await link_store.add_link(state.pool, new)
+        link = await link_store.add_link(
+            state.pool, new, set_kind=set_kind(new.local_set, state.settings.own_set)
+        )
     except link_store.LinkExists as exc:
         raise HTTPException(409, str(exc)) from exc
     log.info("admin added link %s -> %s", link.name, link.base_url)

@@ -10,6 +10,7 @@ from typing import Any
 import asyncpg
 
 from shared.db.queries import load
+from shared.db.records import ensure_set
 
 _SQL = load("links.sql")
 
@@ -83,8 +84,10 @@ class NewLink:
     recovery: bool = False
 
 
-async def add_link(db: Executor, link: NewLink) -> Link:
-    """Create a link; raise :class:`LinkExists` if the name is taken."""
+async def add_link(db: Executor, link: NewLink, *, set_kind: str = "remote") -> Link:
+    """Create a link (and its local set, of ``set_kind``, if new); raise :class:`LinkExists` if
+    the name is taken."""
+    await ensure_set(db, link.local_set, f"Records of {link.local_set}", set_kind)
     try:
         row = await db.fetchrow(
             _SQL["insert_link"], link.name, link.base_url, link.remote_set, link.local_set,
@@ -153,9 +156,14 @@ async def close_abandoned_runs(db: Executor, link: str) -> list[int]:
 
 
 async def start_run(
-    db: Executor, link: str, mode: str, from_: datetime | None, until: datetime | None
+    db: Executor,
+    link: str,
+    mode: str,
+    from_: datetime | None,
+    until: datetime | None,
+    worker: str | None = None,
 ) -> int:
-    return int(await db.fetchval(_SQL["start_run"], link, mode, from_, until))
+    return int(await db.fetchval(_SQL["start_run"], link, mode, from_, until, worker))
 
 
 @dataclass(frozen=True, slots=True)

@@ -68,7 +68,7 @@ where name = $1 and lease_owner = $2
 
 -- name: start_run --
 -- Record the start of a harvest run.
-insert into harvest_runs (link, mode, from_date, until_date) values ($1, $2, $3, $4)
+insert into harvest_runs (link, mode, from_date, until_date, worker) values ($1, $2, $3, $4, $5)
 returning id
 
 -- name: record_page --

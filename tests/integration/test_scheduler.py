@@ -1,0 +1,129 @@
+"""The scheduler: many links at once, two workers on one database, leases that expire."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import AsyncIterator
+from datetime import timedelta
+
+import pytest
+
+from shared.db import links as link_store
+from shared.db import records as store
+from shared.db.pool import Pool
+from shared.linkspec import build_link
+from services.harvester.harvest import HarvestContext
+from services.harvester.scheduler import Scheduler
+from services.harvester.service import harvest_context
+from tests import factories
+from tests.integration.test_harvest_provider import sink_settings
+from tests.pg import clone_template, drop_database
+from tests.servers import RunningProvider, running_provider
+
+SOURCE_SET = "WIS-GISC-TEST"
+LINKS = 120
+
+
+@pytest.fixture
+async def sink(db: Pool, database_url: str, template_ready: str) -> AsyncIterator[tuple[RunningProvider, str]]:
+    await factories.load_records(db, SOURCE_SET, range(20))
+    sink_url = await clone_template(template_ready)
+    try:
+        async with running_provider(database_url) as provider:
+            yield provider, sink_url
+    finally:
+        await drop_database(template_ready, sink_url)
+
+
+async def add_links(pool: Pool, provider: RunningProvider, count: int) -> None:
+    await store.ensure_set(pool, SOURCE_SET, SOURCE_SET, "remote")
+    for n in range(count):
+        await link_store.add_link(pool, build_link(
+            name=f"peer-{n:03d}", url=provider.oai, remote_set=SOURCE_SET, into=None,
+            own_set="WIS-GISC-SINK", window_slices=0,
+        ))
+
+
+async def test_two_workers_share_120_links_and_run_each_once(
+    sink: tuple[RunningProvider, str],
+) -> None:
+    provider, sink_url = sink
+    settings = sink_settings(sink_url, harvest_concurrency=16, harvest_per_host=8,
+                             harvest_poll_seconds=0.2)
+    async with harvest_context(settings, sink_url) as one, harvest_context(settings, sink_url) as two:
+        await add_links(one.pool, provider, LINKS)
+        workers = [
+            Scheduler(dataclasses.replace(one, worker="worker-a")),
+            Scheduler(dataclasses.replace(two, worker="worker-b")),
+        ]
+        stop = asyncio.Event()
+        tasks = [asyncio.create_task(w.run(stop)) for w in workers]
+        try:
+            for _ in range(600):
+                done = await one.pool.fetchval(
+                    "select count(*) from links where last_success_at is not null"
+                )
+                if done == LINKS:
+                    break
+                await asyncio.sleep(0.1)
+        finally:
+            stop.set()
+            await asyncio.gather(*tasks)
+        assert done == LINKS
+        runs = await one.pool.fetch("select link, worker, status from harvest_runs")
+        assert len(runs) == LINKS, "a link ran more than once"
+        assert {r["status"] for r in runs} == {"ok"}
+        by_worker = {w: sum(r["worker"] == w for r in runs) for w in ("worker-a", "worker-b")}
+        assert by_worker["worker-a"] > 0 and by_worker["worker-b"] > 0, by_worker
+        # every lease was released and the next run is about an hour away
+        assert await one.pool.fetchval("select count(*) from links where lease_owner is not null") == 0
+        assert await one.pool.fetchval(
+            "select min(next_run_at - now()) from links"
+        ) > timedelta(minutes=50)
+        assert await one.pool.fetchval("select count(*) from records where not deleted") == 20
+
+
+async def test_a_dead_workers_lease_is_taken_over(sink: tuple[RunningProvider, str]) -> None:
+    provider, sink_url = sink
+    settings = sink_settings(sink_url, harvest_poll_seconds=0.1, harvest_lease_seconds=1)
+    async with harvest_context(settings, sink_url) as ctx:
+        await add_links(ctx.pool, provider, 1)
+        # a worker that died holding the lease
+        leased = await link_store.lease_due(ctx.pool, "dead-worker", timedelta(seconds=1), 10)
+        assert [link.name for link in leased] == ["peer-000"]
+        scheduler = Scheduler(dataclasses.replace(ctx, worker="survivor"))
+        assert await link_store.lease_due(ctx.pool, "survivor", timedelta(seconds=1), 10) == []
+        stop = asyncio.Event()
+        task = asyncio.create_task(scheduler.run(stop))
+        try:
+            for _ in range(100):
+                if await ctx.pool.fetchval("select last_success_at from links") is not None:
+                    break
+                await asyncio.sleep(0.1)
+        finally:
+            stop.set()
+            await task
+        run = await ctx.pool.fetchrow("select worker, status from harvest_runs")
+        assert dict(run) == {"worker": "survivor", "status": "ok"}
+
+
+async def test_requested_run_happens_now(sink: tuple[RunningProvider, str]) -> None:
+    provider, sink_url = sink
+    settings = sink_settings(sink_url, harvest_poll_seconds=0.1)
+    async with harvest_context(settings, sink_url) as ctx:
+        await add_links(ctx.pool, provider, 1)
+        await ctx.pool.execute("update links set next_run_at = now() + interval '1 day'")
+        assert await link_store.request_run(ctx.pool, "peer-000", "full")
+        stop = asyncio.Event()
+        task = asyncio.create_task(Scheduler(ctx).run(stop))
+        try:
+            for _ in range(100):
+                if await ctx.pool.fetchval("select count(*) from harvest_runs where status = 'ok'"):
+                    break
+                await asyncio.sleep(0.1)
+        finally:
+            stop.set()
+            await task
+        assert await ctx.pool.fetchval("select mode from harvest_runs") == "full"
+        assert await ctx.pool.fetchval("select run_requested from links") is None
