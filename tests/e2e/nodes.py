@@ -1,0 +1,100 @@
+"""Real wiscat processes on loopback, driven only through the ``wiscat`` command and HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+
+WISCAT = str(Path(sys.executable).with_name("wiscat"))
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Node:
+    """One node's settings; its services are started with :meth:`start`."""
+
+    name: str
+    database_url: str
+    provider_port: int = field(default_factory=free_port)
+    harvester_port: int = field(default_factory=free_port)
+    extra: dict[str, str] = field(default_factory=dict)
+    processes: list[asyncio.subprocess.Process] = field(default_factory=list)
+
+    @property
+    def oai(self) -> str:
+        return f"http://127.0.0.1:{self.provider_port}/oai"
+
+    @property
+    def own_set(self) -> str:
+        return f"WIS-GISC-{self.name}"
+
+    def env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("WISCAT_")}
+        env.update({
+            "WISCAT_DATABASE_URL": self.database_url,
+            "WISCAT_GISC_NAME": self.name,
+            "WISCAT_BASE_URL": self.oai,
+            "WISCAT_PROVIDER_PORT": str(self.provider_port),
+            "WISCAT_HARVESTER_PORT": str(self.harvester_port),
+            "WISCAT_ADMIN_TOKEN": f"token-{self.name}",
+            "WISCAT_SETTLE_SECONDS": "0",
+            "WISCAT_HARVEST_POLL_SECONDS": "0.2",
+            "WISCAT_LOG_FORMAT": "json",
+        })
+        env.update(self.extra)
+        return env
+
+    async def wiscat(self, *args: str, check: bool = True) -> tuple[int, str, str]:
+        process = await asyncio.create_subprocess_exec(
+            WISCAT, *args, env=self.env(), stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        out, err = await process.communicate()
+        code = process.returncode or 0
+        if check and code != 0:
+            raise AssertionError(f"wiscat {' '.join(args)} exited {code}:\n{out.decode()}\n{err.decode()}")
+        return code, out.decode(), err.decode()
+
+    async def start(self, command: str, ready_url: str) -> asyncio.subprocess.Process:
+        process = await asyncio.create_subprocess_exec(
+            WISCAT, command, env=self.env(), stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL,
+        )
+        self.processes.append(process)
+        async with aiohttp.ClientSession() as session:
+            for _ in range(300):
+                try:
+                    async with session.get(ready_url) as response:
+                        if response.status == 200:
+                            return process
+                except aiohttp.ClientError:
+                    pass
+                if process.returncode is not None:
+                    raise AssertionError(f"wiscat {command} exited {process.returncode}")
+                await asyncio.sleep(0.1)
+        raise AssertionError(f"wiscat {command} did not become ready")
+
+    async def stop(self) -> list[int]:
+        codes = []
+        for process in self.processes:
+            if process.returncode is None:
+                process.send_signal(signal.SIGTERM)
+            try:
+                codes.append(await asyncio.wait_for(process.wait(), 20))
+            except TimeoutError:
+                process.kill()
+                codes.append(await process.wait())
+        self.processes.clear()
+        return codes
