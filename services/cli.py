@@ -18,7 +18,6 @@ import uvicorn
 from shared import ingest
 from shared.db import links as link_store
 from shared.db import migrate as migrations
-from shared.db import records as store
 from shared.db.errors import DatabaseError
 from shared.db.pool import Pool, connect, create_pool, database_url
 from shared.durations import format_duration, parse_duration
@@ -75,7 +74,12 @@ async def _serve_provider(
 
     app = create_app(settings, url)
     config = uvicorn.Config(
-        app, host=host, port=port, log_config=None, access_log=False, lifespan="on",
+        app,
+        host=host,
+        port=port,
+        log_config=None,
+        access_log=False,
+        lifespan="on",
         timeout_graceful_shutdown=10,
     )
     server = _Server(config)
@@ -94,8 +98,11 @@ async def cmd_provider(settings: Settings, args: argparse.Namespace) -> int:
     _on_signals(stop.set)
     async with migrated_database(settings) as url:
         await _serve_provider(
-            settings, url, args.host or settings.provider_host,
-            args.port or settings.provider_port, stop,
+            settings,
+            url,
+            args.host or settings.provider_host,
+            args.port or settings.provider_port,
+            stop,
         )
     return 0
 
@@ -107,7 +114,10 @@ async def cmd_harvester(settings: Settings, args: argparse.Namespace) -> int:
     _on_signals(stop.set)
     async with migrated_database(settings) as url:
         await serve_harvester(
-            settings, url, host=settings.provider_host, port=args.port or settings.harvester_port,
+            settings,
+            url,
+            host=settings.provider_host,
+            port=args.port or settings.harvester_port,
             stop=stop,
         )
     log.info("harvester stopped")
@@ -124,8 +134,10 @@ async def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
         harvester = asyncio.create_task(
             serve_harvester(settings, url, host=host, port=settings.harvester_port, stop=stop)
         )
-        print(f"wiscat node {settings.gisc_name}: open http://{host}:{port}/oai?verb=Identify",
-              flush=True)
+        print(
+            f"wiscat node {settings.gisc_name}: open http://{host}:{port}/oai?verb=Identify",
+            flush=True,
+        )
         try:
             await _serve_provider(settings, url, host, port, stop)
         finally:
@@ -147,12 +159,14 @@ async def cmd_harvest(settings: Settings, args: argparse.Namespace) -> int:
             if await link_store.get_link(ctx.pool, args.name) is None:
                 print(f"wiscat: no link named {args.name!r}", file=sys.stderr)
                 return 2
-            print(f"wiscat: link {args.name} is being harvested by another worker",
-                  file=sys.stderr)
+            print(f"wiscat: link {args.name} is being harvested by another worker", file=sys.stderr)
             return 1
         try:
             report = await harvest_link(
-                ctx, link, full=args.full, allow_mass_delete=args.allow_mass_delete,
+                ctx,
+                link,
+                full=args.full,
+                allow_mass_delete=args.allow_mass_delete,
                 window=False,
             )
         finally:
@@ -193,8 +207,9 @@ async def cmd_delete(settings: Settings, args: argparse.Namespace) -> int:
             print(f"deleted: {identifier}")
         else:
             failed += 1
-            print(f"not deleted: {identifier}: no live record in {settings.own_set}",
-                  file=sys.stderr)
+            print(
+                f"not deleted: {identifier}: no live record in {settings.own_set}", file=sys.stderr
+            )
     return 1 if failed else 0
 
 
@@ -236,9 +251,11 @@ async def cmd_link_add(settings: Settings, args: argparse.Namespace) -> int:
         except link_store.LinkExists as exc:
             print(f"wiscat: {exc}", file=sys.stderr)
             return 1
-    print(f"added link {link.name}: {link.base_url} set={link.remote_set or '(all)'} "
-          f"into {link.local_set}, every {format_duration(link.every)}, "
-          f"full every {format_duration(link.full_every)}")
+    print(
+        f"added link {link.name}: {link.base_url} set={link.remote_set or '(all)'} "
+        f"into {link.local_set}, every {format_duration(link.every)}, "
+        f"full every {format_duration(link.full_every)}"
+    )
     return 0
 
 
@@ -255,13 +272,17 @@ async def cmd_link_list(settings: Settings, args: argparse.Namespace) -> int:
     if not found:
         print("no links")
         return 0
-    print(f"{'NAME':<20} {'ENABLED':<7} {'SET':<24} {'INTO':<24} {'HWM':<20} {'LAST OK':<20} "
-          "URL / LAST ERROR")
+    print(
+        f"{'NAME':<20} {'ENABLED':<7} {'SET':<24} {'INTO':<24} {'HWM':<20} {'LAST OK':<20} "
+        "URL / LAST ERROR"
+    )
     for link in found:
-        print(f"{link.name:<20} {'yes' if link.enabled else 'no':<7} "
-              f"{link.remote_set or '(all)':<24} {link.local_set:<24} "
-              f"{_when(link.high_water_mark):<20} {_when(link.last_success_at):<20} "
-              f"{link.base_url}" + (f"  [{link.last_error}]" if link.last_error else ""))
+        print(
+            f"{link.name:<20} {'yes' if link.enabled else 'no':<7} "
+            f"{link.remote_set or '(all)':<24} {link.local_set:<24} "
+            f"{_when(link.high_water_mark):<20} {_when(link.last_success_at):<20} "
+            f"{link.base_url}" + (f"  [{link.last_error}]" if link.last_error else "")
+        )
     return 0
 
 
@@ -285,8 +306,10 @@ async def cmd_link_set(settings: Settings, args: argparse.Namespace) -> int:
             url = args.url or link.base_url
             remote_set = (args.set or None) if args.set is not None else link.remote_set
             link = await link_store.update_source(pool, args.name, url, remote_set)
-            print(f"link {args.name} now harvests {url} set={remote_set or '(all)'}; "
-                  "high-water mark reset: the next run is a full harvest")
+            print(
+                f"link {args.name} now harvests {url} set={remote_set or '(all)'}; "
+                "high-water mark reset: the next run is a full harvest"
+            )
         if args.enable or args.disable:
             link = await link_store.set_enabled(pool, args.name, bool(args.enable))
             print(f"link {args.name} {'enabled' if args.enable else 'disabled'}")
@@ -315,8 +338,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("harvest", help="run one link once now; exit 0 on success")
     p.add_argument("name")
     p.add_argument("--full", action="store_true", help="a full harvest (no from)")
-    p.add_argument("--allow-mass-delete", action="store_true",
-                   help="apply deletions even past the mass-deletion circuit breaker")
+    p.add_argument(
+        "--allow-mass-delete",
+        action="store_true",
+        help="apply deletions even past the mass-deletion circuit breaker",
+    )
 
     p = sub.add_parser("ingest", help="load ISO 19139 files or folders into the own set")
     p.add_argument("paths", nargs="+", metavar="PATH")
@@ -334,17 +360,33 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--into", help="the local set (default: the remote set's name)")
     p.add_argument("--prefix", default="iso19139", help="metadataPrefix (default iso19139)")
     p.add_argument("--every", type=parse_duration, default="1h", help="incremental interval")
-    p.add_argument("--full-every", type=parse_duration, default="7d",
-                   help="full re-harvest interval")
-    p.add_argument("--overlap", type=parse_duration, default="0s",
-                   help="ask from = high-water mark minus this (peers with jittery clocks)")
-    p.add_argument("--strategy", choices=["ListRecords", "ListIdentifiers"],
-                   default="ListRecords", help="ListIdentifiers means ListIdentifiers + GetRecord")
-    p.add_argument("--window-slices", type=int, default=24,
-                   help="slices of the rolling windowed re-harvest (0: off)")
+    p.add_argument(
+        "--full-every", type=parse_duration, default="7d", help="full re-harvest interval"
+    )
+    p.add_argument(
+        "--overlap",
+        type=parse_duration,
+        default="0s",
+        help="ask from = high-water mark minus this (peers with jittery clocks)",
+    )
+    p.add_argument(
+        "--strategy",
+        choices=["ListRecords", "ListIdentifiers"],
+        default="ListRecords",
+        help="ListIdentifiers means ListIdentifiers + GetRecord",
+    )
+    p.add_argument(
+        "--window-slices",
+        type=int,
+        default=24,
+        help="slices of the rolling windowed re-harvest (0: off)",
+    )
     p.add_argument("--disabled", action="store_true", help="add it disabled")
-    p.add_argument("--recovery", action="store_true",
-                   help="a recovery link: restores the own set from another GISC")
+    p.add_argument(
+        "--recovery",
+        action="store_true",
+        help="a recovery link: restores the own set from another GISC",
+    )
     p = link.add_parser("list", help="list links and their state")
     p.add_argument("--json", action="store_true")
     p = link.add_parser("remove", help="remove a link (its records stay)")

@@ -12,7 +12,12 @@ from shared.iso19139 import parse_record
 
 
 async def load_records(
-    pool: Pool, set_spec: str, numbers: Iterable[int], *, version: int = 0, centre: str = "xx",
+    pool: Pool,
+    set_spec: str,
+    numbers: Iterable[int],
+    *,
+    version: int = 0,
+    centre: str = "xx",
     kind: str = "own",
 ) -> list[str]:
     """Generate records ``numbers`` (at ``version``) into ``set_spec``; return their identifiers."""
@@ -50,6 +55,5 @@ async def catalogue(pool: Pool, set_spec: str | None = None) -> dict[str, tuple[
             "select identifier, datestamp, deleted from set_members where set_spec = $1", set_spec
         )
     return {
-        r["identifier"]: (r["datestamp"].strftime("%Y-%m-%dT%H:%M:%SZ"), r["deleted"])
-        for r in rows
+        r["identifier"]: (r["datestamp"].strftime("%Y-%m-%dT%H:%M:%SZ"), r["deleted"]) for r in rows
     }

@@ -34,16 +34,20 @@ async def oai_get(url: str, **params: str) -> Answer:
 
 
 async def oai_raw(url: str, query: str) -> Answer:
-    async with aiohttp.ClientSession() as session, session.get(
-        url + "?" + query if query else url
-    ) as response:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(url + "?" + query if query else url) as response,
+    ):
         return Answer(response.status, dict(response.headers), await response.read())
 
 
-async def oai_post(url: str, data: str, content_type: str = "application/x-www-form-urlencoded") -> Answer:
-    async with aiohttp.ClientSession() as session, session.post(
-        url, data=data.encode(), headers={"Content-Type": content_type}
-    ) as response:
+async def oai_post(
+    url: str, data: str, content_type: str = "application/x-www-form-urlencoded"
+) -> Answer:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(url, data=data.encode(), headers={"Content-Type": content_type}) as response,
+    ):
         return Answer(response.status, dict(response.headers), await response.read())
 
 

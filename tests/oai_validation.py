@@ -49,5 +49,7 @@ def strict_checks(xml: bytes) -> None:
             assert stamp >= (low if "T" in low else low + "T00:00:00Z"), (stamp, low)
         if high:
             assert stamp <= (high if "T" in high else high + "T23:59:59Z"), (stamp, high)
-    identifiers = [e.text for e in root.iter(f"{OAI}identifier") if e.getparent().tag == f"{OAI}header"]
+    identifiers = [
+        e.text for e in root.iter(f"{OAI}identifier") if e.getparent().tag == f"{OAI}header"
+    ]
     assert len(identifiers) == len(set(identifiers)), "an identifier is listed twice"

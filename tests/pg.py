@@ -6,6 +6,8 @@ import asyncio
 import uuid
 from urllib.parse import urlsplit, urlunsplit
 
+import asyncpg
+
 from shared.db import migrate as migrations
 from shared.db.pool import connect
 
@@ -52,8 +54,13 @@ async def clone_template(server_url: str) -> str:
 
 async def drop_database(server_url: str, database_url: str) -> None:
     name = urlsplit(database_url).path.lstrip("/")
-    conn = await connect(server_url)
-    try:
-        await conn.execute(f"drop database if exists {name} with (force)")
-    finally:
-        await conn.close()
+    for attempt in range(2):
+        conn = await connect(server_url)
+        try:
+            await conn.execute(f"drop database if exists {name} with (force)")
+            return
+        except (OSError, asyncpg.InterfaceError, asyncpg.PostgresConnectionError):
+            if attempt:
+                raise
+        finally:
+            await conn.close()

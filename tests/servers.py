@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 import uvicorn
 
-from shared.settings import Settings
 from services.provider.app import create_app
+from shared.settings import Settings
 
 
 def loopback_socket() -> socket.socket:
@@ -45,7 +45,9 @@ def provider_settings(port: int, **overrides: object) -> Settings:
 
 
 @contextlib.asynccontextmanager
-async def running_provider(database_url: str, **overrides: object) -> AsyncIterator[RunningProvider]:
+async def running_provider(
+    database_url: str, **overrides: object
+) -> AsyncIterator[RunningProvider]:
     """Serve the provider app for ``database_url`` on 127.0.0.1 until the block ends."""
     sock = loopback_socket()
     port = sock.getsockname()[1]

@@ -28,6 +28,7 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
+from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 
@@ -104,7 +105,7 @@ class ClientSettings:
     retry_after_cap: float = 300.0
     max_requests_per_list: int = 100_000
     max_empty_pages: int = 5
-    max_decompressed_bytes: int = 256 * 1024 * 1024
+    max_decompressed_bytes: int = 64 * 1024 * 1024
     connections_per_host: int = 4
     user_agent: str = "wiscat-harvester/0.1 (OAI-PMH 2.0)"
 
@@ -139,6 +140,17 @@ class Page:
         return self.reader.summary
 
 
+def safe_url(url: str) -> str:
+    """``url`` without user:password, for logs and stored reasons."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    return urlunsplit(parts._replace(netloc=host))
+
+
 def _retry_after(value: str | None, cap: float) -> float | None:
     """Seconds to wait from a ``Retry-After`` header: delta-seconds or an HTTP-date."""
     if not value:
@@ -158,7 +170,7 @@ class OAIClient:
     """Talks OAI-PMH to peers through one shared :class:`aiohttp.ClientSession`."""
 
     def __init__(self, session: aiohttp.ClientSession, settings: ClientSettings) -> None:
-        self.session = session
+        self.http = session
         self.settings = settings
 
     @staticmethod
@@ -212,46 +224,61 @@ class OAIClient:
     async def fetch(self, base_url: str, params: dict[str, str]) -> bytes:
         """GET ``base_url`` with ``params``, retrying what is worth retrying; return the body."""
         settings = self.settings
+        shown = safe_url(base_url)
         attempt = 0
         while True:
             attempt += 1
             delay: float | None = None
             try:
-                async with self.session.get(
-                    base_url, params=params, headers={"Accept-Encoding": "gzip, deflate"},
+                async with self.http.get(
+                    base_url,
+                    params=params,
+                    headers={"Accept-Encoding": "gzip, deflate"},
                     allow_redirects=True,
                 ) as response:
                     if response.status == 200:
                         return await self._read(response)
                     body = await self._read(response)
                     errors = read_errors(body)
+                    if errors and isinstance(errors[0], NoRecordsMatch):
+                        # some peers send noRecordsMatch with 404: it is still an empty list
+                        return body
                     if errors:
                         # e.g. an OAI-PMH error sent with HTTP 422: the OAI error is the answer
                         raise errors[0]
                     if response.status not in RETRYABLE or attempt > settings.max_retries:
-                        raise PeerHTTPError(response.status, base_url)
-                    delay = _retry_after(response.headers.get("Retry-After"), settings.retry_after_cap)
+                        raise PeerHTTPError(response.status, shown)
+                    delay = _retry_after(
+                        response.headers.get("Retry-After"), settings.retry_after_cap
+                    )
                     problem = f"HTTP {response.status}"
             except TimeoutError as exc:
                 if attempt > settings.max_retries:
-                    raise PeerTimeout(f"no answer from {base_url} in time "
-                                      f"(after {attempt} attempts)") from exc
+                    raise PeerTimeout(
+                        f"no answer from {shown} in time (after {attempt} attempts)"
+                    ) from exc
                 problem = "timeout"
             except aiohttp.ClientPayloadError as exc:
                 if attempt > settings.max_retries:
-                    raise BadResponse(f"broken response from {base_url}: {exc}") from exc
+                    raise BadResponse(f"broken response from {shown}: {exc}") from exc
                 problem = f"broken payload: {exc}"
             except aiohttp.ClientConnectionError as exc:
                 if attempt > settings.max_retries:
-                    raise PeerUnreachable(f"cannot reach {base_url}: {exc}") from exc
+                    raise PeerUnreachable(f"cannot reach {shown}: {exc}") from exc
                 problem = f"connection: {exc}"
             if delay is None:
                 # full jitter: uniform in [0, min(cap, base * 2^attempt)]
                 delay = random.uniform(
                     0, min(settings.backoff_cap, settings.backoff_base * 2 ** (attempt - 1))
                 )
-            log.warning("%s from %s (attempt %d of %d): retrying in %.1f s", problem, base_url,
-                        attempt, settings.max_retries + 1, delay)
+            log.warning(
+                "%s from %s (attempt %d of %d): retrying in %.1f s",
+                problem,
+                base_url,
+                attempt,
+                settings.max_retries + 1,
+                delay,
+            )
             await asyncio.sleep(delay)
 
     async def identify(self, base_url: str) -> IdentifyInfo:
@@ -260,7 +287,7 @@ class OAIClient:
         try:
             return read_identify(body)
         except ResponseError as exc:
-            raise BadResponse(f"{exc} (Identify of {base_url})") from exc
+            raise BadResponse(f"{exc} (Identify of {safe_url(base_url)})") from exc
 
     @staticmethod
     def _format(moment: datetime, day_granularity: bool) -> str:
@@ -295,11 +322,11 @@ class OAIClient:
             requests += 1
             if requests > self.settings.max_requests_per_list:
                 raise TooManyRequests(
-                    f"the list from {base_url} needed more than "
+                    f"the list from {safe_url(base_url)} needed more than "
                     f"{self.settings.max_requests_per_list} requests"
                 )
             body = await self.fetch(base_url, params)
-            page = Page(base_url, len(body), PageReader(body))
+            page = Page(safe_url(base_url), len(body), PageReader(body))
             yield page
             for _ in page.items():  # whatever the consumer left unread
                 pass
@@ -308,13 +335,14 @@ class OAIClient:
                 return
             if token in seen_tokens:
                 raise RepeatedResumptionToken(
-                    f"{base_url} sent the resumptionToken {token!r} twice in one list"
+                    f"{safe_url(base_url)} sent the resumptionToken {token!r} twice in one list"
                 )
             seen_tokens.add(token)
             empty_pages = empty_pages + 1 if page.reader.items_seen == 0 else 0
             if empty_pages > self.settings.max_empty_pages:
                 raise TooManyEmptyPages(
-                    f"{base_url} sent {empty_pages} pages in a row with a token and no item"
+                    f"{safe_url(base_url)} sent {empty_pages} pages in a row with a token "
+                    "and no item"
                 )
             params = {"verb": verb, "resumptionToken": token}
 
@@ -328,4 +356,4 @@ class OAIClient:
         for item in page.items():
             if isinstance(item, RecordItem):
                 return item
-        raise BadResponse(f"GetRecord of {identifier!r} from {base_url} held no record")
+        raise BadResponse(f"GetRecord of {identifier!r} from {safe_url(base_url)} held no record")

@@ -1,6 +1,6 @@
 """One harvest run of one link: the rules of DESIGN §2 and §4 in one place.
 
-- An incremental run asks ``from = high-water mark − overlap``; a full run asks no ``from``; a
+- An incremental run asks ``from = high-water mark - overlap``; a full run asks no ``from``; a
   window run re-reads one from/until slice of the peer's range (seed 000 §4) and never moves the
   high-water mark.
 - Every page is written in one statement, in one transaction with the run's progress; unusable
@@ -19,11 +19,13 @@ import socket
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from lxml import etree
 
+from services.harvester.client import HarvestError, OAIClient
+from services.harvester.metrics import HarvesterMetrics
 from shared.db import links as link_store
 from shared.db import records as store
 from shared.db.links import Link, PageCounts
@@ -32,8 +34,6 @@ from shared.iso19139 import RecordError, record_from_element
 from shared.oaipmh.errors import OAIError
 from shared.oaipmh.pages import HeaderItem, RecordItem
 from shared.settings import Settings
-from services.harvester.client import HarvestError, OAIClient
-from services.harvester.metrics import HarvesterMetrics
 
 log = logging.getLogger("wiscat.harvester")
 
@@ -148,8 +148,13 @@ async def harvest_link(
             if piece is not None:
                 start, stop, next_index = piece
                 await run_list(
-                    ctx, fresh, mode="window", from_=start, until=stop,
-                    allow_mass_delete=allow_mass_delete, next_window_index=next_index,
+                    ctx,
+                    fresh,
+                    mode="window",
+                    from_=start,
+                    until=stop,
+                    allow_mass_delete=allow_mass_delete,
+                    next_window_index=next_index,
                 )
     return report
 
@@ -167,12 +172,19 @@ async def run_list(
     """Harvest one whole list of ``link`` and record the run."""
     started = time.monotonic()
     for abandoned in await link_store.close_abandoned_runs(ctx.pool, link.name):
-        log.warning("harvest %s: run %d was left unfinished by a stopped worker", link.name,
-                    abandoned)
+        log.warning(
+            "harvest %s: run %d was left unfinished by a stopped worker", link.name, abandoned
+        )
     run_id = await link_store.start_run(ctx.pool, link.name, mode, from_, until, ctx.worker)
     report = RunReport(link.name, run_id, mode, from_=from_, until=until)
-    log.info("harvest %s (%s) from %s until %s: started run %d", link.name, mode,
-             from_.isoformat() if from_ else "-", until.isoformat() if until else "-", run_id)
+    log.info(
+        "harvest %s (%s) from %s until %s: started run %d",
+        link.name,
+        mode,
+        from_.isoformat() if from_ else "-",
+        until.isoformat() if until else "-",
+        run_id,
+    )
     try:
         await _harvest(ctx, link, report, allow_mass_delete, next_window_index)
         report.status = "ok"
@@ -182,7 +194,9 @@ async def run_list(
         report.status, report.error_kind, report.error = "failed", type(exc).__name__, exc.reason
     except OAIError as exc:
         report.status, report.error_kind, report.error = (
-            "failed", exc.code or "oaiError", f"peer answered {exc.code}: {exc.message}"
+            "failed",
+            exc.code or "oaiError",
+            f"peer answered {exc.code}: {exc.message}",
         )
     except asyncio.CancelledError:
         report.status, report.error_kind, report.error = "failed", "cancelled", "worker stopped"
@@ -191,7 +205,9 @@ async def run_list(
     except Exception as exc:  # a bug of ours must not take the other links down
         log.exception("harvest %s run %d: unexpected error", link.name, run_id)
         report.status, report.error_kind, report.error = (
-            "failed", type(exc).__name__, str(exc)[:500]
+            "failed",
+            type(exc).__name__,
+            str(exc)[:500],
         )
     await _finish(ctx, link, report, started)
     return report
@@ -200,8 +216,13 @@ async def run_list(
 async def _finish(ctx: HarvestContext, link: Link, report: RunReport, started: float) -> None:
     report.seconds = time.monotonic() - started
     await link_store.finish_run(
-        ctx.pool, report.run_id, report.status, error_kind=report.error_kind, error=report.error,
-        deleted=report.counts["deleted"], refused=report.counts["refused_deletions"],
+        ctx.pool,
+        report.run_id,
+        report.status,
+        error_kind=report.error_kind,
+        error=report.error,
+        deleted=report.counts["deleted"],
+        refused=report.counts["refused_deletions"],
     )
     if report.status != "ok":
         await link_store.fail_link(ctx.pool, link.name, report.run_id, report.error or "")
@@ -262,9 +283,16 @@ async def _harvest(
         if first_response is None:
             first_response = page.summary.response_date
         report.bytes += page.bytes
-        await _store_page(ctx, link, report, sorter.batch, sorter.quarantined, protected, page.bytes)
+        await _store_page(
+            ctx, link, report, sorter.batch, sorter.quarantined, protected, page.bytes
+        )
     await _complete(
-        ctx, link, report, deletions, protected, allow_mass_delete,
+        ctx,
+        link,
+        report,
+        deletions,
+        protected,
+        allow_mass_delete,
         high_water_mark=_high_water_mark(greatest, first_response, report.mode),
         next_window_index=next_window_index,
     )
@@ -289,15 +317,19 @@ class _PageSorter:
             return
         if record.identifier != header.identifier:
             # WIS guidelines (seed 002): the OAI identifier MUST equal gmd:fileIdentifier.
-            self.quarantined.append((
-                header.identifier,
-                f"gmd:fileIdentifier {record.identifier!r} differs from the OAI identifier",
-                _raw(metadata),
-            ))
+            self.quarantined.append(
+                (
+                    header.identifier,
+                    f"gmd:fileIdentifier {record.identifier!r} differs from the OAI identifier",
+                    _raw(metadata),
+                )
+            )
             return
-        self.batch.append(store.IncomingRecord(
-            record.identifier, record.md_datestamp, record.content_hash, record.xml
-        ))
+        self.batch.append(
+            store.IncomingRecord(
+                record.identifier, record.md_datestamp, record.content_hash, record.xml
+            )
+        )
 
 
 GET_RECORD_CONCURRENCY = 4
@@ -312,8 +344,9 @@ async def _get_records(
 
     async def one(header: HeaderItem) -> None:
         async with limit:
-            item = await ctx.client.get_record(link.base_url, header.identifier,
-                                               link.metadata_prefix)
+            item = await ctx.client.get_record(
+                link.base_url, header.identifier, link.metadata_prefix
+            )
         if item.header.deleted:
             return
         sorter.take(header, item.metadata)
@@ -349,14 +382,18 @@ async def _store_page(
         await link_store.quarantine(conn, link.name, report.run_id, report.pages, quarantined)
         counts = result.counts
         refused = counts["refused_older"] + counts["refused_protected"]
-        await link_store.record_page(conn, report.run_id, PageCounts(
-            bytes=size,
-            added=counts["added"],
-            updated=counts["updated"] + counts["joined"],
-            unchanged=counts["unchanged"],
-            refused=refused,
-            quarantined=len(quarantined),
-        ))
+        await link_store.record_page(
+            conn,
+            report.run_id,
+            PageCounts(
+                bytes=size,
+                added=counts["added"],
+                updated=counts["updated"] + counts["joined"],
+                unchanged=counts["unchanged"],
+                refused=refused,
+                quarantined=len(quarantined),
+            ),
+        )
     ctx.metrics.bytes.labels(link.name).inc(size)
     page_counts = {
         "added": counts["added"],
@@ -370,13 +407,22 @@ async def _store_page(
         if value:
             ctx.metrics.records.labels(link.name, name).inc(value)
     for identifier in result.identifiers("refused_protected"):
-        log.warning("harvest %s: refused %s: it belongs to the own set %s and a link into %s "
-                    "may not change it", link.name, identifier, protected, link.local_set)
+        log.warning(
+            "harvest %s: refused %s: it belongs to the own set %s and a link into %s "
+            "may not change it",
+            link.name,
+            identifier,
+            protected,
+            link.local_set,
+        )
     for identifier in result.identifiers("refused_older"):
-        log.info("harvest %s: refused %s: gmd:dateStamp older than the stored copy's",
-                 link.name, identifier)
-    for identifier, reason, _ in quarantined:
-        log.warning("harvest %s: quarantined %s: %s", link.name, identifier, reason)
+        log.info(
+            "harvest %s: refused %s: gmd:dateStamp older than the stored copy's",
+            link.name,
+            identifier,
+        )
+    for held, reason, _ in quarantined:
+        log.warning("harvest %s: quarantined %s: %s", link.name, held, reason)
 
 
 async def _complete(
@@ -408,15 +454,22 @@ async def _complete(
         for start in range(0, len(deletions), DELETE_BATCH):
             await conn.execute(f"set local statement_timeout = {timeout_ms}")
             result = await store.delete_records(
-                conn, link.local_set, deletions[start:start + DELETE_BATCH],
-                protected_set=protected, remember_unknown=True,
+                conn,
+                link.local_set,
+                deletions[start : start + DELETE_BATCH],
+                protected_set=protected,
+                remember_unknown=True,
             )
             counts.update(result.counts)
             for identifier in result.identifiers("refused_protected"):
-                log.warning("harvest %s: refused the deletion of %s: it belongs to the own set",
-                            link.name, identifier)
+                log.warning(
+                    "harvest %s: refused the deletion of %s: it belongs to the own set",
+                    link.name,
+                    identifier,
+                )
         await link_store.complete_list(
-            conn, link.name,
+            conn,
+            link.name,
             high_water_mark=high_water_mark,
             full=report.mode == "full",
             window_index=next_window_index if next_window_index is not None else link.window_index,

@@ -14,9 +14,9 @@ import random
 from datetime import UTC, datetime, timedelta
 from urllib.parse import urlsplit
 
+from services.harvester.harvest import HarvestContext, harvest_link
 from shared.db import links as link_store
 from shared.db.links import Link
-from services.harvester.harvest import HarvestContext, harvest_link
 
 log = logging.getLogger("wiscat.harvester")
 
@@ -44,8 +44,12 @@ class Scheduler:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Lease due links and run them until ``stop`` is set; then finish the running ones."""
-        log.info("harvester %s scheduling (%d at once, %d per host)", self.owner, self.slots,
-                 self.per_host)
+        log.info(
+            "harvester %s scheduling (%d at once, %d per host)",
+            self.owner,
+            self.slots,
+            self.per_host,
+        )
         while not stop.is_set():
             free = self.slots - len(self.running)
             if free > 0:
@@ -100,7 +104,9 @@ class Scheduler:
                 await keeper
             with contextlib.suppress(Exception):
                 await link_store.release_lease(
-                    self.ctx.pool, link.name, self.owner,
+                    self.ctx.pool,
+                    link.name,
+                    self.owner,
                     next_run(link, now=datetime.now(UTC), failed=failed),
                 )
 

@@ -11,13 +11,13 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from services.harvester.client import ClientSettings, OAIClient
+from services.harvester.harvest import HarvestContext
+from services.harvester.scheduler import Scheduler
 from shared.db import links as link_store
 from shared.db.migrate import check_current
 from shared.db.pool import create_pool
 from shared.settings import Settings
-from services.harvester.client import ClientSettings, OAIClient
-from services.harvester.harvest import HarvestContext
-from services.harvester.scheduler import Scheduler
 
 log = logging.getLogger("wiscat.harvester")
 
@@ -91,4 +91,3 @@ async def serve_harvester(
             await scheduler.run(stop)
         finally:
             await runner.cleanup()
-

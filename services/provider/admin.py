@@ -13,13 +13,12 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
+from services.provider.oai import ProviderState
 from shared import ingest
 from shared.db import links as link_store
-from shared.db import records as store
 from shared.durations import parse_duration
 from shared.iso19139 import RecordError, parse_record
 from shared.linkspec import build_link, set_kind
-from services.provider.oai import ProviderState
 
 log = logging.getLogger("wiscat.admin")
 
@@ -111,11 +110,19 @@ async def add_link(body: LinkBody, state: ProviderState = Depends(require_admin)
     """Add a link; 400 with the reason when it cannot work, 409 when the name is taken."""
     try:
         new = build_link(
-            name=body.name, url=body.url, remote_set=body.set, into=body.into,
-            own_set=state.settings.own_set, prefix=body.prefix, strategy=body.strategy,
-            every=parse_duration(body.every), full_every=parse_duration(body.full_every),
-            overlap=parse_duration(body.overlap), window_slices=body.window_slices,
-            enabled=body.enabled, recovery=body.recovery,
+            name=body.name,
+            url=body.url,
+            remote_set=body.set,
+            into=body.into,
+            own_set=state.settings.own_set,
+            prefix=body.prefix,
+            strategy=body.strategy,
+            every=parse_duration(body.every),
+            full_every=parse_duration(body.full_every),
+            overlap=parse_duration(body.overlap),
+            window_slices=body.window_slices,
+            enabled=body.enabled,
+            recovery=body.recovery,
         )
     except ValueError as exc:  # LinkSpecError and bad durations
         raise HTTPException(400, f"link refused: {exc}") from exc

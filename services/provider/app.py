@@ -13,6 +13,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from services.provider import admin, oai
+from services.provider.metrics import ProviderMetrics
+from services.provider.oai import ProviderState
 from shared.db import records as store
 from shared.db.errors import DatabaseError
 from shared.db.migrate import check_current
@@ -20,9 +23,6 @@ from shared.db.pool import create_pool
 from shared.ingest import ensure_own_set
 from shared.oaipmh.tokens import TokenCodec
 from shared.settings import Settings
-from services.provider import admin, oai
-from services.provider.metrics import ProviderMetrics
-from services.provider.oai import ProviderState
 
 log = logging.getLogger("wiscat.provider")
 

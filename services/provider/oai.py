@@ -20,6 +20,7 @@ from urllib.parse import parse_qsl
 from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 
+from services.provider.metrics import ProviderMetrics
 from shared import crosswalk
 from shared.db import records as store
 from shared.db.pool import Pool
@@ -29,15 +30,12 @@ from shared.oaipmh.dates import Granularity, until_upper_bound
 from shared.oaipmh.errors import (
     BadArgument,
     BadResumptionToken,
-    BadVerb,
-    CannotDisseminateFormat,
     IdDoesNotExist,
     NoRecordsMatch,
     OAIError,
 )
 from shared.oaipmh.tokens import ListPosition, TokenCodec
 from shared.settings import UNION_SET, Settings
-from services.provider.metrics import ProviderMetrics
 
 log = logging.getLogger("wiscat.provider")
 
@@ -124,9 +122,13 @@ async def oai_endpoint(request: Request) -> Response:
         state.metrics.latency.labels(verb_label).observe(time.perf_counter() - started)
         return _respond(request, [document])
     state.metrics.requests.labels(verb_label, "ok").inc()
-    return _respond(request, body, on_done=lambda: state.metrics.latency.labels(verb_label).observe(
-        time.perf_counter() - started
-    ))
+    return _respond(
+        request,
+        body,
+        on_done=lambda: state.metrics.latency.labels(verb_label).observe(
+            time.perf_counter() - started
+        ),
+    )
 
 
 def _respond(
@@ -178,7 +180,9 @@ async def answer(
     return await list_records(state, req, response_date)
 
 
-def _document(response_date: datetime, state: ProviderState, req: OAIRequest, inner: bytes) -> bytes:
+def _document(
+    response_date: datetime, state: ProviderState, req: OAIRequest, inner: bytes
+) -> bytes:
     return (
         render.response_start(response_date, state.settings.base_url, req.echo, req.verb)
         + inner
@@ -296,7 +300,9 @@ async def list_records(
     if req.resumption_token is not None:
         position = state.codec.decode(req.resumption_token, now=response_date)
         if position.verb != req.verb:
-            raise BadResumptionToken(f"this resumptionToken continues {position.verb}, not {req.verb}")
+            raise BadResumptionToken(
+                f"this resumptionToken continues {position.verb}, not {req.verb}"
+            )
     else:
         position = await _start_position(state, req, response_date)
     if state.lists_in_progress >= state.settings.max_concurrent_lists:

@@ -30,7 +30,9 @@ class EmbeddedPostgres:
             raise EmbeddedServerError("pgserver is not installed") from exc
         self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            self._server = pgserver.get_server(self.path, cleanup_mode="stop")
+            self._server = pgserver.get_server(  # type: ignore[attr-defined]
+                self.path, cleanup_mode="stop"
+            )
         except Exception as exc:
             raise EmbeddedServerError(f"embedded PostgreSQL failed to start: {exc}") from exc
         log.info("embedded PostgreSQL running in %s", self.path)

@@ -8,13 +8,15 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import asyncpg
+from asyncpg.pool import PoolConnectionProxy
 
+from shared.db.pool import Connection
 from shared.db.queries import load
 from shared.db.records import ensure_set
 
 _SQL = load("links.sql")
 
-Executor = asyncpg.Connection | asyncpg.Pool
+Executor = asyncpg.Connection | PoolConnectionProxy | asyncpg.Pool
 
 
 class LinkExists(Exception):
@@ -90,9 +92,19 @@ async def add_link(db: Executor, link: NewLink, *, set_kind: str = "remote") -> 
     await ensure_set(db, link.local_set, f"Records of {link.local_set}", set_kind)
     try:
         row = await db.fetchrow(
-            _SQL["insert_link"], link.name, link.base_url, link.remote_set, link.local_set,
-            link.metadata_prefix, link.strategy, link.every, link.full_every, link.overlap,
-            link.window_slices, link.enabled, link.recovery,
+            _SQL["insert_link"],
+            link.name,
+            link.base_url,
+            link.remote_set,
+            link.local_set,
+            link.metadata_prefix,
+            link.strategy,
+            link.every,
+            link.full_every,
+            link.overlap,
+            link.window_slices,
+            link.enabled,
+            link.recovery,
         )
     except asyncpg.UniqueViolationError as exc:
         raise LinkExists(f"a link named {link.name!r} exists already") from exc
@@ -177,10 +189,17 @@ class PageCounts:
     quarantined: int = 0
 
 
-async def record_page(conn: asyncpg.Connection, run_id: int, counts: PageCounts) -> None:
+async def record_page(conn: Connection, run_id: int, counts: PageCounts) -> None:
     await conn.execute(
-        _SQL["record_page"], run_id, counts.bytes, counts.added, counts.updated,
-        counts.unchanged, counts.deleted, counts.refused, counts.quarantined,
+        _SQL["record_page"],
+        run_id,
+        counts.bytes,
+        counts.added,
+        counts.updated,
+        counts.unchanged,
+        counts.deleted,
+        counts.refused,
+        counts.quarantined,
     )
 
 
@@ -194,15 +213,13 @@ async def finish_run(
     deleted: int = 0,
     refused: int = 0,
 ) -> dict[str, Any]:
-    row = await db.fetchrow(
-        _SQL["finish_run"], run_id, status, error_kind, error, deleted, refused
-    )
+    row = await db.fetchrow(_SQL["finish_run"], run_id, status, error_kind, error, deleted, refused)
     assert row is not None
     return dict(row)
 
 
 async def complete_list(
-    conn: asyncpg.Connection,
+    conn: Connection,
     name: str,
     *,
     high_water_mark: datetime | None,
@@ -210,9 +227,7 @@ async def complete_list(
     window_index: int,
     run_id: int,
 ) -> None:
-    await conn.execute(
-        _SQL["complete_list"], name, high_water_mark, full, window_index, run_id
-    )
+    await conn.execute(_SQL["complete_list"], name, high_water_mark, full, window_index, run_id)
 
 
 async def fail_link(db: Executor, name: str, run_id: int, reason: str) -> None:
@@ -220,7 +235,7 @@ async def fail_link(db: Executor, name: str, run_id: int, reason: str) -> None:
 
 
 async def quarantine(
-    conn: asyncpg.Connection,
+    conn: Connection,
     link: str,
     run_id: int,
     page: int,
@@ -230,8 +245,13 @@ async def quarantine(
     if not items:
         return
     await conn.execute(
-        _SQL["quarantine_records"], link, run_id, page,
-        [i[0] for i in items], [i[1] for i in items], [i[2] for i in items],
+        _SQL["quarantine_records"],
+        link,
+        run_id,
+        page,
+        [i[0] for i in items],
+        [i[1] for i in items],
+        [i[2] for i in items],
     )
 
 
@@ -243,7 +263,9 @@ async def live_count(db: Executor, set_spec: str) -> int:
     return int(await db.fetchval(_SQL["live_count"], set_spec))
 
 
-async def recent_runs(db: Executor, link: str | None = None, limit: int = 20) -> list[dict[str, Any]]:
+async def recent_runs(
+    db: Executor, link: str | None = None, limit: int = 20
+) -> list[dict[str, Any]]:
     return [dict(r) for r in await db.fetch(_SQL["recent_runs"], link, limit)]
 
 

@@ -1,4 +1,5 @@
-"""Apply the plain SQL files of ``migrations/`` in order, one transaction each, recorded in a table."""
+"""Apply the plain SQL files of ``migrations/`` in order, one transaction each, recorded in a
+table."""
 
 from __future__ import annotations
 
@@ -7,9 +8,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-import asyncpg
-
 from shared.db.errors import SchemaNotCurrent
+from shared.db.pool import Connection
 
 log = logging.getLogger("wiscat.db")
 
@@ -46,14 +46,14 @@ def available(directory: Path = MIGRATIONS_DIR) -> list[Migration]:
     return found
 
 
-async def applied_versions(conn: asyncpg.Connection) -> set[int]:
+async def applied_versions(conn: Connection) -> set[int]:
     exists = await conn.fetchval("select to_regclass('schema_migrations') is not null")
     if not exists:
         return set()
     return {row["version"] for row in await conn.fetch("select version from schema_migrations")}
 
 
-async def migrate(conn: asyncpg.Connection, directory: Path = MIGRATIONS_DIR) -> list[str]:
+async def migrate(conn: Connection, directory: Path = MIGRATIONS_DIR) -> list[str]:
     """Apply every migration not yet applied; return the names applied. Idempotent."""
     # One advisory lock so two processes starting together do not race each other.
     await conn.execute("select pg_advisory_lock(7213901)")
@@ -78,7 +78,7 @@ async def migrate(conn: asyncpg.Connection, directory: Path = MIGRATIONS_DIR) ->
         await conn.execute("select pg_advisory_unlock(7213901)")
 
 
-async def check_current(conn: asyncpg.Connection, directory: Path = MIGRATIONS_DIR) -> None:
+async def check_current(conn: Connection, directory: Path = MIGRATIONS_DIR) -> None:
     """Raise :class:`SchemaNotCurrent` unless every migration is applied (and no unknown one)."""
     wanted = {m.version for m in available(directory)}
     have = await applied_versions(conn)

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import asyncpg
+from asyncpg.pool import PoolConnectionProxy
 
 from shared.db.embedded import EmbeddedPostgres
 from shared.db.errors import DatabaseError
@@ -57,5 +58,7 @@ async def connect(url: str) -> asyncpg.Connection:
     return conn
 
 
-# The pool type, for annotations beyond this package (which never import asyncpg themselves).
+# Types for annotations beyond this package (which never imports asyncpg itself): a pool, and a
+# connection as either asyncpg.connect() or pool.acquire() gives it.
 Pool = asyncpg.Pool
+Connection = asyncpg.Connection | PoolConnectionProxy

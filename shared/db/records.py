@@ -14,12 +14,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
+from asyncpg.pool import PoolConnectionProxy
 
+from shared.db.pool import Connection
 from shared.db.queries import load
 
 _SQL = load("records.sql")
 
-Executor = asyncpg.Connection | asyncpg.Pool
+Executor = asyncpg.Connection | PoolConnectionProxy | asyncpg.Pool
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +72,7 @@ async def ensure_set(db: Executor, spec: str, name: str, kind: str) -> None:
 
 
 async def upsert_records(
-    conn: asyncpg.Connection,
+    conn: Connection,
     set_spec: str,
     records: Sequence[IncomingRecord],
     *,
@@ -99,7 +101,7 @@ async def upsert_records(
 
 
 async def delete_records(
-    conn: asyncpg.Connection,
+    conn: Connection,
     set_spec: str,
     identifiers: Sequence[str],
     *,
@@ -147,13 +149,26 @@ async def list_page(
     high = until_exclusive or _MAX
     if set_spec is None:
         rows = await db.fetch(
-            _SQL["list_all"], last_datestamp, last_identifier, low, high, upper_bound, with_xml,
+            _SQL["list_all"],
+            last_datestamp,
+            last_identifier,
+            low,
+            high,
+            upper_bound,
+            with_xml,
             limit,
         )
     else:
         rows = await db.fetch(
-            _SQL["list_set"], set_spec, last_datestamp, last_identifier, low, high, upper_bound,
-            with_xml, limit,
+            _SQL["list_set"],
+            set_spec,
+            last_datestamp,
+            last_identifier,
+            low,
+            high,
+            upper_bound,
+            with_xml,
+            limit,
         )
     return [_stored(row) for row in rows]
 

@@ -14,13 +14,18 @@ Exception tree (besides the OAI-PMH errors of :mod:`shared.oaipmh.errors`)::
 
 from __future__ import annotations
 
+import logging
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import cast
 
 from lxml import etree
 
 from shared.oaipmh.errors import OAIError, error_for_code
+
+log = logging.getLogger("wiscat.harvester.pages")
 
 OAI_NS = "http://www.openarchives.org/OAI/2.0/"
 _Q = "{" + OAI_NS + "}"
@@ -110,9 +115,24 @@ def _parser() -> etree.XMLPullParser:
     )
 
 
+_PROLOG_END = re.compile(rb"<(?![?!])")
+
+
+def has_doctype(body: bytes) -> bool:
+    """Whether the prolog (everything before the root element) declares a DOCTYPE.
+
+    Checked on the bytes before libxml2 reads anything, so no entity declaration of a hostile
+    peer is ever parsed (billion laughs, XXE).
+    """
+    head = body[:65536]
+    match = _PROLOG_END.search(head)
+    prolog = head[: match.start()] if match else head
+    return b"<!DOCTYPE" in prolog.upper() or b"<!ENTITY" in prolog.upper()
+
+
 def looks_like_html(body: bytes) -> bool:
     head = body[:512].lstrip().lower()
-    return head.startswith((b"<!doctype html", b"<html")) or b"<html" in head[:200]
+    return head.startswith((b"<!doctype html", b"<html"))
 
 
 def _header(element: etree._Element) -> HeaderItem:
@@ -143,6 +163,8 @@ class PageReader:
             raise NotOAIResponse("the response body is empty")
         if looks_like_html(self.body):
             raise NotOAIResponse("the peer answered with an HTML page, not OAI-PMH XML")
+        if has_doctype(self.body):
+            raise MalformedResponse("the response carries a DOCTYPE, which is refused")
         parser = _parser()
         depth = 0
         root_checked = False
@@ -153,14 +175,15 @@ class PageReader:
                 events = list(parser.read_events())
             except etree.XMLSyntaxError as exc:
                 raise MalformedResponse(f"not well-formed XML: {exc}") from exc
-            for event, element in events:
+            for event, node in events:
+                element = cast(etree._Element, node)
                 if event == "start":
                     depth += 1
                     if not root_checked:
                         root_checked = True
                         self._check_root(element)
                     elif depth == 2 and element.tag.startswith(_Q):
-                        self.summary.verb = element.tag[len(_Q):]
+                        self.summary.verb = element.tag[len(_Q) :]
                     if element.tag == _Q + "record":
                         in_record = True
                     continue
@@ -188,7 +211,7 @@ class PageReader:
 
     def _check_root(self, root: etree._Element) -> None:
         docinfo = root.getroottree().docinfo
-        if docinfo.doctype or docinfo.internalDTD is not None:
+        if getattr(docinfo, "doctype", "") or docinfo.internalDTD is not None:
             raise MalformedResponse("the response carries a DOCTYPE, which is refused")
         if root.tag != _Q + "OAI-PMH":
             raise NotOAIResponse(f"the root element is {root.tag}, not OAI-PMH")
@@ -258,16 +281,26 @@ def read_identify(body: bytes) -> IdentifyInfo:
     def text(tag: str) -> str:
         return (identify.findtext(_Q + tag) or "").strip()
 
-    granularity = text("granularity") or "YYYY-MM-DD"
+    granularity = text("granularity")
+    if granularity not in ("YYYY-MM-DD", "YYYY-MM-DDThh:mm:ssZ"):
+        # OAI-PMH §4.2 requires it; days are the safe reading (from rounds down to the day)
+        log.warning(
+            "Identify of %s gives no valid granularity (%r): using days",
+            text("baseURL"),
+            granularity,
+        )
+        granularity = "YYYY-MM-DD"
     earliest = text("earliestDatestamp")
+    if not earliest:
+        log.warning("Identify of %s gives no earliestDatestamp: using 1970-01-01", text("baseURL"))
     return IdentifyInfo(
         repository_name=text("repositoryName"),
         base_url=text("baseURL"),
         protocol_version=text("protocolVersion"),
-        earliest_datestamp=parse_oai_date(earliest) if earliest else datetime(1970, 1, 1, tzinfo=UTC),
+        earliest_datestamp=(
+            parse_oai_date(earliest) if earliest else datetime(1970, 1, 1, tzinfo=UTC)
+        ),
         deleted_record=text("deletedRecord"),
         granularity=granularity,
-        compression=tuple(
-            (c.text or "").strip() for c in identify.findall(_Q + "compression")
-        ),
+        compression=tuple((c.text or "").strip() for c in identify.findall(_Q + "compression")),
     )

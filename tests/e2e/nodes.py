@@ -42,34 +42,44 @@ class Node:
 
     def env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("WISCAT_")}
-        env.update({
-            "WISCAT_DATABASE_URL": self.database_url,
-            "WISCAT_GISC_NAME": self.name,
-            "WISCAT_BASE_URL": self.oai,
-            "WISCAT_PROVIDER_PORT": str(self.provider_port),
-            "WISCAT_HARVESTER_PORT": str(self.harvester_port),
-            "WISCAT_ADMIN_TOKEN": f"token-{self.name}",
-            "WISCAT_SETTLE_SECONDS": "0",
-            "WISCAT_HARVEST_POLL_SECONDS": "0.2",
-            "WISCAT_LOG_FORMAT": "json",
-        })
+        env.update(
+            {
+                "WISCAT_DATABASE_URL": self.database_url,
+                "WISCAT_GISC_NAME": self.name,
+                "WISCAT_BASE_URL": self.oai,
+                "WISCAT_PROVIDER_PORT": str(self.provider_port),
+                "WISCAT_HARVESTER_PORT": str(self.harvester_port),
+                "WISCAT_ADMIN_TOKEN": f"token-{self.name}",
+                "WISCAT_SETTLE_SECONDS": "0",
+                "WISCAT_HARVEST_POLL_SECONDS": "0.2",
+                "WISCAT_LOG_FORMAT": "json",
+            }
+        )
         env.update(self.extra)
         return env
 
     async def wiscat(self, *args: str, check: bool = True) -> tuple[int, str, str]:
         process = await asyncio.create_subprocess_exec(
-            WISCAT, *args, env=self.env(), stdout=asyncio.subprocess.PIPE,
+            WISCAT,
+            *args,
+            env=self.env(),
+            stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
         )
         out, err = await process.communicate()
         code = process.returncode or 0
         if check and code != 0:
-            raise AssertionError(f"wiscat {' '.join(args)} exited {code}:\n{out.decode()}\n{err.decode()}")
+            raise AssertionError(
+                f"wiscat {' '.join(args)} exited {code}:\n{out.decode()}\n{err.decode()}"
+            )
         return code, out.decode(), err.decode()
 
     async def start(self, command: str, ready_url: str) -> asyncio.subprocess.Process:
         process = await asyncio.create_subprocess_exec(
-            WISCAT, command, env=self.env(), stdout=asyncio.subprocess.DEVNULL,
+            WISCAT,
+            command,
+            env=self.env(),
+            stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.DEVNULL,
         )
         self.processes.append(process)

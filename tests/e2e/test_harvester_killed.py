@@ -22,19 +22,24 @@ WISCAT = str(Path(sys.executable).with_name("wiscat"))
 
 def env_for(url: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("WISCAT_")}
-    env.update({
-        "WISCAT_DATABASE_URL": url,
-        "WISCAT_GISC_NAME": "SINK",
-        "WISCAT_SETTLE_SECONDS": "0",
-        "WISCAT_HARVEST_LEASE_SECONDS": "2",
-        "WISCAT_LOG_LEVEL": "INFO",
-    })
+    env.update(
+        {
+            "WISCAT_DATABASE_URL": url,
+            "WISCAT_GISC_NAME": "SINK",
+            "WISCAT_SETTLE_SECONDS": "0",
+            "WISCAT_HARVEST_LEASE_SECONDS": "2",
+            "WISCAT_LOG_LEVEL": "INFO",
+        }
+    )
     return env
 
 
 async def wiscat(url: str, *args: str) -> tuple[int, str]:
     process = await asyncio.create_subprocess_exec(
-        WISCAT, *args, env=env_for(url), stdout=asyncio.subprocess.PIPE,
+        WISCAT,
+        *args,
+        env=env_for(url),
+        stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
     )
     out, _ = await process.communicate()
@@ -48,18 +53,25 @@ async def content(pool: Pool) -> dict[str, tuple[bytes | None, bool]]:
     return {r["identifier"]: (r["content_hash"], r["deleted"]) for r in rows}
 
 
-async def test_sigkill_mid_list_then_restart(db: Pool, database_url: str, template_ready: str) -> None:
+async def test_sigkill_mid_list_then_restart(
+    db: Pool, database_url: str, template_ready: str
+) -> None:
     ids = await factories.load_records(db, SOURCE_SET, range(3000))
     sink_url = await clone_template(template_ready)
     sink = await create_pool(sink_url, max_size=2)
     try:
         async with running_provider(database_url, page_size=100) as provider:
-            code, out = await wiscat(sink_url, "link", "add", "src", "--url", provider.oai,
-                                     "--set", SOURCE_SET)
+            code, out = await wiscat(
+                sink_url, "link", "add", "src", "--url", provider.oai, "--set", SOURCE_SET
+            )
             assert code == 0, out
             process = await asyncio.create_subprocess_exec(
-                WISCAT, "harvest", "src", env=env_for(sink_url),
-                stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+                WISCAT,
+                "harvest",
+                "src",
+                env=env_for(sink_url),
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.DEVNULL,
             )
             for _ in range(600):
                 pages = await sink.fetchval("select max(pages) from harvest_runs") or 0
@@ -88,9 +100,12 @@ async def test_sigkill_mid_list_then_restart(db: Pool, database_url: str, templa
             greatest = await db.fetchval("select max(datestamp) from records")
             assert link is not None and link.high_water_mark is not None
             assert link.high_water_mark == greatest.replace(microsecond=0)
-            assert await sink.fetchval(
-                "select count(*) from (select identifier from records group by 1 having count(*) > 1) d"
-            ) == 0
+            assert (
+                await sink.fetchval(
+                    "select count(*) from (select identifier from records group by 1 having count(*) > 1) d"
+                )
+                == 0
+            )
             assert await store.get_record(sink, ids[0]) is not None
     finally:
         await sink.close()

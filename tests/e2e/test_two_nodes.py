@@ -49,11 +49,10 @@ async def test_records_flow_from_a_to_b_and_services_stop_cleanly(
     await b.wiscat("link", "add", "alpha", "--url", a.oai, "--set", a.own_set, "--every", "1h")
     _, listed, _ = await b.wiscat("link", "list", "--json")
     [link] = json.loads(listed)
-    assert (link["name"], link["local_set"], link["remote_set"]) == (
-        "alpha", a.own_set, a.own_set
+    assert (link["name"], link["local_set"], link["remote_set"]) == ("alpha", a.own_set, a.own_set)
+    code, _, err = await b.wiscat(
+        "link", "add", "alpha", "--url", a.oai, "--set", a.own_set, check=False
     )
-    code, _, err = await b.wiscat("link", "add", "alpha", "--url", a.oai, "--set", a.own_set,
-                                  check=False)
     assert code == 1 and "exists already" in err
 
     await b.start("harvester", f"http://127.0.0.1:{b.harvester_port}/readyz")
@@ -81,7 +80,9 @@ async def test_records_flow_from_a_to_b_and_services_stop_cleanly(
         f"{b.oai}?verb=GetRecord&metadataPrefix=iso19139&identifier=urn:x-wmo:md:int.wmo.wis::alpha.synop.0"
     )
     assert status == 200 and 'status="deleted"' in body
-    status, body = await get(f"{b.oai}?verb=ListIdentifiers&metadataPrefix=iso19139&set={a.own_set}")
+    status, body = await get(
+        f"{b.oai}?verb=ListIdentifiers&metadataPrefix=iso19139&set={a.own_set}"
+    )
     assert body.count("<header>") == 39 and body.count('<header status="deleted">') == 1
 
     code, _, err = await b.wiscat("harvest", "nope", check=False)
@@ -94,8 +95,9 @@ async def test_records_flow_from_a_to_b_and_services_stop_cleanly(
 
 async def test_a_failing_link_exits_non_zero_with_its_reason(nodes: tuple[Node, Node]) -> None:
     _, b = nodes
-    await b.wiscat("link", "add", "ghost", "--url", "http://127.0.0.1:9/oai", "--set",
-                   "WIS-GISC-GHOST")
+    await b.wiscat(
+        "link", "add", "ghost", "--url", "http://127.0.0.1:9/oai", "--set", "WIS-GISC-GHOST"
+    )
     b.extra["WISCAT_HARVEST_MAX_RETRIES"] = "0"
     code, out, _ = await b.wiscat("harvest", "ghost", check=False)
     assert code == 1

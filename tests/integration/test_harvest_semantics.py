@@ -10,18 +10,11 @@ from datetime import UTC, datetime
 from aiohttp import web
 
 from shared.db import links as link_store
-from shared.iso19139 import parse_record
 from shared.generator import generate_record
+from shared.iso19139 import parse_record
 from shared.oaipmh import render
 from tests import factories
-from tests.integration.test_harvest_provider import (
-    SOURCE_SET,
-    Pair,
-    add_link,
-    content,
-    pair,  # noqa: F401  (fixture)
-    run,
-)
+from tests.harvest_pair import SOURCE_SET, Pair, add_link, content, run
 
 
 async def test_list_identifiers_and_get_record_strategy(pair: Pair) -> None:
@@ -77,8 +70,13 @@ async def serving(body: bytes, content_type: str = "text/xml") -> AsyncIterator[
             url = str(request.url.with_query(None))
             document = (
                 render.response_start(now, url, {"verb": "Identify"}, "Identify")
-                + render.identify(repository_name="peer", base_url=url, admin_emails=["a@b.c"],
-                                  earliest_datestamp=now, deleted_record="transient")
+                + render.identify(
+                    repository_name="peer",
+                    base_url=url,
+                    admin_emails=["a@b.c"],
+                    earliest_datestamp=now,
+                    deleted_record="transient",
+                )
                 + render.response_end("Identify")
             )
             return web.Response(body=document, content_type="text/xml")
@@ -110,10 +108,18 @@ async def test_unusable_records_are_quarantined_and_the_rest_stored(pair: Pair) 
     now = datetime.now(UTC)
     good = [parse_record(generate_record(n, centre="qq")) for n in range(3)]
     pieces = [render.record(r.identifier, now, [SOURCE_SET], False, r.xml) for r in good]
-    pieces.append(render.record("no-file-id", now, [], False,
-                                "<gmd:MD_Metadata xmlns:gmd='http://www.isotc211.org/2005/gmd'/>"))
-    pieces.append(render.record("wrong-root", now, [], False,
-                                "<x:thing xmlns:x='urn:x'>hello</x:thing>"))
+    pieces.append(
+        render.record(
+            "no-file-id",
+            now,
+            [],
+            False,
+            "<gmd:MD_Metadata xmlns:gmd='http://www.isotc211.org/2005/gmd'/>",
+        )
+    )
+    pieces.append(
+        render.record("wrong-root", now, [], False, "<x:thing xmlns:x='urn:x'>hello</x:thing>")
+    )
     pieces.append(render.record("mismatch", now, [], False, good[0].xml))
     async with serving(list_records_page(pieces)) as url:
         await link_store.add_link(pair.sink, _link("bad-records", url))
@@ -123,7 +129,9 @@ async def test_unusable_records_are_quarantined_and_the_rest_stored(pair: Pair) 
         report = await harvest_link(pair.ctx, link, window=False)  # type: ignore[arg-type]
     assert report.status == "ok", report.summary()
     assert report.counts["added"] == 3 and report.counts["quarantined"] == 3
-    rows = await pair.sink.fetch("select identifier, reason, raw, link, page from quarantine order by identifier")
+    rows = await pair.sink.fetch(
+        "select identifier, reason, raw, link, page from quarantine order by identifier"
+    )
     reasons = {r["identifier"]: r["reason"] for r in rows}
     assert "fileIdentifier" in reasons["no-file-id"]
     assert "MD_Metadata" in reasons["wrong-root"]
@@ -135,8 +143,14 @@ async def test_unusable_records_are_quarantined_and_the_rest_stored(pair: Pair) 
 def _link(name: str, url: str) -> link_store.NewLink:
     from shared.linkspec import build_link
 
-    return build_link(name=name, url=url, remote_set=SOURCE_SET, into=None, own_set="WIS-GISC-SINK",
-                      window_slices=0)
+    return build_link(
+        name=name,
+        url=url,
+        remote_set=SOURCE_SET,
+        into=None,
+        own_set="WIS-GISC-SINK",
+        window_slices=0,
+    )
 
 
 async def test_a_broken_peer_fails_its_own_run_with_a_stored_reason(pair: Pair) -> None:
@@ -156,3 +170,21 @@ async def test_a_broken_peer_fails_its_own_run_with_a_stored_reason(pair: Pair) 
     assert stored.high_water_mark is None
     healthy = await run(pair, "healthy")
     assert healthy.status == "ok" and healthy.counts["added"] == 5
+
+
+async def test_credentials_in_a_peer_url_are_never_stored(pair: Pair) -> None:
+    from shared.linkspec import build_link
+    from services.harvester.harvest import harvest_link
+
+    await link_store.add_link(pair.sink, build_link(
+        name="secret", url="http://user:s3cret@127.0.0.1:9/oai", remote_set=SOURCE_SET,
+        into=None, own_set="WIS-GISC-SINK", window_slices=0,
+    ))
+    link = await link_store.get_link(pair.sink, "secret")
+    assert link is not None
+    report = await harvest_link(pair.ctx, link, window=False)
+    assert report.status == "failed"
+    stored = await link_store.get_link(pair.sink, "secret")
+    runs = await link_store.recent_runs(pair.sink, "secret")
+    assert stored is not None and "127.0.0.1:9" in (stored.last_error or "")
+    assert "s3cret" not in (stored.last_error or "") and "s3cret" not in str(runs)

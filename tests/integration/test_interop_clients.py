@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 from lxml import etree
 
-from shared.db.pool import Pool
 from tests import factories
 from tests.pg import clone_template, drop_database
 from tests.servers import RunningProvider, running_provider
@@ -108,7 +107,8 @@ def harvest_with_pyoai(url: str) -> Harvest:
 
 
 @pytest.mark.parametrize(
-    "harvest", [harvest_with_sickle, harvest_with_scythe, harvest_with_pyoai],
+    "harvest",
+    [harvest_with_sickle, harvest_with_scythe, harvest_with_pyoai],
     ids=["sickle", "oaipmh-scythe", "pyoai"],
 )
 async def test_third_party_client_gets_the_exact_catalogue(

@@ -87,9 +87,7 @@ async def test_admin_is_disabled_without_a_token(db: Pool, database_url: str) ->
     assert status == 403 and "WISCAT_ADMIN_TOKEN" in str(detail)
 
 
-async def test_folder_ingest_keeps_good_files_and_names_bad_ones(
-    tmp_path: Path, db: Pool
-) -> None:
+async def test_folder_ingest_keeps_good_files_and_names_bad_ones(tmp_path: Path, db: Pool) -> None:
     for n in range(5):
         (tmp_path / f"good-{n}.xml").write_bytes(generate_record(n))
     (tmp_path / "sub").mkdir()
@@ -122,6 +120,8 @@ async def test_health_ready_and_metrics(provider: RunningProvider, db: Pool) -> 
 
 
 async def test_readyz_reports_an_old_schema(provider: RunningProvider, db: Pool) -> None:
-    await db.execute("delete from schema_migrations where version = (select max(version) from schema_migrations)")
+    await db.execute(
+        "delete from schema_migrations where version = (select max(version) from schema_migrations)"
+    )
     status, body = await request("GET", f"{provider.root}/readyz")
     assert status == 503 and "run `wiscat migrate`" in str(body)

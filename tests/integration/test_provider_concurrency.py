@@ -42,7 +42,10 @@ async def test_incremental_harvests_converge_under_concurrent_writes(
                 params["from"] = high_water_mark
             for header in await list_all(provider.oai, **params):
                 stamp = header.findtext(f"{OAI}datestamp")
-                copy[header.findtext(f"{OAI}identifier")] = (stamp, header.get("status") == "deleted")
+                copy[header.findtext(f"{OAI}identifier")] = (
+                    stamp,
+                    header.get("status") == "deleted",
+                )
                 high_water_mark = max(high_water_mark or stamp, stamp)
 
         writers = [asyncio.create_task(writer(db, seed, 25)) for seed in range(3)]

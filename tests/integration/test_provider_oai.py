@@ -64,7 +64,7 @@ async def test_list_sets_and_formats(provider: RunningProvider) -> None:
 
 
 async def test_get_record_in_both_formats(provider: RunningProvider, db: Pool) -> None:
-    identifier = (await db.fetchval("select min(identifier) from records"))
+    identifier = await db.fetchval("select min(identifier) from records")
     for prefix in ("iso19139", "oai_dc"):
         answer = await oai_get(
             provider.oai, verb="GetRecord", identifier=identifier, metadataPrefix=prefix
@@ -72,7 +72,9 @@ async def test_get_record_in_both_formats(provider: RunningProvider, db: Pool) -
         check(answer.body)
         assert answer.xpath("//oai:header/oai:identifier/text()") == [identifier]
         assert answer.xpath("//oai:header/oai:setSpec/text()") == ["WIS-CATALOGUE", OWN]
-    iso = await oai_get(provider.oai, verb="GetRecord", identifier=identifier, metadataPrefix="iso19139")
+    iso = await oai_get(
+        provider.oai, verb="GetRecord", identifier=identifier, metadataPrefix="iso19139"
+    )
     stored = await db.fetchval("select xml from records where identifier = $1", identifier)
     # the stored record is served as is
     assert stored.encode() in iso.body
@@ -94,7 +96,11 @@ async def test_get_record_in_both_formats(provider: RunningProvider, db: Pool) -
             "badArgument",
             False,
         ),
-        ("verb=ListRecords&metadataPrefix=iso19139&from=2024-02-01&until=2024-01-01", "badArgument", False),
+        (
+            "verb=ListRecords&metadataPrefix=iso19139&from=2024-02-01&until=2024-01-01",
+            "badArgument",
+            False,
+        ),
         ("verb=ListRecords&metadataPrefix=iso19139&resumptionToken=x", "badArgument", False),
         ("verb=GetRecord&metadataPrefix=iso19139", "badArgument", False),
         ("verb=ListRecords&metadataPrefix=marc21", "cannotDisseminateFormat", True),
@@ -105,7 +111,9 @@ async def test_get_record_in_both_formats(provider: RunningProvider, db: Pool) -
         ("verb=ListSets&resumptionToken=anything", "badResumptionToken", True),
     ],
 )
-async def test_errors(provider: RunningProvider, query: str, code: str, echo_attributes: bool) -> None:
+async def test_errors(
+    provider: RunningProvider, query: str, code: str, echo_attributes: bool
+) -> None:
     answer = await oai_raw(provider.oai, query)
     assert answer.status == 200
     assert answer.headers["Content-Type"].startswith("text/xml")
@@ -155,15 +163,22 @@ async def test_tokens_cannot_be_forged_or_reused_across_verbs(provider: RunningP
     other_verb = await oai_get(provider.oai, verb="ListRecords", resumptionToken=token)
     assert other_verb.errors() == ["badResumptionToken"]
     altered = token[:-2] + ("A" if token[-2] != "A" else "B") + token[-1]
-    assert (await oai_get(provider.oai, verb="ListIdentifiers", resumptionToken=altered)).errors() == [
-        "badResumptionToken"
-    ]
+    assert (
+        await oai_get(provider.oai, verb="ListIdentifiers", resumptionToken=altered)
+    ).errors() == ["badResumptionToken"]
     now = datetime.now(UTC)
     foreign = TokenCodec(b"another node's secret", lifetime=timedelta(hours=1)).encode(
         ListPosition(
-            verb="ListIdentifiers", metadata_prefix="iso19139", set_spec=None, from_=None,
-            until_exclusive=None, upper_bound=now, last_datestamp=now - timedelta(days=1),
-            last_identifier="a", cursor=100, complete_list_size=250,
+            verb="ListIdentifiers",
+            metadata_prefix="iso19139",
+            set_spec=None,
+            from_=None,
+            until_exclusive=None,
+            upper_bound=now,
+            last_datestamp=now - timedelta(days=1),
+            last_identifier="a",
+            cursor=100,
+            complete_list_size=250,
             expires=now + timedelta(hours=1),
         )
     )
@@ -190,7 +205,9 @@ async def test_list_stays_exact_while_records_change(provider: RunningProvider, 
         token = (answer.xpath("//oai:resumptionToken/text()") or [None])[0]
     assert len(seen) == len(set(seen)), "a record was listed twice"
     changed = set(await factories.catalogue(db)) - set(before)
-    assert not (changed & set(seen)), "records added after the list began must wait for the next list"
+    assert not (changed & set(seen)), (
+        "records added after the list began must wait for the next list"
+    )
     assert set(untouched) <= set(seen)
 
 
@@ -222,9 +239,11 @@ async def test_datestamps_are_arrival_times(provider: RunningProvider, db: Pool)
 async def test_deleted_records_and_set_departures(provider: RunningProvider, db: Pool) -> None:
     ids = sorted(await factories.catalogue(db))
     await factories.load_records(db, "shared01", [0], kind="shared")  # record 0 also in shared01
-    zero = [i for i in ids if i.endswith(".0")][0]
+    zero = next(i for i in ids if i.endswith(".0"))
     await factories.delete(db, OWN, ids[1:3])
-    got = await oai_get(provider.oai, verb="GetRecord", identifier=ids[1], metadataPrefix="iso19139")
+    got = await oai_get(
+        provider.oai, verb="GetRecord", identifier=ids[1], metadataPrefix="iso19139"
+    )
     check(got.body)
     assert got.xpath("//oai:header/@status") == ["deleted"]
     assert got.xpath("//oai:metadata") == []
@@ -241,7 +260,9 @@ async def test_deleted_records_and_set_departures(provider: RunningProvider, db:
 
 
 async def test_sets_select_their_records(provider: RunningProvider, db: Pool) -> None:
-    await factories.load_records(db, "WIS-GISC-OTHER", range(5000, 5007), centre="yy", kind="remote")
+    await factories.load_records(
+        db, "WIS-GISC-OTHER", range(5000, 5007), centre="yy", kind="remote"
+    )
     remote = await list_all(provider.oai, metadataPrefix="iso19139", set="WIS-GISC-OTHER")
     assert len(remote) == 7
     own = await list_all(provider.oai, metadataPrefix="iso19139", set=OWN)
@@ -251,11 +272,14 @@ async def test_sets_select_their_records(provider: RunningProvider, db: Pool) ->
 
 
 async def test_list_records_with_gzip(provider: RunningProvider) -> None:
-    async with aiohttp.ClientSession(auto_decompress=False) as session, session.get(
-        provider.oai,
-        params={"verb": "ListRecords", "metadataPrefix": "oai_dc"},
-        headers={"Accept-Encoding": "gzip"},
-    ) as response:
+    async with (
+        aiohttp.ClientSession(auto_decompress=False) as session,
+        session.get(
+            provider.oai,
+            params={"verb": "ListRecords", "metadataPrefix": "oai_dc"},
+            headers={"Accept-Encoding": "gzip"},
+        ) as response,
+    ):
         assert response.headers["Content-Encoding"] == "gzip"
         body = gzip.decompress(await response.read())
     check(body)
@@ -266,10 +290,11 @@ async def test_overload_gets_503_with_retry_after(db: Pool, database_url: str) -
     await factories.load_records(db, OWN, range(3000))
     async with running_provider(database_url, max_concurrent_lists=1, page_size=3000) as running:
         # a slow reader holds the only list slot: 3,000 records do not fit in socket buffers
-        reader, writer = await asyncio.open_connection("127.0.0.1", int(running.root.rsplit(":", 1)[1]))
+        reader, writer = await asyncio.open_connection(
+            "127.0.0.1", int(running.root.rsplit(":", 1)[1])
+        )
         writer.write(
-            b"GET /oai?verb=ListRecords&metadataPrefix=iso19139 HTTP/1.1\r\n"
-            b"Host: 127.0.0.1\r\n\r\n"
+            b"GET /oai?verb=ListRecords&metadataPrefix=iso19139 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
         )
         await writer.drain()
         await reader.readuntil(b"\r\n\r\n")

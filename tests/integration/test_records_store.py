@@ -26,12 +26,16 @@ async def setup_sets(db: asyncpg.Pool) -> None:
     await store.ensure_set(db, REMOTE, "remote", "remote")
 
 
-async def upsert(db: asyncpg.Pool, set_spec: str, *records: IncomingRecord, protected: str | None = None):
+async def upsert(
+    db: asyncpg.Pool, set_spec: str, *records: IncomingRecord, protected: str | None = None
+):
     async with db.acquire() as conn, conn.transaction():
         return await store.upsert_records(conn, set_spec, records, protected_set=protected)
 
 
-async def delete(db: asyncpg.Pool, set_spec: str, *ids: str, protected: str | None = None, remember=False):
+async def delete(
+    db: asyncpg.Pool, set_spec: str, *ids: str, protected: str | None = None, remember=False
+):
     async with db.acquire() as conn, conn.transaction():
         return await store.delete_records(
             conn, set_spec, ids, protected_set=protected, remember_unknown=remember
@@ -87,11 +91,18 @@ async def test_deletion_leaves_a_tombstone_in_the_set_and_catalogue(db: asyncpg.
     assert b and not b.deleted and b.set_specs == (REMOTE,)
     bound = datetime.now(UTC) + timedelta(seconds=1)
     own = await store.list_page(
-        db, set_spec=OWN, after=None, from_=None, until_exclusive=None, upper_bound=bound,
-        limit=10, with_xml=True,
+        db,
+        set_spec=OWN,
+        after=None,
+        from_=None,
+        until_exclusive=None,
+        upper_bound=bound,
+        limit=10,
+        with_xml=True,
     )
     assert [(r.identifier, r.deleted, r.xml is None) for r in own] == [
-        ("a", True, True), ("b", True, True)
+        ("a", True, True),
+        ("b", True, True),
     ]
     again = await delete(db, OWN, "a")
     assert again.outcomes == {"a": "unchanged"}
@@ -114,8 +125,14 @@ async def test_keyset_pages_cover_every_record_once(db: asyncpg.Pool) -> None:
     after = None
     while True:
         page = await store.list_page(
-            db, set_spec=None, after=after, from_=None, until_exclusive=None, upper_bound=bound,
-            limit=7, with_xml=False,
+            db,
+            set_spec=None,
+            after=after,
+            from_=None,
+            until_exclusive=None,
+            upper_bound=bound,
+            limit=7,
+            with_xml=False,
         )
         if not page:
             break
@@ -135,7 +152,9 @@ async def test_purge_drops_only_old_tombstones(db: asyncpg.Pool) -> None:
     await delete(db, OWN, "a")
     assert await store.purge_tombstones(db, timedelta(days=1)) == 0
     await db.execute("update records set datestamp = datestamp - interval '2 days' where deleted")
-    await db.execute("update set_members set datestamp = datestamp - interval '2 days' where deleted")
+    await db.execute(
+        "update set_members set datestamp = datestamp - interval '2 days' where deleted"
+    )
     assert await store.purge_tombstones(db, timedelta(days=1)) == 1
     assert await store.get_record(db, "a") is None
     assert await store.get_record(db, "b") is not None

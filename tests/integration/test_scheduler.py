@@ -9,15 +9,14 @@ from datetime import timedelta
 
 import pytest
 
+from services.harvester.scheduler import Scheduler
+from services.harvester.service import harvest_context
 from shared.db import links as link_store
 from shared.db import records as store
 from shared.db.pool import Pool
 from shared.linkspec import build_link
-from services.harvester.harvest import HarvestContext
-from services.harvester.scheduler import Scheduler
-from services.harvester.service import harvest_context
 from tests import factories
-from tests.integration.test_harvest_provider import sink_settings
+from tests.harvest_pair import sink_settings
 from tests.pg import clone_template, drop_database
 from tests.servers import RunningProvider, running_provider
 
@@ -26,7 +25,9 @@ LINKS = 120
 
 
 @pytest.fixture
-async def sink(db: Pool, database_url: str, template_ready: str) -> AsyncIterator[tuple[RunningProvider, str]]:
+async def sink(
+    db: Pool, database_url: str, template_ready: str
+) -> AsyncIterator[tuple[RunningProvider, str]]:
     await factories.load_records(db, SOURCE_SET, range(20))
     sink_url = await clone_template(template_ready)
     try:
@@ -39,19 +40,30 @@ async def sink(db: Pool, database_url: str, template_ready: str) -> AsyncIterato
 async def add_links(pool: Pool, provider: RunningProvider, count: int) -> None:
     await store.ensure_set(pool, SOURCE_SET, SOURCE_SET, "remote")
     for n in range(count):
-        await link_store.add_link(pool, build_link(
-            name=f"peer-{n:03d}", url=provider.oai, remote_set=SOURCE_SET, into=None,
-            own_set="WIS-GISC-SINK", window_slices=0,
-        ))
+        await link_store.add_link(
+            pool,
+            build_link(
+                name=f"peer-{n:03d}",
+                url=provider.oai,
+                remote_set=SOURCE_SET,
+                into=None,
+                own_set="WIS-GISC-SINK",
+                window_slices=0,
+            ),
+        )
 
 
 async def test_two_workers_share_120_links_and_run_each_once(
     sink: tuple[RunningProvider, str],
 ) -> None:
     provider, sink_url = sink
-    settings = sink_settings(sink_url, harvest_concurrency=16, harvest_per_host=8,
-                             harvest_poll_seconds=0.2)
-    async with harvest_context(settings, sink_url) as one, harvest_context(settings, sink_url) as two:
+    settings = sink_settings(
+        sink_url, harvest_concurrency=16, harvest_per_host=8, harvest_poll_seconds=0.2
+    )
+    async with (
+        harvest_context(settings, sink_url) as one,
+        harvest_context(settings, sink_url) as two,
+    ):
         await add_links(one.pool, provider, LINKS)
         workers = [
             Scheduler(dataclasses.replace(one, worker="worker-a")),
@@ -77,10 +89,12 @@ async def test_two_workers_share_120_links_and_run_each_once(
         by_worker = {w: sum(r["worker"] == w for r in runs) for w in ("worker-a", "worker-b")}
         assert by_worker["worker-a"] > 0 and by_worker["worker-b"] > 0, by_worker
         # every lease was released and the next run is about an hour away
-        assert await one.pool.fetchval("select count(*) from links where lease_owner is not null") == 0
-        assert await one.pool.fetchval(
-            "select min(next_run_at - now()) from links"
-        ) > timedelta(minutes=50)
+        assert (
+            await one.pool.fetchval("select count(*) from links where lease_owner is not null") == 0
+        )
+        assert await one.pool.fetchval("select min(next_run_at - now()) from links") > timedelta(
+            minutes=50
+        )
         assert await one.pool.fetchval("select count(*) from records where not deleted") == 20
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import re
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -460,6 +462,134 @@ def test_prefix_choice_counts() -> None:
     other_prefix = iso(file_id("a")).replace(b"gco:", b"c:").replace(b"xmlns:gco", b"xmlns:c")
     assert parse_record(other_prefix).identifier == "a"
     assert hash_of(iso(file_id("a"))) != hash_of(other_prefix)
+
+
+def c14n2_hash(root: etree._Element) -> bytes:
+    """The definition canonical_hash implements: SHA-256 of lxml's C14N 2.0 with strip_text."""
+    return hashlib.sha256(etree.canonicalize(root, strip_text=True).encode()).digest()
+
+
+def reserialised(data: bytes) -> str:
+    """The same record written differently: every element's attributes in reverse order, new
+    indentation, and each namespace declared on the elements that use it rather than on the root,
+    which declares an unused one instead."""
+    root = etree.fromstring(data, etree.XMLParser(remove_blank_text=True))
+    for element in root.iter(etree.Element):
+        attributes = list(element.attrib.items())
+        element.attrib.clear()
+        for name, value in reversed(attributes):
+            element.set(name, value)
+    etree.indent(root, space="\t   ")
+    text = etree.tostring(root, encoding="unicode")
+    uris = dict(re.findall(r' xmlns:(\w+)="([^"]*)"', text[: text.index(">")]))
+    text = re.sub(r' xmlns:\w+="[^"]*"', "", text)
+
+    def declare_used(match: re.Match[str]) -> str:
+        tag = match.group(1)
+        used = {tag.split(":", 1)[0]} | set(re.findall(r'\s(\w+):[\w.-]+="', tag))
+        declarations = "".join(f' xmlns:{p}="{uris[p]}"' for p in sorted(used, reverse=True))
+        return f"<{tag}{declarations}{match.group(2)}>"
+
+    text = re.sub(r"<(\w+:[^>]*?)(/?)>", declare_used, text)
+    return text.replace("<gmd:MD_Metadata ", '<gmd:MD_Metadata xmlns:unused="urn:unused" ', 1)
+
+
+@pytest.mark.parametrize("n", [0, 7, 42])
+def test_reserialised_record_hashes_the_same(n: int) -> None:
+    original = generate_record(n)
+    variant = reserialised(original)
+    root_tag = variant[: variant.index(">")]
+
+    # The variant really is written differently, and is still the same record.
+    assert "xmlns:gco" not in root_tag and "xmlns:unused" in root_tag
+    assert variant.count(f'xmlns:gco="{GCO}"') > 1
+    assert "\n\t   <gmd:" in variant
+    assert variant.index('codeListValue="') < variant.index('codeList="')
+    assert parse_record(variant).identifier == identifier_for(n)
+
+    assert hash_of(variant) == hash_of(original)
+    assert parse_record(variant).content_hash == parse_record(original).content_hash
+
+
+@pytest.mark.parametrize("n", [3, 8])
+def test_one_character_text_change_changes_the_hash(n: int) -> None:
+    original = generate_record(n).decode()
+    start = original.index("<gmd:abstract>")
+    start = original.index("<gco:CharacterString>", start) + len("<gco:CharacterString>")
+    middle = start + (original.index("</gco:CharacterString>", start) - start) // 2
+    replacement = "x" if original[middle] != "x" else "y"
+    edited = original[:middle] + replacement + original[middle + 1 :]
+
+    assert len(edited) == len(original) and edited != original
+    assert hash_of(edited) != hash_of(original)
+    # Padding the changed record is still no change to it.
+    padded = edited.replace("<gmd:abstract>", "<gmd:abstract>\n\n    ", 1)
+    assert hash_of(padded) == hash_of(edited)
+
+
+def test_hash_is_c14n2_for_generated_records_and_variants() -> None:
+    for n in range(0, 200, 9):
+        original = generate_record(n)
+        for data in (original, reserialised(original)):
+            root = parse_xml(data)
+            assert canonical_hash(root) == c14n2_hash(root)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        file_id(" a <!-- c --> b "),  # text on both sides of a comment is one run
+        file_id("&#13;a&#13;b&#13;"),  # carriage returns from references: trimmed at the ends
+        file_id("a") + '<gmd:x codeList="a &gt;  b" codeListValue=" &lt; "> v </gmd:x>',
+        file_id("a") + '<gmd:x codeList="&#9;&#10;&#13;"/>',
+        file_id(" \u00a0a\u3000"),  # whitespace beyond ASCII, as str.strip() sees it
+        file_id("a") + "<gmd:x>\n  <?pi  a > b < c ?>\n  t  <?other?></gmd:x>",
+        file_id("a") + '<gmd:x xml:space="preserve">  kept  <gmd:y> too </gmd:y></gmd:x>',
+        file_id("a") + '<gmd:x xml:space="preserve"><gmd:y xml:space="default"> t </gmd:y></gmd:x>',
+        file_id("a") + '<gmd:x xmlns="urn:d"><y xmlns=""> t </y><z/></gmd:x>',
+    ],
+)
+def test_hash_is_c14n2_in_corner_cases(body: str) -> None:
+    root = parse_xml(iso(body))
+    assert canonical_hash(root) == c14n2_hash(root)
+
+
+def test_corner_cases_of_trimming() -> None:
+    assert hash_of(iso(file_id(" a <!-- c --> b "))) == hash_of(iso(file_id("a  b")))
+    assert hash_of(iso(file_id("&#13;a&#13;"))) == hash_of(iso(file_id("a")))
+    assert hash_of(iso(file_id("a&#13;b"))) != hash_of(iso(file_id("ab")))
+    # ">" followed by whitespace inside an attribute value is not the end of a tag.
+    spaced = iso(file_id("a") + '<gmd:x codeList="a&gt; b"/>')
+    assert hash_of(spaced) != hash_of(iso(file_id("a") + '<gmd:x codeList="a&gt;b"/>'))
+    # xml:space="preserve" keeps padding in its scope.
+    kept = '<gmd:x xml:space="preserve">{}</gmd:x>'
+    assert hash_of(iso(file_id("a") + kept.format(" t "))) != hash_of(
+        iso(file_id("a") + kept.format("t"))
+    )
+
+
+def test_cdata_kept_by_the_parser_does_not_change_the_hash() -> None:
+    data = iso(file_id("<![CDATA[ a < b ]]>"))
+    kept = etree.fromstring(data, etree.XMLParser(strip_cdata=False))
+    assert b"CDATA" in etree.tostring(kept)
+    assert canonical_hash(kept) == hash_of(iso(file_id("a &lt; b")))
+
+
+def test_canonical_hash_leaves_the_element_untouched() -> None:
+    data = iso(file_id(" a ") + "<!-- c --><gmd:x>\n  <?pi d?>  </gmd:x>")
+    root = parse_xml(data)
+    before = etree.tostring(root)
+    canonical_hash(root)
+    assert etree.tostring(root) == before
+
+
+def test_canonical_hash_of_an_element_inside_a_page() -> None:
+    data = generate_record(42)
+    body = etree.tostring(etree.fromstring(data), encoding="unicode")
+    page = etree.fromstring(OAI_PAGE.format(record=body).encode(), safe_parser())
+    metadata = page.find(".//{http://www.openarchives.org/OAI/2.0/}metadata")
+    assert metadata is not None
+    assert canonical_hash(metadata[0]) == hash_of(data)
 
 
 def test_namespaces_map_is_usable_for_find() -> None:

@@ -1,0 +1,83 @@
+"""Two nodes in one test: a source node's provider on loopback and a sink node's harvester."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from services.harvester.harvest import HarvestContext, RunReport, harvest_link
+from services.harvester.service import harvest_context
+from shared.db import links as link_store
+from shared.db import records as store
+from shared.db.pool import Pool
+from shared.linkspec import build_link
+from shared.settings import Settings
+from tests.pg import clone_template, drop_database
+from tests.servers import RunningProvider, running_provider
+
+SOURCE_SET = "WIS-GISC-TEST"
+
+
+@dataclass
+class Pair:
+    source: Pool
+    provider: RunningProvider
+    sink: Pool
+    ctx: HarvestContext
+
+
+def sink_settings(url: str, **overrides: object) -> Settings:
+    values: dict[str, object] = {
+        "gisc_name": "SINK",
+        "database_url": url,
+        "settle_seconds": 0,
+        "harvest_max_retries": 1,
+        "mass_delete_min": 0,
+    }
+    values.update(overrides)
+    return Settings(_env_file=None, **values)  # type: ignore[call-arg, arg-type]
+
+
+@contextlib.asynccontextmanager
+async def open_pair(db: Pool, database_url: str, template_ready: str) -> AsyncIterator[Pair]:
+    sink_url = await clone_template(template_ready)
+    try:
+        async with (
+            running_provider(database_url) as provider,
+            harvest_context(sink_settings(sink_url), sink_url) as ctx,
+        ):
+            yield Pair(db, provider, ctx.pool, ctx)
+    finally:
+        await drop_database(template_ready, sink_url)
+
+
+async def add_link(pair: Pair, name: str = "test", **kwargs: object) -> link_store.Link:
+    new = build_link(
+        name=name,
+        url=pair.provider.oai,
+        remote_set=SOURCE_SET,
+        into=None,
+        own_set=pair.ctx.settings.own_set,
+        **kwargs,  # type: ignore[arg-type]
+    )
+    await store.ensure_set(pair.sink, new.local_set, new.local_set, "remote")
+    return await link_store.add_link(pair.sink, new)
+
+
+async def content(pool: Pool, set_spec: str) -> dict[str, tuple[bytes | None, bool]]:
+    rows = await pool.fetch(
+        "select r.identifier, r.content_hash, m.deleted from set_members m "
+        "join records r using (identifier) where m.set_spec = $1",
+        set_spec,
+    )
+    return {
+        r["identifier"]: (None if r["deleted"] else r["content_hash"], r["deleted"]) for r in rows
+    }
+
+
+async def run(pair: Pair, name: str = "test", **kwargs: Any) -> RunReport:
+    link = await link_store.get_link(pair.sink, name)
+    assert link is not None
+    return await harvest_link(pair.ctx, link, window=False, **kwargs)  # type: ignore[arg-type]

@@ -1,0 +1,17 @@
+"""Fixtures of the integration tests."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from shared.db.pool import Pool
+from tests.harvest_pair import Pair, open_pair
+
+
+@pytest.fixture
+async def pair(db: Pool, database_url: str, template_ready: str) -> AsyncIterator[Pair]:
+    """A source node's provider on loopback and a sink node's harvest context."""
+    async with open_pair(db, database_url, template_ready) as opened:
+        yield opened

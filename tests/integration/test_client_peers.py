@@ -1,0 +1,535 @@
+"""The harvester's OAI-PMH client against misbehaving peers.
+
+Each peer is a small real aiohttp server on 127.0.0.1 (an ephemeral port) serving the recorded
+responses of tests/data/oai/; nothing in the HTTP path is mocked or patched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import resource
+import socket
+import struct
+import time
+import zlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from email.utils import format_datetime
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+from multidict import MultiDict
+
+from services.harvester.client import (
+    BadResponse,
+    ClientSettings,
+    OAIClient,
+    PeerHTTPError,
+    PeerTimeout,
+    PeerUnreachable,
+    RepeatedResumptionToken,
+    ResponseTooLarge,
+    TooManyEmptyPages,
+)
+from shared.oaipmh import errors
+from shared.oaipmh.pages import HeaderItem, MalformedResponse, NotOAIResponse, RecordItem
+
+FIXTURES = Path(__file__).parent.parent / "data" / "oai"
+LOGGER = "wiscat.harvester.client"
+
+SETTINGS = ClientSettings(
+    connect_timeout=2.0,
+    read_timeout=2.0,
+    total_timeout=20.0,
+    max_retries=2,
+    backoff_base=0.01,
+    backoff_cap=0.05,
+    retry_after_cap=5.0,
+)
+
+
+def fixture(name: str) -> bytes:
+    return (FIXTURES / name).read_bytes()
+
+
+def xml(name_or_body: str | bytes, status: int = 200) -> web.Response:
+    body = fixture(name_or_body) if isinstance(name_or_body, str) else name_or_body
+    return web.Response(body=body, status=status, content_type="text/xml", charset="utf-8")
+
+
+@dataclass
+class Peer:
+    """A running fake peer: its OAI-PMH URL and what it received."""
+
+    url: str
+    queries: list[MultiDict[str]] = field(default_factory=list)
+    headers: list[dict[str, str]] = field(default_factory=list)
+    times: list[float] = field(default_factory=list)
+    release: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def count(self) -> int:
+        return len(self.queries)
+
+
+Handler = Callable[[web.Request, Peer], Awaitable[web.StreamResponse]]
+Serve = Callable[[Handler], Awaitable[Peer]]
+ClientFactory = Callable[..., OAIClient]
+
+
+@pytest.fixture
+async def serve() -> AsyncIterator[Serve]:
+    """Start a peer on 127.0.0.1 whose /oai answers with ``handler``."""
+    runners: list[tuple[web.AppRunner, Peer]] = []
+
+    async def start(handler: Handler) -> Peer:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.bind(("127.0.0.1", 0))
+        peer = Peer(f"http://127.0.0.1:{sock.getsockname()[1]}/oai")
+
+        async def endpoint(request: web.Request) -> web.StreamResponse:
+            peer.queries.append(MultiDict(request.query))
+            peer.headers.append(dict(request.headers))
+            peer.times.append(time.monotonic())
+            return await handler(request, peer)
+
+        app = web.Application()
+        app.router.add_get("/oai", endpoint)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        await web.SockSite(runner, sock).start()
+        runners.append((runner, peer))
+        return peer
+
+    yield start
+    for runner, peer in runners:
+        peer.release.set()  # let a hanging handler end
+        await runner.cleanup()
+
+
+@pytest.fixture
+async def client_for() -> AsyncIterator[ClientFactory]:
+    """An OAIClient over its own session, built from SETTINGS with overrides."""
+    sessions = []
+
+    def build(**overrides: object) -> OAIClient:
+        settings = replace(SETTINGS, **overrides)  # type: ignore[arg-type]
+        session = OAIClient.session(settings)
+        sessions.append(session)
+        return OAIClient(session, settings)
+
+    yield build
+    for session in sessions:
+        await session.close()
+
+
+@pytest.fixture
+async def client(client_for: ClientFactory) -> OAIClient:
+    return client_for()
+
+
+def identifier_of(item: HeaderItem | RecordItem) -> str:
+    return item.identifier if isinstance(item, HeaderItem) else item.header.identifier
+
+
+async def identifiers(client: OAIClient, url: str, from_: datetime | None = None) -> list[str]:
+    """Harvest a whole ListRecords list; the identifiers in arrival order."""
+    seen: list[str] = []
+    async for page in client.list_pages(url, "ListRecords", metadata_prefix="iso19139",
+                                        from_=from_):
+        seen.extend(identifier_of(item) for item in page.items())
+    return seen
+
+
+def two_pages(request: web.Request) -> web.Response:
+    if "resumptionToken" in request.query:
+        return xml("ListRecords-page2.xml")
+    return xml("ListRecords-page1.xml")
+
+
+# --- paging -----------------------------------------------------------------------------------
+
+
+async def test_a_list_is_followed_page_by_page(serve: Serve, client: OAIClient) -> None:
+    async def handler(request: web.Request, peer: Peer) -> web.Response:
+        return two_pages(request)
+
+    peer = await serve(handler)
+    requests_while_reading: list[int] = []
+    seen: list[str] = []
+    async for page in client.list_pages(peer.url, "ListRecords", metadata_prefix="iso19139",
+                                        set_spec="WIS-GISC-PEER"):
+        for item in page.items():
+            # page N is read to its end before page N+1 is asked for
+            requests_while_reading.append(peer.count)
+            seen.append(identifier_of(item))
+    assert seen == ["urn:x-wmo:md:int.wmo.wis::A", "urn:x-wmo:md:int.wmo.wis::B",
+                    "urn:x-wmo:md:int.wmo.wis::C"]
+    assert requests_while_reading == [1, 1, 2]
+    assert peer.queries[0] == MultiDict(verb="ListRecords", metadataPrefix="iso19139",
+                                        set="WIS-GISC-PEER")
+    # OAI-PMH 2.0 §3.5: resumptionToken is an exclusive argument
+    assert peer.queries[1] == MultiDict(verb="ListRecords", resumptionToken="page-2-token")
+    assert "gzip" in peer.headers[0].get("Accept-Encoding", "")
+
+
+async def test_gzip_responses_are_decompressed(serve: Serve, client: OAIClient) -> None:
+    async def handler(request: web.Request, peer: Peer) -> web.Response:
+        response = two_pages(request)
+        response.enable_compression()
+        return response
+
+    peer = await serve(handler)
+    assert len(await identifiers(client, peer.url)) == 3
+
+
+async def test_records_out_of_datestamp_order_are_all_delivered(
+    serve: Serve, client: OAIClient
+) -> None:
+    async def handler(request: web.Request, peer: Peer) -> web.Response:
+        return xml("ListRecords-out-of-order.xml")
+
+    peer = await serve(handler)
+    assert await identifiers(client, peer.url) == ["late", "early", "middle"]
+
+
+async def test_no_records_match_is_an_empty_complete_list(
+    serve: Serve, client: OAIClient
+) -> None:
+    async def handler(request: web.Request, peer: Peer) -> web.Response:
+        return xml("error-noRecordsMatch.xml")
+
+    peer = await serve(handler)
+    pages = 0
+    async for page in client.list_pages(peer.url, "ListRecords", metadata_prefix="iso19139"):
+        pages += 1
+        assert list(page.items()) == []
+        assert page.summary.resumption_token is None
+    assert pages == 1 and peer.count == 1
+
+
+async def test_a_token_that_expires_mid_list(serve: Serve, client: OAIClient) -> None:
+    async def handler(request: web.Request, peer: Peer) -> web.Response:
+        if "resumptionToken" in request.query:
+            return xml("error-badResumptionToken.xml")
+        return xml("ListRecords-page1.xml")
+
+    peer = await serve(handler)
+    seen: list[str] = []
+    completed_pages = 0
+    with pytest.raises(errors.BadResumptionToken):
+        async for page in client.list_pages(peer.url, "ListRecords", metadata_prefix="iso19139"):
+            seen.extend(identifier_of(item) for item in page.items())
+            completed_pages += 1
+    # the page before the failure was delivered whole
+    assert seen == ["urn:x-wmo:md:int.wmo.wis::A", "urn:x-wmo:md:int.wmo.wis::B"]
+    assert completed_pages == 1 and peer.count == 2
+
+
+async def test_a_repeated_token_stops_the_list(serve: Serve, client: OAIClient) -> None:
+    async def handler(request: web.Request, peer: Peer) -> web.Response:
+        return xml("ListRecords-page1.xml")  # always the same token: a paging loop
+
+    peer = await serve(handler)
+    with pytest.raises(RepeatedResumptionToken) as caught:
+        await identifiers(client, peer.url)
+    assert peer.count == 2
+    assert "page-2-token" in caught.value.reason
+
+
+async def test_too_many_empty_pages(serve: Serve, client_for: ClientFactory) -> None:
+    async def handler(request: web.Request, peer: Peer) -> web.Response:
+        return xml(
+            b'<?xml version="1.0" encoding="UTF-8"?>'
+            b'<OAI-PMH xmlns="http://www.openarchives.org/OAI/2.0/">'
+            b"<responseDate>2024-03-05T10:00:00Z</responseDate><request>x</request>"
+            b"<ListRecords><resumptionToken>t%d</resumptionToken></ListRecords></OAI-PMH>"
+            % peer.count
+        )
+
+    peer = await serve(handler)
+    with pytest.raises(TooManyEmptyPages):
+        await identifiers(client_for(max_empty_pages=2), peer.url)
+    assert peer.count == 3
+
+
+# --- granularity ------------------------------------------------------------------------------
+
+
+async def test_a_day_granularity_peer_is_asked_in_days(serve: Serve, client: OAIClient) -> None:
+    async def handler(request: web.Request, peer: Peer) -> web.Response:
+        if request.query["verb"] == "Identify":
+            return xml("Identify-day-granularity.xml")
+        return xml("ListIdentifiers-day-granularity.xml")
+
+    peer = await serve(handler)
+    info = await client.identify(peer.url)
+    assert info.day_granularity
+    headers: list[HeaderItem | RecordItem] = []
+    async for page in client.list_pages(
+        peer.url, "ListIdentifiers", metadata_prefix="iso19139",
+        from_=datetime(2024, 3, 1, 23, 59, 30, tzinfo=UTC),
+        until=datetime(2024, 3, 5, 6, 0, tzinfo=UTC),
+        day_granularity=info.day_granularity,
+    ):
+        headers.extend(page.items())
+    # from rounds down to its day, so nothing of 2024-03-01 is missed
+    assert peer.queries[1]["from"] == "2024-03-01"
+    assert peer.queries[1]["until"] == "2024-03-05"
+    assert [h.datestamp_parsed for h in headers if isinstance(h, HeaderItem)] == [
+        datetime(2024, 3, 4, tzinfo=UTC), datetime(2024, 3, 5, tzinfo=UTC),
+    ]
+
+
+async def test_a_seconds_peer_is_asked_in_seconds(serve: Serve, client: OAIClient) -> None:
+    async def handler(request: web.Request, peer: Peer) -> web.Response:
+        return xml("ListRecords-out-of-order.xml")
+
+    peer = await serve(handler)
+    await identifiers(client, peer.url, from_=datetime(2024, 3, 1, 23, 59, 30, 999_999, tzinfo=UTC))
+    assert peer.queries[0]["from"] == "2024-03-01T23:59:30Z"
+
+
+# --- retries ----------------------------------------------------------------------------------
+
+
+def unavailable_once(retry_after: Callable[[], str], then: str) -> Handler:
+    async def handler(request: web.Request, peer: Peer) -> web.Response:
+        if peer.count == 1:
+            return web.Response(status=503, text="overloaded",
+                                headers={"Retry-After": retry_after()})
+        return xml(then)
+
+    return handler
+
+
+async def test_503_retry_after_seconds(serve: Serve, client: OAIClient) -> None:
+    peer = await serve(unavailable_once(lambda: "1", "Identify.xml"))
+    info = await client.identify(peer.url)
+    assert info.repository_name == "GISC Peer"
+    assert peer.count == 2
+    assert 0.9 <= peer.times[1] - peer.times[0] < 1.8
+
+
+async def test_503_retry_after_http_date(serve: Serve, client: OAIClient) -> None:
+    def in_two_seconds() -> str:
+        return format_datetime(datetime.now(UTC) + timedelta(seconds=2), usegmt=True)
+
+    peer = await serve(unavailable_once(in_two_seconds, "Identify.xml"))
+    await client.identify(peer.url)
+    assert peer.count == 2
+    # an HTTP-date has whole seconds: the wait is between 1 and 2 s
+    assert 0.9 <= peer.times[1] - peer.times[0] < 2.6
+
+
+async def test_retry_after_is_capped(serve: Serve, client_for: ClientFactory) -> None:
+    peer = await serve(unavailable_once(lambda: "3600", "Identify.xml"))
+    await client_for(retry_after_cap=0.3).identify(peer.url)
+    assert 0.25 <= peer.times[1] - peer.times[0] < 1.5
+
+
+async def test_500_then_success_is_retried_and_logged(
+    serve: Serve, client: OAIClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def handler(request: web.Request, peer: Peer) -> web.Response:
+        if peer.count == 1:
+            return web.Response(status=500, text="Internal Server Error")
+        return xml("Identify.xml")
+
+    peer = await serve(handler)
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        await client.identify(peer.url)
+    assert peer.count == 2
+    retries = [r.getMessage() for r in caplog.records if r.name == LOGGER]
+    assert len(retries) == 1
+    assert peer.url in retries[0] and "attempt 1" in retries[0] and "500" in retries[0]
+
+
+async def test_404_is_not_retried(serve: Serve, client: OAIClient) -> None:
+    async def handler(request: web.Request, peer: Peer) -> web.Response:
+        return web.Response(status=404, text="Not Found")
+
+    peer = await serve(handler)
+    with pytest.raises(PeerHTTPError) as caught:
+        await client.identify(peer.url)
+    assert caught.value.status == 404 and "404" in caught.value.reason
+    assert peer.count == 1
+
+
+async def test_an_oai_error_sent_with_http_422(serve: Serve, client: OAIClient) -> None:
+    async def handler(request: web.Request, peer: Peer) -> web.Response:
+        return xml("error-cannotDisseminateFormat.xml", status=422)
+
+    peer = await serve(handler)
+    with pytest.raises(errors.CannotDisseminateFormat):
+        await identifiers(client, peer.url)
+    assert peer.count == 1
+
+
+async def test_a_peer_that_hangs_times_out(serve: Serve, client_for: ClientFactory) -> None:
+    async def handler(request: web.Request, peer: Peer) -> web.Response:
+        await peer.release.wait()
+        return web.Response(status=503)
+
+    peer = await serve(handler)
+    client = client_for(read_timeout=0.4, max_retries=1)
+    started = time.monotonic()
+    with pytest.raises(PeerTimeout) as caught:
+        await client.identify(peer.url)
+    elapsed = time.monotonic() - started
+    # two attempts of 0.4 s each, and a short backoff between them
+    assert 0.7 <= elapsed < 2.0
+    assert peer.count == 2
+    assert len(caught.value.reason) < 300
+
+
+async def test_an_unreachable_peer(client_for: ClientFactory) -> None:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()  # nothing listens there now
+    with pytest.raises(PeerUnreachable):
+        await client_for(max_retries=1).identify(f"http://127.0.0.1:{port}/oai")
+
+
+# --- bodies that are not usable ---------------------------------------------------------------
+
+
+async def fails_with(
+    serve: Serve, client: OAIClient, body: bytes, content_type: str = "text/xml"
+) -> BadResponse:
+    async def handler(request: web.Request, peer: Peer) -> web.Response:
+        return web.Response(body=body, content_type=content_type)
+
+    peer = await serve(handler)
+    with pytest.raises(BadResponse) as caught:
+        await identifiers(client, peer.url)
+    assert peer.count == 1  # a broken body is the peer's answer, not a transient failure
+    return caught.value
+
+
+async def test_an_html_page_with_status_200(serve: Serve, client: OAIClient) -> None:
+    failure = await fails_with(serve, client, fixture("not-oai-html-error.html"), "text/html")
+    assert isinstance(failure.__cause__, NotOAIResponse)
+    assert "HTML" in failure.reason
+
+
+async def test_truncated_xml(serve: Serve, client: OAIClient) -> None:
+    failure = await fails_with(serve, client, fixture("malformed-truncated.xml"))
+    assert isinstance(failure.__cause__, MalformedResponse)
+    assert "line 21" in failure.reason
+
+
+async def test_invalid_xml_characters(serve: Serve, client: OAIClient) -> None:
+    failure = await fails_with(serve, client, fixture("malformed-invalid-characters.xml"))
+    assert isinstance(failure.__cause__, MalformedResponse)
+    assert "invalid Char" in failure.reason
+
+
+async def test_billion_laughs_is_refused(serve: Serve, client: OAIClient) -> None:
+    started = time.monotonic()
+    failure = await fails_with(serve, client, fixture("malformed-billion-laughs.xml"))
+    assert isinstance(failure.__cause__, MalformedResponse)
+    assert time.monotonic() - started < 2
+    assert "lollol" not in failure.reason
+
+
+async def test_xxe_is_refused_and_its_target_never_read(
+    serve: Serve, client: OAIClient, tmp_path: Path
+) -> None:
+    target = tmp_path / "secret.txt"
+    target.write_text("TOP-SECRET-CONTENT")
+    os.utime(target, (0, time.time()))  # atime before mtime: any read moves it (relatime)
+    body = fixture("malformed-xxe.xml").replace(b"@TARGET@", str(target).encode())
+    failure = await fails_with(serve, client, body)
+    assert isinstance(failure.__cause__, MalformedResponse)
+    assert "TOP-SECRET" not in failure.reason and "TOP-SECRET" not in repr(failure.__cause__)
+    untouched = os.stat(target).st_atime == 0
+    target.read_text()
+    if os.stat(target).st_atime != 0:  # atime is tracked on this filesystem: it proves no read
+        assert untouched, "the XXE target was read"
+
+
+# --- gzip bomb --------------------------------------------------------------------------------
+
+BOMB_PREFIX = (
+    b'<?xml version="1.0" encoding="UTF-8"?>'
+    b'<OAI-PMH xmlns="http://www.openarchives.org/OAI/2.0/">'
+    b"<responseDate>2024-03-05T10:00:00Z</responseDate><request>x</request><ListRecords>"
+)
+BOMB_SUFFIX = b"</ListRecords></OAI-PMH>"
+
+
+def gzip_bomb(megabytes: int) -> Iterator[bytes]:
+    """A gzip stream of BOMB_PREFIX, ``megabytes`` MiB of spaces and BOMB_SUFFIX, made lazily.
+
+    After a full flush a deflate stream needs no history, so one compressed megabyte of spaces
+    (about 1 KiB) stands for every megabyte: the bomb costs no CPU to build.
+    """
+    spaces = b" " * (1 << 20)
+    compressor = zlib.compressobj(9, zlib.DEFLATED, 31)  # gzip container
+    yield compressor.compress(BOMB_PREFIX) + compressor.flush(zlib.Z_FULL_FLUSH)
+    block = compressor.compress(spaces) + compressor.flush(zlib.Z_FULL_FLUSH)
+    for _ in range(megabytes):
+        yield block
+    tail = zlib.compressobj(9, zlib.DEFLATED, -15)  # raw deflate: the final block
+    yield tail.compress(BOMB_SUFFIX) + tail.flush()
+    crc = zlib.crc32(BOMB_PREFIX)
+    for _ in range(megabytes):
+        crc = zlib.crc32(spaces, crc)
+    crc = zlib.crc32(BOMB_SUFFIX, crc)
+    size = len(BOMB_PREFIX) + megabytes * len(spaces) + len(BOMB_SUFFIX)
+    yield struct.pack("<II", crc, size & 0xFFFFFFFF)
+
+
+def test_the_bomb_is_an_honest_gzip_stream() -> None:
+    import gzip
+
+    assert gzip.decompress(b"".join(gzip_bomb(3))) == BOMB_PREFIX + b" " * (3 << 20) + BOMB_SUFFIX
+
+
+async def test_a_gzip_bomb_is_stopped_at_the_cap(
+    serve: Serve, client_for: ClientFactory
+) -> None:
+    async def handler(request: web.Request, peer: Peer) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/xml",
+                                               "Content-Encoding": "gzip"})
+        await response.prepare(request)
+        try:
+            for piece in gzip_bomb(1024):  # 1 GiB once decompressed, about 1 MiB on the wire
+                await response.write(piece)
+            await response.write_eof()
+        except (ConnectionResetError, ConnectionError):
+            pass  # the client hung up, as it should
+        return response
+
+    peer = await serve(handler)
+    client = client_for(max_decompressed_bytes=8 * 1024 * 1024)
+    peak_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    started = time.monotonic()
+    with pytest.raises(ResponseTooLarge) as caught:
+        await identifiers(client, peer.url)
+    assert time.monotonic() - started < 5
+    assert peer.count == 1
+    assert str(8 * 1024 * 1024) in caught.value.reason
+    grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak_before
+    assert grown < 100 * 1024, f"peak memory grew by {grown} KiB"
+
+
+# --- GetRecord --------------------------------------------------------------------------------
+
+
+async def test_get_record(serve: Serve, client: OAIClient) -> None:
+    async def handler(request: web.Request, peer: Peer) -> web.Response:
+        return xml("GetRecord.xml")
+
+    peer = await serve(handler)
+    item = await client.get_record(peer.url, "urn:x-wmo:md:int.wmo.wis::A", "iso19139")
+    assert item.header.identifier == "urn:x-wmo:md:int.wmo.wis::A"
+    assert item.metadata is not None
+    assert peer.queries[0] == MultiDict(verb="GetRecord", identifier="urn:x-wmo:md:int.wmo.wis::A",
+                                        metadataPrefix="iso19139")
