@@ -46,7 +46,7 @@ class Settings(BaseSettings):
     harvest_poll_seconds: float = Field(default=2.0, gt=0)
     harvest_timeout_seconds: float = Field(default=120, gt=0, description="per response")
     harvest_max_retries: int = Field(default=5, ge=0)
-    harvest_max_page_bytes: int = Field(default=256 * 1024 * 1024, gt=0)
+    harvest_max_page_bytes: int = Field(default=64 * 1024 * 1024, gt=0)
     mass_delete_share: float = Field(default=0.10, ge=0, le=1)
     mass_delete_min: int = Field(default=50, ge=0)
     log_level: str = "INFO"
