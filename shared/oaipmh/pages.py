@@ -104,9 +104,42 @@ class IdentifyInfo:
         return self.granularity == "YYYY-MM-DD"
 
 
+# Only envelope elements produce events: the payload's own elements (often ~100 a record) never
+# reach Python while a page is read.
+_EVENT_TAGS = [
+    _Q + name
+    for name in (
+        "OAI-PMH",
+        "responseDate",
+        "error",
+        "header",
+        "record",
+        "resumptionToken",
+        "Identify",
+        "ListMetadataFormats",
+        "ListSets",
+        "GetRecord",
+        "ListIdentifiers",
+        "ListRecords",
+    )
+]
+_VERB_TAGS = {
+    _Q + name
+    for name in (
+        "Identify",
+        "ListMetadataFormats",
+        "ListSets",
+        "GetRecord",
+        "ListIdentifiers",
+        "ListRecords",
+    )
+}
+
+
 def _parser() -> etree.XMLPullParser:
     return etree.XMLPullParser(
         events=("start", "end"),
+        tag=_EVENT_TAGS,
         resolve_entities=False,
         no_network=True,
         load_dtd=False,
@@ -126,8 +159,13 @@ def has_doctype(body: bytes) -> bool:
     """
     head = body[:65536]
     match = _PROLOG_END.search(head)
-    prolog = head[: match.start()] if match else head
-    return b"<!DOCTYPE" in prolog.upper() or b"<!ENTITY" in prolog.upper()
+    prolog = (head[: match.start()] if match else head).upper()
+    return b"<!DOCTYPE" in prolog or b"<!ENTITY" in prolog
+
+
+def _events(parser: etree.XMLPullParser) -> list[tuple[str, etree._Element]]:
+    # start/end events always carry elements (the stubs allow for other event kinds)
+    return cast(list[tuple[str, etree._Element]], list(parser.read_events()))
 
 
 def looks_like_html(body: bytes) -> bool:
@@ -166,30 +204,27 @@ class PageReader:
         if has_doctype(self.body):
             raise MalformedResponse("the response carries a DOCTYPE, which is refused")
         parser = _parser()
-        depth = 0
         root_checked = False
         in_record = False
         for start in range(0, len(self.body), _CHUNK):
             try:
                 parser.feed(self.body[start : start + _CHUNK])
-                events = list(parser.read_events())
+                events = _events(parser)
             except etree.XMLSyntaxError as exc:
                 raise MalformedResponse(f"not well-formed XML: {exc}") from exc
-            for event, node in events:
-                element = cast(etree._Element, node)
+            for event, element in events:
+                tag = element.tag
                 if event == "start":
-                    depth += 1
                     if not root_checked:
                         root_checked = True
                         self._check_root(element)
-                    elif depth == 2 and element.tag.startswith(_Q):
-                        self.summary.verb = element.tag[len(_Q) :]
-                    if element.tag == _Q + "record":
+                    elif tag in _VERB_TAGS:
+                        self.summary.verb = tag[len(_Q) :]
+                    elif tag == _Q + "record":
                         in_record = True
                     continue
-                depth -= 1
-                item = self._end(element, depth, in_record)
-                if element.tag == _Q + "record":
+                item = self._end(element, in_record)
+                if tag == _Q + "record":
                     in_record = False
                 if item is not None:
                     self.items_seen += 1
@@ -201,11 +236,11 @@ class PageReader:
                         while element.getprevious() is not None:
                             del parent[0]
         try:
-            parser.close()
+            root = parser.close()
         except etree.XMLSyntaxError as exc:
             raise MalformedResponse(f"not well-formed XML: {exc}") from exc
         if not root_checked:
-            raise NotOAIResponse("the response has no XML root element")
+            raise NotOAIResponse(f"the root element is {root.tag}, not OAI-PMH")
         if self.summary.errors:
             raise self.summary.errors[0]
 
@@ -216,9 +251,7 @@ class PageReader:
         if root.tag != _Q + "OAI-PMH":
             raise NotOAIResponse(f"the root element is {root.tag}, not OAI-PMH")
 
-    def _end(
-        self, element: etree._Element, depth: int, in_record: bool
-    ) -> HeaderItem | RecordItem | None:
+    def _end(self, element: etree._Element, in_record: bool) -> HeaderItem | RecordItem | None:
         tag = element.tag
         if tag == _Q + "header" and not in_record:
             return _header(element)
