@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
@@ -256,36 +257,51 @@ async def _harvest(
     greatest: datetime | None = None
     deletions: list[str] = []
     by_identifiers = link.strategy == "ListIdentifiers"
-    async for page in ctx.client.list_pages(
-        link.base_url,
-        "ListIdentifiers" if by_identifiers else "ListRecords",
-        metadata_prefix=link.metadata_prefix,
-        set_spec=link.remote_set,
-        from_=report.from_,
-        until=report.until,
-        day_granularity=identify.day_granularity,
-    ):
-        report.pages += 1
-        sorter = _PageSorter()
-        wanted: list[HeaderItem] = []
-        for item in page.items():
-            header = item.header if isinstance(item, RecordItem) else item
-            stamp = header.datestamp_parsed
-            greatest = stamp if greatest is None or stamp > greatest else greatest
-            if header.deleted:
-                deletions.append(header.identifier)
-            elif isinstance(item, RecordItem):
-                sorter.take(header, item.metadata)
-            else:
-                wanted.append(header)
-        if wanted:
-            await _get_records(ctx, link, wanted, sorter)
-        if first_response is None:
-            first_response = page.summary.response_date
-        report.bytes += page.bytes
-        await _store_page(
-            ctx, link, report, sorter.batch, sorter.quarantined, protected, page.bytes
-        )
+    # One page's write runs in PostgreSQL while the next page is fetched and parsed here; at
+    # most one write is in flight, and the pages commit in order.
+    writing: asyncio.Task[None] | None = None
+    try:
+        async for page in ctx.client.list_pages(
+            link.base_url,
+            "ListIdentifiers" if by_identifiers else "ListRecords",
+            metadata_prefix=link.metadata_prefix,
+            set_spec=link.remote_set,
+            from_=report.from_,
+            until=report.until,
+            day_granularity=identify.day_granularity,
+        ):
+            sorter = _PageSorter()
+            wanted: list[HeaderItem] = []
+            for item in page.items():
+                header = item.header if isinstance(item, RecordItem) else item
+                stamp = header.datestamp_parsed
+                greatest = stamp if greatest is None or stamp > greatest else greatest
+                if header.deleted:
+                    deletions.append(header.identifier)
+                elif isinstance(item, RecordItem):
+                    sorter.take(header, item.metadata)
+                else:
+                    wanted.append(header)
+            if wanted:
+                await _get_records(ctx, link, wanted, sorter)
+            if first_response is None:
+                first_response = page.summary.response_date
+            if writing is not None:
+                await writing
+            report.pages += 1
+            report.bytes += page.bytes
+            writing = asyncio.create_task(
+                _store_page(
+                    ctx, link, report, sorter.batch, sorter.quarantined, protected, page.bytes
+                )
+            )
+        if writing is not None:
+            await writing
+    finally:
+        if writing is not None and not writing.done():
+            writing.cancel()
+            with contextlib.suppress(BaseException):
+                await writing
     await _complete(
         ctx,
         link,
