@@ -309,3 +309,25 @@ async def test_overload_gets_503_with_retry_after(db: Pool, database_url: str) -
                 break
             await asyncio.sleep(0.1)
         assert answer.status == 200
+
+
+async def test_clients_that_go_away_do_not_leak_list_slots(db: Pool, database_url: str) -> None:
+    await factories.load_records(db, OWN, range(600))
+    async with running_provider(database_url, max_concurrent_lists=2, page_size=500) as running:
+        port = int(running.root.rsplit(":", 1)[1])
+        for _ in range(6):  # more than the slots: each must be given back
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(
+                b"GET /oai?verb=ListRecords&metadataPrefix=iso19139 HTTP/1.1\r\n"
+                b"Host: 127.0.0.1\r\n\r\n"
+            )
+            await writer.drain()
+            await reader.readuntil(b"\r\n\r\n")
+            writer.close()  # gone before reading the body
+            await writer.wait_closed()
+        for _ in range(50):
+            answer = await oai_get(running.oai, verb="ListIdentifiers", metadataPrefix="iso19139")
+            if answer.status == 200:
+                break
+            await asyncio.sleep(0.1)
+        assert answer.status == 200
