@@ -22,6 +22,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from datetime import datetime
+from typing import Any
 
 from lxml import etree
 
@@ -52,8 +53,9 @@ XSI_NS = "http://www.w3.org/2001/XMLSchema-instance"
 SCHEMA_LOCATION = f"{OAI_NS} http://www.openarchives.org/OAI/2.0/OAI-PMH.xsd"
 DELETED_RECORD_POLICIES = ("no", "transient", "persistent")
 _Q = "{" + OAI_NS + "}"
-_NSMAP: dict[str | None, str] = {None: OAI_NS}
-_ROOT_NSMAP: dict[str | None, str] = {None: OAI_NS, "xsi": XSI_NS}
+# lxml takes None as the key of the default namespace; its type stubs do not say so.
+_NSMAP: Any = {None: OAI_NS}
+_ROOT_NSMAP: Any = {None: OAI_NS, "xsi": XSI_NS}
 
 # XML 1.0 §2.2: characters outside these ranges cannot appear in a document at all.
 _NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")

@@ -173,8 +173,8 @@ async def test_a_broken_peer_fails_its_own_run_with_a_stored_reason(pair: Pair) 
 
 
 async def test_credentials_in_a_peer_url_are_never_stored(pair: Pair) -> None:
-    from shared.linkspec import build_link
     from services.harvester.harvest import harvest_link
+    from shared.linkspec import build_link
 
     await link_store.add_link(pair.sink, build_link(
         name="secret", url="http://user:s3cret@127.0.0.1:9/oai", remote_set=SOURCE_SET,
