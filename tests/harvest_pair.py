@@ -58,7 +58,7 @@ async def add_link(pair: Pair, name: str = "test", **kwargs: object) -> link_sto
         name=name,
         url=pair.provider.oai,
         remote_set=SOURCE_SET,
-        into=None,
+        into=kwargs.pop("into", None),
         own_set=pair.ctx.settings.own_set,
         **kwargs,  # type: ignore[arg-type]
     )

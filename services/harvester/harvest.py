@@ -297,11 +297,18 @@ async def _harvest(
             )
         if writing is not None:
             await writing
-    finally:
-        if writing is not None and not writing.done():
+    except asyncio.CancelledError:
+        if writing is not None:
             writing.cancel()
             with contextlib.suppress(BaseException):
                 await writing
+        raise
+    except BaseException:
+        # Invariant 3: a failure on page N+1 keeps page N, whose write is already under way.
+        if writing is not None:
+            with contextlib.suppress(Exception):
+                await writing
+        raise
     await _complete(
         ctx,
         link,

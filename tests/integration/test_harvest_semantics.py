@@ -4,8 +4,8 @@ mark, the rolling window, quarantine, and a broken peer that fails only its own 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
-from datetime import UTC, datetime
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime, timedelta
 
 from aiohttp import web
 
@@ -13,6 +13,7 @@ from shared.db import links as link_store
 from shared.generator import generate_record
 from shared.iso19139 import parse_record
 from shared.oaipmh import render
+from shared.oaipmh.errors import BadResumptionToken
 from tests import factories
 from tests.harvest_pair import SOURCE_SET, Pair, add_link, content, run
 
@@ -61,8 +62,13 @@ async def test_rolling_window_restores_a_lost_record(pair: Pair) -> None:
 
 
 @contextlib.asynccontextmanager
-async def serving(body: bytes, content_type: str = "text/xml") -> AsyncIterator[str]:
-    """A peer that answers Identify properly and every list request with ``body``."""
+async def serving(
+    body: bytes,
+    content_type: str = "text/xml",
+    pages: Callable[[web.Request], Awaitable[bytes]] | None = None,
+) -> AsyncIterator[str]:
+    """A peer that answers Identify properly and every list request with ``body`` (or with
+    what ``pages`` makes of the request)."""
     now = datetime.now(UTC)
 
     async def handler(request: web.Request) -> web.Response:
@@ -80,7 +86,8 @@ async def serving(body: bytes, content_type: str = "text/xml") -> AsyncIterator[
                 + render.response_end("Identify")
             )
             return web.Response(body=document, content_type="text/xml")
-        return web.Response(body=body, content_type=content_type)
+        answer = await pages(request) if pages else body
+        return web.Response(body=answer, content_type=content_type)
 
     app = web.Application()
     app.router.add_get("/oai", handler)
@@ -176,10 +183,17 @@ async def test_credentials_in_a_peer_url_are_never_stored(pair: Pair) -> None:
     from services.harvester.harvest import harvest_link
     from shared.linkspec import build_link
 
-    await link_store.add_link(pair.sink, build_link(
-        name="secret", url="http://user:s3cret@127.0.0.1:9/oai", remote_set=SOURCE_SET,
-        into=None, own_set="WIS-GISC-SINK", window_slices=0,
-    ))
+    await link_store.add_link(
+        pair.sink,
+        build_link(
+            name="secret",
+            url="http://user:s3cret@127.0.0.1:9/oai",
+            remote_set=SOURCE_SET,
+            into=None,
+            own_set="WIS-GISC-SINK",
+            window_slices=0,
+        ),
+    )
     link = await link_store.get_link(pair.sink, "secret")
     assert link is not None
     report = await harvest_link(pair.ctx, link, window=False)
@@ -188,3 +202,72 @@ async def test_credentials_in_a_peer_url_are_never_stored(pair: Pair) -> None:
     runs = await link_store.recent_runs(pair.sink, "secret")
     assert stored is not None and "127.0.0.1:9" in (stored.last_error or "")
     assert "s3cret" not in (stored.last_error or "") and "s3cret" not in str(runs)
+
+
+async def test_incremental_asks_from_the_high_water_mark_minus_overlap(pair: Pair) -> None:
+    await factories.load_records(pair.source, SOURCE_SET, range(5))
+    await add_link(pair, overlap=timedelta(hours=1))
+    await run(pair)
+    link = await link_store.get_link(pair.sink, "test")
+    assert link is not None and link.high_water_mark is not None
+    second = await run(pair)
+    assert second.mode == "incremental"
+    assert second.from_ == link.high_water_mark - timedelta(hours=1)
+    stored = await pair.sink.fetchval(
+        "select from_date from harvest_runs where id = $1", second.run_id
+    )
+    assert stored == second.from_
+
+
+async def test_full_reharvest_when_its_interval_has_passed(pair: Pair) -> None:
+    await factories.load_records(pair.source, SOURCE_SET, range(5))
+    await add_link(pair, full_every=timedelta(days=7))
+    assert (await run(pair)).mode == "full"
+    assert (await run(pair)).mode == "incremental"
+    await pair.sink.execute("update links set last_full_at = now() - interval '8 days'")
+    full = await run(pair)
+    assert full.mode == "full" and full.from_ is None and full.counts["unchanged"] == 5
+
+
+async def test_an_area_link_changes_the_own_set(pair: Pair) -> None:
+    own = pair.ctx.settings.own_set
+    await factories.load_records(pair.sink, own, [3], centre="xx")  # the sink's own copy
+    await factories.load_records(pair.source, SOURCE_SET, range(5), version=1)
+    await add_link(pair, into=own)  # a DCPC of the sink's area, into the own set
+    report = await run(pair)
+    assert report.status == "ok" and report.counts["updated"] == 1 and report.counts["added"] == 4
+    assert report.counts["refused"] == 0
+    assert (
+        await pair.sink.fetchval(
+            "select count(*) from set_members where set_spec = $1 and not deleted", own
+        )
+        == 5
+    )
+
+
+async def test_failure_mid_list_keeps_committed_pages_and_the_old_mark(pair: Pair) -> None:
+    now = datetime.now(UTC)
+    good = [parse_record(generate_record(n, centre="mid")) for n in range(4)]
+    first_page = (
+        render.response_start(now, "http://peer/oai", {"verb": "ListRecords"}, "ListRecords")
+        + b"".join(render.record(r.identifier, now, [], False, r.xml) for r in good)
+        + render.resumption_token("page-2", cursor=0, complete_list_size=8, expiration=None)
+        + render.response_end("ListRecords")
+    )
+    expired = render.render_error(now, "http://peer/oai", None, [BadResumptionToken("expired")])
+
+    async def pages(request: web.Request) -> bytes:
+        return expired if request.query.get("resumptionToken") else first_page
+
+    async with serving(first_page, pages=pages) as url:
+        await link_store.add_link(pair.sink, _link("midway", url))
+        link = await link_store.get_link(pair.sink, "midway")
+        from services.harvester.harvest import harvest_link
+
+        report = await harvest_link(pair.ctx, link, window=False)  # type: ignore[arg-type]
+    assert report.status == "failed" and report.error_kind == "badResumptionToken"
+    assert report.pages == 1 and report.counts["added"] == 4
+    stored = await link_store.get_link(pair.sink, "midway")
+    assert stored is not None and stored.high_water_mark is None
+    assert "badResumptionToken" in (stored.last_error or "")
+    assert await pair.sink.fetchval("select count(*) from records") == 4
