@@ -43,7 +43,7 @@ log = logging.getLogger("wiscat.provider")
 router = APIRouter()
 
 XML_TYPE = "text/xml; charset=utf-8"
-CHUNK = 256 * 1024
+CHUNK = 2 * 1024 * 1024
 
 # prefix -> (schema, namespace); iso19139 is the stored record as is (WIS guidelines, seed 002),
 # oai_dc is the crosswalk every repository must offer (OAI-PMH 2.0 §3.4).
