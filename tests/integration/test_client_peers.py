@@ -139,8 +139,9 @@ def identifier_of(item: HeaderItem | RecordItem) -> str:
 async def identifiers(client: OAIClient, url: str, from_: datetime | None = None) -> list[str]:
     """Harvest a whole ListRecords list; the identifiers in arrival order."""
     seen: list[str] = []
-    async for page in client.list_pages(url, "ListRecords", metadata_prefix="iso19139",
-                                        from_=from_):
+    async for page in client.list_pages(
+        url, "ListRecords", metadata_prefix="iso19139", from_=from_
+    ):
         seen.extend(identifier_of(item) for item in page.items())
     return seen
 
@@ -161,17 +162,22 @@ async def test_a_list_is_followed_page_by_page(serve: Serve, client: OAIClient) 
     peer = await serve(handler)
     requests_while_reading: list[int] = []
     seen: list[str] = []
-    async for page in client.list_pages(peer.url, "ListRecords", metadata_prefix="iso19139",
-                                        set_spec="WIS-GISC-PEER"):
+    async for page in client.list_pages(
+        peer.url, "ListRecords", metadata_prefix="iso19139", set_spec="WIS-GISC-PEER"
+    ):
         for item in page.items():
             # page N is read to its end before page N+1 is asked for
             requests_while_reading.append(peer.count)
             seen.append(identifier_of(item))
-    assert seen == ["urn:x-wmo:md:int.wmo.wis::A", "urn:x-wmo:md:int.wmo.wis::B",
-                    "urn:x-wmo:md:int.wmo.wis::C"]
+    assert seen == [
+        "urn:x-wmo:md:int.wmo.wis::A",
+        "urn:x-wmo:md:int.wmo.wis::B",
+        "urn:x-wmo:md:int.wmo.wis::C",
+    ]
     assert requests_while_reading == [1, 1, 2]
-    assert peer.queries[0] == MultiDict(verb="ListRecords", metadataPrefix="iso19139",
-                                        set="WIS-GISC-PEER")
+    assert peer.queries[0] == MultiDict(
+        verb="ListRecords", metadataPrefix="iso19139", set="WIS-GISC-PEER"
+    )
     # OAI-PMH 2.0 §3.5: resumptionToken is an exclusive argument
     assert peer.queries[1] == MultiDict(verb="ListRecords", resumptionToken="page-2-token")
     assert "gzip" in peer.headers[0].get("Accept-Encoding", "")
@@ -197,9 +203,7 @@ async def test_records_out_of_datestamp_order_are_all_delivered(
     assert await identifiers(client, peer.url) == ["late", "early", "middle"]
 
 
-async def test_no_records_match_is_an_empty_complete_list(
-    serve: Serve, client: OAIClient
-) -> None:
+async def test_no_records_match_is_an_empty_complete_list(serve: Serve, client: OAIClient) -> None:
     async def handler(request: web.Request, peer: Peer) -> web.Response:
         return xml("error-noRecordsMatch.xml")
 
@@ -271,7 +275,9 @@ async def test_a_day_granularity_peer_is_asked_in_days(serve: Serve, client: OAI
     assert info.day_granularity
     headers: list[HeaderItem | RecordItem] = []
     async for page in client.list_pages(
-        peer.url, "ListIdentifiers", metadata_prefix="iso19139",
+        peer.url,
+        "ListIdentifiers",
+        metadata_prefix="iso19139",
         from_=datetime(2024, 3, 1, 23, 59, 30, tzinfo=UTC),
         until=datetime(2024, 3, 5, 6, 0, tzinfo=UTC),
         day_granularity=info.day_granularity,
@@ -281,7 +287,8 @@ async def test_a_day_granularity_peer_is_asked_in_days(serve: Serve, client: OAI
     assert peer.queries[1]["from"] == "2024-03-01"
     assert peer.queries[1]["until"] == "2024-03-05"
     assert [h.datestamp_parsed for h in headers if isinstance(h, HeaderItem)] == [
-        datetime(2024, 3, 4, tzinfo=UTC), datetime(2024, 3, 5, tzinfo=UTC),
+        datetime(2024, 3, 4, tzinfo=UTC),
+        datetime(2024, 3, 5, tzinfo=UTC),
     ]
 
 
@@ -300,8 +307,9 @@ async def test_a_seconds_peer_is_asked_in_seconds(serve: Serve, client: OAIClien
 def unavailable_once(retry_after: Callable[[], str], then: str) -> Handler:
     async def handler(request: web.Request, peer: Peer) -> web.Response:
         if peer.count == 1:
-            return web.Response(status=503, text="overloaded",
-                                headers={"Retry-After": retry_after()})
+            return web.Response(
+                status=503, text="overloaded", headers={"Retry-After": retry_after()}
+            )
         return xml(then)
 
     return handler
@@ -492,12 +500,11 @@ def test_the_bomb_is_an_honest_gzip_stream() -> None:
     assert gzip.decompress(b"".join(gzip_bomb(3))) == BOMB_PREFIX + b" " * (3 << 20) + BOMB_SUFFIX
 
 
-async def test_a_gzip_bomb_is_stopped_at_the_cap(
-    serve: Serve, client_for: ClientFactory
-) -> None:
+async def test_a_gzip_bomb_is_stopped_at_the_cap(serve: Serve, client_for: ClientFactory) -> None:
     async def handler(request: web.Request, peer: Peer) -> web.StreamResponse:
-        response = web.StreamResponse(headers={"Content-Type": "text/xml",
-                                               "Content-Encoding": "gzip"})
+        response = web.StreamResponse(
+            headers={"Content-Type": "text/xml", "Content-Encoding": "gzip"}
+        )
         await response.prepare(request)
         try:
             for piece in gzip_bomb(1024):  # 1 GiB once decompressed, about 1 MiB on the wire
@@ -531,5 +538,6 @@ async def test_get_record(serve: Serve, client: OAIClient) -> None:
     item = await client.get_record(peer.url, "urn:x-wmo:md:int.wmo.wis::A", "iso19139")
     assert item.header.identifier == "urn:x-wmo:md:int.wmo.wis::A"
     assert item.metadata is not None
-    assert peer.queries[0] == MultiDict(verb="GetRecord", identifier="urn:x-wmo:md:int.wmo.wis::A",
-                                        metadataPrefix="iso19139")
+    assert peer.queries[0] == MultiDict(
+        verb="GetRecord", identifier="urn:x-wmo:md:int.wmo.wis::A", metadataPrefix="iso19139"
+    )

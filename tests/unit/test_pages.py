@@ -77,7 +77,9 @@ def test_last_page_has_an_empty_token() -> None:
 def test_records_out_of_datestamp_order_are_all_delivered_in_document_order() -> None:
     items, _ = read_all(fixture("ListRecords-out-of-order.xml"))
     assert [i.header.identifier for i in items if isinstance(i, RecordItem)] == [
-        "late", "early", "middle",
+        "late",
+        "early",
+        "middle",
     ]
 
 
@@ -86,7 +88,8 @@ def test_list_identifiers_with_day_datestamps() -> None:
     assert all(isinstance(item, HeaderItem) for item in items)
     headers = [item for item in items if isinstance(item, HeaderItem)]
     assert [h.identifier for h in headers] == [
-        "urn:x-wmo:md:int.wmo.wis::D", "urn:x-wmo:md:int.wmo.wis::E",
+        "urn:x-wmo:md:int.wmo.wis::D",
+        "urn:x-wmo:md:int.wmo.wis::E",
     ]
     assert headers[0].datestamp == "2024-03-04"
     assert headers[0].datestamp_parsed == datetime(2024, 3, 4, tzinfo=UTC)
