@@ -15,6 +15,7 @@ from pathlib import Path
 
 import uvicorn
 
+from services import cli_checks
 from shared import ingest
 from shared.db import links as link_store
 from shared.db import migrate as migrations
@@ -398,6 +399,8 @@ def build_parser() -> argparse.ArgumentParser:
     state = p.add_mutually_exclusive_group()
     state.add_argument("--enable", action="store_true")
     state.add_argument("--disable", action="store_true")
+
+    cli_checks.add_parsers(sub)
     return parser
 
 
@@ -413,6 +416,7 @@ COMMANDS = {
     "link list": cmd_link_list,
     "link remove": cmd_link_remove,
     "link set": cmd_link_set,
+    **cli_checks.COMMANDS,
 }
 
 
@@ -428,6 +432,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         command = args.command
         if command == "link":
             command = f"link {args.link_command}"
+        elif command == "checks":
+            command = f"checks {args.checks_command}"
         return asyncio.run(COMMANDS[command](settings, args))
     except DatabaseError as exc:
         print(f"wiscat: {exc}", file=sys.stderr)

@@ -61,3 +61,35 @@ class HarvesterMetrics:
             "Links being harvested now by this process",
             registry=self.registry,
         )
+        self.check_items = Gauge(
+            "wiscat_check_items",
+            "Identifiers found by the latest consistency check, by check, peer and category "
+            "(missing, extra, outdated, copied_datestamp, duplicates, altered, datestamp_only)",
+            ["check", "peer", "category"],
+            registry=self.registry,
+        )
+        self.check_peer_ok = Gauge(
+            "wiscat_check_peer_checked",
+            "1 when the latest check could list the peer, 0 when it could not",
+            ["check", "peer"],
+            registry=self.registry,
+        )
+        self.check_consistent = Gauge(
+            "wiscat_check_consistent",
+            "1 when the latest run of the check found the set consistent everywhere",
+            ["check"],
+            registry=self.registry,
+        )
+        self.check_last_run = Gauge(
+            "wiscat_check_last_run_timestamp_seconds",
+            "Unix time the latest run of the check finished",
+            ["check"],
+            registry=self.registry,
+        )
+        self.check_duration = Histogram(
+            "wiscat_check_duration_seconds",
+            "Duration of consistency checks run by this process",
+            ["check"],
+            buckets=(1, 5, 15, 60, 300, 900, 3600, 14400),
+            registry=self.registry,
+        )

@@ -13,6 +13,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from services.harvester.client import ClientSettings, OAIClient
 from services.harvester.harvest import HarvestContext
+from services.harvester.scheduled_checks import export_check_metrics, run_due_checks
 from services.harvester.scheduler import Scheduler
 from shared.db import links as link_store
 from shared.db.migrate import check_current
@@ -64,6 +65,7 @@ def health_app(ctx: HarvestContext) -> web.Application:
             if link.last_success_at is not None:
                 ctx.metrics.last_success.labels(link.name).set(link.last_success_at.timestamp())
                 ctx.metrics.lag.labels(link.name).set(now - link.last_success_at.timestamp())
+        await export_check_metrics(ctx)
         body = generate_latest(ctx.metrics.registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
@@ -87,7 +89,11 @@ async def serve_harvester(
         log.info("harvester health on http://%s:%d/healthz", host, port)
         scheduler = Scheduler(ctx)
         ctx.metrics.running.set_function(lambda: len(scheduler.running))
+        checks = asyncio.create_task(run_due_checks(ctx, stop), name="checks")
         try:
             await scheduler.run(stop)
         finally:
+            checks.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await checks
             await runner.cleanup()

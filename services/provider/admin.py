@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import hmac
 import logging
+import re
+from urllib.parse import urlsplit
 
 from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.encoders import jsonable_encoder
@@ -15,6 +17,7 @@ from pydantic import BaseModel
 
 from services.provider.oai import ProviderState
 from shared import ingest
+from shared.db import checks as check_store
 from shared.db import links as link_store
 from shared.durations import parse_duration
 from shared.iso19139 import RecordError, parse_record
@@ -23,6 +26,7 @@ from shared.linkspec import build_link, set_kind
 log = logging.getLogger("wiscat.admin")
 
 MAX_RECORD_BYTES = 20 * 1024 * 1024
+CHECK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
 def require_admin(request: Request) -> ProviderState:
@@ -172,3 +176,90 @@ async def quarantined(
     """The latest quarantined records (reasons, not bytes), newest first."""
     rows = await link_store.recent_quarantine(state.pool, min(max(limit, 1), 1000))
     return JSONResponse(jsonable_encoder(rows))
+
+
+class CheckBody(BaseModel):
+    """A scheduled consistency check, as ``wiscat checks add`` takes it."""
+
+    set: str
+    source: str
+    peers: list[str]
+    every: str = "1d"
+    sample: int = 0
+    enabled: bool = True
+
+
+@router.get("/checks")
+async def list_checks(state: ProviderState = Depends(require_admin)) -> JSONResponse:
+    """Every scheduled check with its latest outcome."""
+    found = await check_store.all_checks(state.pool)
+    return JSONResponse(jsonable_encoder([{**check.as_json(), **last} for check, last in found]))
+
+
+@router.put("/checks/{name}")
+async def put_check(
+    name: str, body: CheckBody, state: ProviderState = Depends(require_admin)
+) -> JSONResponse:
+    """Create or replace a scheduled check; it runs at the harvester's next poll."""
+    try:
+        every = parse_duration(body.every)
+        for url in (body.source, *body.peers):
+            parts = urlsplit(url)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise ValueError(f"not an http(s) URL: {url!r}")
+        if not body.peers:
+            raise ValueError("a check needs at least one peer")
+        if body.sample < 0:
+            raise ValueError("sample must be 0 or more")
+        if not CHECK_NAME.fullmatch(name):
+            raise ValueError("a check name is letters, digits, '.', '_' and '-'")
+    except ValueError as exc:
+        raise HTTPException(400, f"check refused: {exc}") from exc
+    check = await check_store.save_check(
+        state.pool,
+        name,
+        body.set,
+        body.source,
+        body.peers,
+        sample=body.sample,
+        every=every,
+        enabled=body.enabled,
+    )
+    log.info("admin saved check %s of %s", name, body.set)
+    return JSONResponse(check.as_json())
+
+
+@router.delete("/checks/{name}")
+async def remove_check(name: str, state: ProviderState = Depends(require_admin)) -> JSONResponse:
+    if not await check_store.remove_check(state.pool, name):
+        raise HTTPException(404, f"no check named {name!r}")
+    log.info("admin removed check %s", name)
+    return JSONResponse({"removed": name})
+
+
+@router.post("/checks/{name}/run")
+async def run_check_now(name: str, state: ProviderState = Depends(require_admin)) -> JSONResponse:
+    """Ask the harvester to run this check at its next poll."""
+    if not await check_store.request_check(state.pool, name):
+        raise HTTPException(404, f"no check named {name!r}")
+    return JSONResponse({"check": name, "requested": True}, status_code=202)
+
+
+@router.get("/check-reports")
+async def check_reports(
+    check: str | None = None, limit: int = 20, state: ProviderState = Depends(require_admin)
+) -> JSONResponse:
+    """The latest consistency reports, newest first, with per-peer counts (no item lists)."""
+    rows = await check_store.recent_reports(state.pool, check, min(max(limit, 1), 500))
+    return JSONResponse(jsonable_encoder(rows))
+
+
+@router.get("/check-reports/{report_id}")
+async def check_report(
+    report_id: int, state: ProviderState = Depends(require_admin)
+) -> JSONResponse:
+    """One whole report, with the items of each category (the first 1,000 of each)."""
+    row = await check_store.get_report(state.pool, report_id)
+    if row is None:
+        raise HTTPException(404, f"no report {report_id}")
+    return JSONResponse(jsonable_encoder(row))

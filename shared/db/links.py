@@ -19,6 +19,19 @@ _SQL = load("links.sql")
 Executor = asyncpg.Connection | PoolConnectionProxy | asyncpg.Pool
 
 
+def fields_as_json(row: Any) -> dict[str, Any]:
+    """A dataclass row as JSON values: times in ISO 8601, intervals in seconds."""
+    out: dict[str, Any] = {}
+    for f in fields(row):
+        value = getattr(row, f.name)
+        if isinstance(value, datetime):
+            value = value.isoformat()
+        elif isinstance(value, timedelta):
+            value = value.total_seconds()
+        out[f.name] = value
+    return out
+
+
 class LinkExists(Exception):
     """A link of that name exists already."""
 
@@ -52,15 +65,7 @@ class Link:
     last_error: str | None
 
     def as_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, datetime):
-                value = value.isoformat()
-            elif isinstance(value, timedelta):
-                value = value.total_seconds()
-            out[f.name] = value
-        return out
+        return fields_as_json(self)
 
 
 _LINK_FIELDS = [f.name for f in fields(Link)]

@@ -1,0 +1,194 @@
+"""``wiscat check`` (one consistency check now) and ``wiscat checks`` (scheduled ones)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from shared.db import checks as check_store
+from shared.durations import format_duration, parse_duration
+from shared.settings import Settings
+
+
+def _url(value: str) -> str:
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise argparse.ArgumentTypeError(f"not an http(s) URL: {value!r}")
+    return value
+
+
+def _name(value: str) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", value):
+        raise argparse.ArgumentTypeError(
+            f"{value!r}: a check name is letters, digits, '.', '_' and '-'"
+        )
+    return value
+
+
+def add_parsers(sub: Any) -> None:
+    p = sub.add_parser(
+        "check",
+        help="compare a set between its source and peers (ListIdentifiers); exit 0 consistent, "
+        "1 inconsistent, 2 could not check",
+    )
+    p.add_argument("--set", required=True, dest="set_spec", help="the set to compare")
+    p.add_argument("--source", required=True, type=_url, help="the authoritative provider")
+    p.add_argument("peers", nargs="+", type=_url, metavar="PEER_URL")
+    p.add_argument("--json", type=Path, metavar="FILE", help="write the whole report as JSON")
+    p.add_argument("--details", action="store_true", help="list every item of every category")
+    p.add_argument(
+        "--sample",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also compare the content of N random records (GetRecord, canonical hash)",
+    )
+    p.add_argument("--prefix", default="iso19139", help="metadataPrefix (default iso19139)")
+    p.add_argument("--timeout", type=float, help="seconds to wait for a response")
+    p.add_argument("--retries", type=int, help="retries of a failing request")
+
+    checks = sub.add_parser("checks", help="manage scheduled consistency checks").add_subparsers(
+        dest="checks_command", required=True, metavar="ACTION"
+    )
+    p = checks.add_parser("add", help="add (or replace) a check the harvester runs on a schedule")
+    p.add_argument("name", type=_name)
+    p.add_argument("--set", required=True, dest="set_spec")
+    p.add_argument("--source", required=True, type=_url)
+    p.add_argument("peers", nargs="+", type=_url, metavar="PEER_URL")
+    p.add_argument("--every", type=parse_duration, default="1d", help="interval (default 1d)")
+    p.add_argument("--sample", type=int, default=0, metavar="N")
+    p.add_argument("--disabled", action="store_true")
+    p = checks.add_parser("list", help="list scheduled checks and their latest outcome")
+    p.add_argument("--json", action="store_true")
+    p = checks.add_parser("remove", help="remove a scheduled check (its reports stay)")
+    p.add_argument("name")
+    p = checks.add_parser("reports", help="the latest stored reports")
+    p.add_argument("name", nargs="?")
+    p.add_argument("--limit", type=int, default=10)
+    p.add_argument("--json", action="store_true")
+
+
+async def cmd_check(settings: Settings, args: argparse.Namespace) -> int:
+    from services.harvester.check import CheckRequest, run_check, table_lines, write_json
+    from services.harvester.client import OAIClient
+    from services.harvester.service import client_settings
+
+    if args.sample < 0:
+        print("wiscat: --sample must be 0 or more", file=sys.stderr)
+        return 2
+    config = client_settings(settings)
+    if args.timeout is not None:
+        config = replace(config, read_timeout=args.timeout)
+    if args.retries is not None:
+        config = replace(config, max_retries=args.retries)
+    request = CheckRequest(
+        set_spec=args.set_spec,
+        source=args.source,
+        peers=tuple(args.peers),
+        metadata_prefix=args.prefix,
+        sample=args.sample,
+    )
+    async with OAIClient.session(config) as session:
+        report, checker = await run_check(OAIClient(session, config), request)
+    with checker:
+        for line in table_lines(report, details=args.details):
+            print(line)
+        if args.json:
+            write_json(report, args.json)
+            print(f"report written to {args.json}")
+    return report.exit_code
+
+
+async def cmd_checks_add(settings: Settings, args: argparse.Namespace) -> int:
+    from services.cli import migrated_pool
+
+    async with migrated_pool(settings) as pool:
+        check = await check_store.save_check(
+            pool,
+            args.name,
+            args.set_spec,
+            args.source,
+            list(args.peers),
+            sample=args.sample,
+            every=args.every,
+            enabled=not args.disabled,
+        )
+    print(
+        f"check {check.name}: set {check.set_spec} from {check.source_url} against "
+        f"{len(check.peer_urls)} peer(s), every {format_duration(check.every)}"
+    )
+    return 0
+
+
+async def cmd_checks_list(settings: Settings, args: argparse.Namespace) -> int:
+    from services.cli import migrated_pool
+
+    async with migrated_pool(settings) as pool:
+        found = await check_store.all_checks(pool)
+    if args.json:
+        out = [{**check.as_json(), **_jsonable(last)} for check, last in found]
+        print(json.dumps(out, indent=2))
+        return 0
+    if not found:
+        print("no checks")
+        return 0
+    print(f"{'NAME':<20} {'SET':<24} {'EVERY':<8} {'LAST RUN':<20} {'OUTCOME':<13} PEERS")
+    for check, last in found:
+        when = last["last_run_at"].strftime("%Y-%m-%dT%H:%M:%SZ") if last["last_run_at"] else "-"
+        print(
+            f"{check.name:<20} {check.set_spec:<24} {format_duration(check.every):<8} "
+            f"{when:<20} {last['last_outcome'] or '-':<13} {' '.join(check.peer_urls)}"
+        )
+    return 0
+
+
+async def cmd_checks_remove(settings: Settings, args: argparse.Namespace) -> int:
+    from services.cli import migrated_pool
+
+    async with migrated_pool(settings) as pool:
+        removed = await check_store.remove_check(pool, args.name)
+    if not removed:
+        print(f"wiscat: no check named {args.name!r}", file=sys.stderr)
+        return 1
+    print(f"removed check {args.name} (its reports stay)")
+    return 0
+
+
+async def cmd_checks_reports(settings: Settings, args: argparse.Namespace) -> int:
+    from services.cli import migrated_pool
+
+    async with migrated_pool(settings) as pool:
+        reports = await check_store.recent_reports(pool, args.name, args.limit)
+    if args.json:
+        print(json.dumps([_jsonable(r) for r in reports], indent=2))
+        return 0
+    if not reports:
+        print("no reports")
+        return 0
+    for row in reports:
+        when = row["finished_at"].strftime("%Y-%m-%dT%H:%M:%SZ")
+        print(f"#{row['id']} {when} {row['check_name'] or '-'} {row['set_spec']}: {row['outcome']}")
+        for peer in row["report"]["peers"]:
+            counts = ", ".join(f"{k} {v}" for k, v in peer["counts"].items() if v)
+            state = peer["reason"] if peer["status"] != "ok" else (counts or "consistent")
+            print(f"    {peer['url']}: {state}")
+    return 0
+
+
+def _jsonable(values: dict[str, Any]) -> dict[str, Any]:
+    return {k: v.isoformat() if hasattr(v, "isoformat") else v for k, v in values.items()}
+
+
+COMMANDS = {
+    "check": cmd_check,
+    "checks add": cmd_checks_add,
+    "checks list": cmd_checks_list,
+    "checks remove": cmd_checks_remove,
+    "checks reports": cmd_checks_reports,
+}

@@ -1,0 +1,613 @@
+"""The consistency checker of seed 003 (DESIGN §5): a set compared from ListIdentifiers alone.
+
+The authoritative source and every peer are listed at once (ListIdentifiers: identifier,
+datestamp, status). Each list is spilled to disk in sorted runs as it arrives, and the runs are
+merged back in identifier order, so comparing a set of a million identifiers needs memory for one
+run per list, not for the lists. Each peer is then compared with the source in one merge pass:
+
+==================  ===========================================================================
+missing             live at the source; absent at the peer, or deleted there
+extra               live at the peer; absent or deleted at the source (a missed deletion)
+outdated            the peer's datestamp is older than the source's (a missed update)
+copied_datestamp    the peer's datestamp equals the source's (it is not stamping arrival time)
+duplicates          an identifier the peer's list holds more than once
+altered             (``--sample``) the peer's copy is not older, yet its content differs: the
+                    peer changed the record
+datestamp_only      (``--sample``) "outdated" by datestamp, but the content is identical: the
+                    source bumped its datestamp without a change
+==================  ===========================================================================
+
+A peer that cannot be listed (HTTP or OAI-PMH errors, connection failures, timeouts) is "could not
+check" with the reason; it never stops the others. When one side gives day granularity only, two
+datestamps of the same day are taken as in step (neither outdated nor copied).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import io
+import json
+import logging
+import marshal
+import random
+import tempfile
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO, Any
+
+from services.harvester.client import HarvestError, OAIClient, safe_url
+from shared.iso19139 import canonical_hash
+from shared.oaipmh.dates import format_datestamp
+from shared.oaipmh.errors import IdDoesNotExist, OAIError
+from shared.oaipmh.pages import HeaderItem, ResponseError
+
+log = logging.getLogger("wiscat.check")
+
+DATESTAMP_CATEGORIES = ("missing", "extra", "outdated", "copied_datestamp", "duplicates")
+SAMPLE_CATEGORIES = ("altered", "datestamp_only")
+CATEGORIES = DATESTAMP_CATEGORIES + SAMPLE_CATEGORIES
+
+# An entry of a list: (identifier, datestamp, deleted). Datestamps are kept as normalised text,
+# "YYYY-MM-DDThh:mm:ssZ" or "YYYY-MM-DD", which compare correctly as strings.
+Entry = tuple[str, str, bool]
+
+RUN_SIZE = 50_000  # entries sorted in memory per run, per list
+BLOCK = 1_000  # entries per marshal block in a run file (what a merge holds per run)
+
+
+def _normalise(header: HeaderItem) -> str:
+    if len(header.datestamp.strip()) == 10:
+        return header.datestamp.strip()
+    return format_datestamp(header.datestamp_parsed)
+
+
+def compare_datestamps(peer: str, source: str) -> int:
+    """-1, 0 or 1 as the peer's datestamp is older, equal or newer; at day level when either is
+    a day, where the same day counts as newer (in step): it cannot be told apart."""
+    if len(peer) == 10 or len(source) == 10:
+        peer, source = peer[:10], source[:10]
+        return -1 if peer < source else 1
+    return (peer > source) - (peer < source)
+
+
+class SortedSpill:
+    """Entries added in any order, read back sorted by identifier; memory for one run only."""
+
+    def __init__(self, directory: Path, name: str, run_size: int = RUN_SIZE) -> None:
+        self.directory = directory
+        self.name = name
+        self.run_size = run_size
+        self.buffer: list[Entry] = []
+        self.runs: list[Path] = []
+        self.count = 0
+
+    def add(self, entry: Entry) -> None:
+        self.buffer.append(entry)
+        self.count += 1
+        if len(self.buffer) >= self.run_size:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self.buffer:
+            return
+        self.buffer.sort()
+        path = self.directory / f"{self.name}-{len(self.runs)}.run"
+        with path.open("wb") as out:
+            for start in range(0, len(self.buffer), BLOCK):
+                marshal.dump(self.buffer[start : start + BLOCK], out)
+        self.runs.append(path)
+        self.buffer = []
+
+    def close(self) -> None:
+        """No more entries: the rest goes to disk too, so the spill can be read many times."""
+        self._flush()
+
+    def sorted(self) -> Iterator[Entry]:
+        """Every entry, by identifier (then datestamp); read as often as needed."""
+        return heapq.merge(*(_read_run(path) for path in self.runs))
+
+
+def _read_run(path: Path) -> Iterator[Entry]:
+    with path.open("rb") as stream:
+        while True:
+            try:
+                block = marshal.load(stream)  # noqa: S302 - our own temporary file
+            except EOFError:
+                return
+            yield from block
+
+
+def collapse(entries: Iterable[Entry], duplicates: list[str]) -> Iterator[Entry]:
+    """One entry per identifier (the newest datestamp wins); repeated identifiers go to
+    ``duplicates``, once each."""
+    previous: Entry | None = None
+    repeated = False
+    for entry in entries:
+        if previous is not None and entry[0] == previous[0]:
+            if not repeated:
+                duplicates.append(entry[0])
+                repeated = True
+            previous = entry  # sorted by datestamp after identifier: the later one is newer
+            continue
+        if previous is not None:
+            yield previous
+        previous, repeated = entry, False
+    if previous is not None:
+        yield previous
+
+
+class Findings:
+    """One category at one peer: an exact count, the first items in memory, every item on disk."""
+
+    def __init__(self, spool: IO[str], keep: int) -> None:
+        self.count = 0
+        self.head: list[dict[str, Any]] = []
+        self.keep = keep
+        self.spool = spool
+
+    def add(self, item: dict[str, Any]) -> None:
+        self.count += 1
+        if len(self.head) < self.keep:
+            self.head.append(item)
+        self.spool.write(json.dumps(item) + "\n")
+
+    def items(self) -> Iterator[dict[str, Any]]:
+        self.spool.flush()
+        self.spool.seek(0)
+        for line in self.spool:
+            yield json.loads(line)
+        self.spool.seek(0, io.SEEK_END)
+
+
+@dataclass
+class ListResult:
+    url: str
+    status: str = "ok"  # or "failed"
+    reason: str | None = None
+    identifiers: int = 0
+    live: int = 0
+    deleted: int = 0
+    pages: int = 0
+    duplicates: list[str] = field(default_factory=list)
+
+
+@dataclass
+class PeerResult:
+    listing: ListResult
+    url: str  # as given (credentials and all); listing.url is the one to show
+    findings: dict[str, Findings] = field(default_factory=dict)
+    sampled: int = 0
+
+    @property
+    def checked(self) -> bool:
+        return self.listing.status == "ok"
+
+    @property
+    def consistent(self) -> bool:
+        return self.checked and not any(f.count for f in self.findings.values())
+
+    def counts(self) -> dict[str, int]:
+        return {name: found.count for name, found in self.findings.items()}
+
+
+@dataclass
+class CheckReport:
+    set_spec: str
+    metadata_prefix: str
+    source: ListResult
+    peers: list[PeerResult]
+    sample: int
+    started_at: datetime
+    finished_at: datetime
+
+    @property
+    def outcome(self) -> str:
+        """``consistent`` (exit 0), ``inconsistent`` (1) or ``unchecked`` (2: the source could
+        not be listed, or not one peer could)."""
+        if self.source.status != "ok" or not any(p.checked for p in self.peers):
+            return "unchecked"
+        if all(p.consistent for p in self.peers):
+            return "consistent"
+        return "inconsistent"
+
+    @property
+    def exit_code(self) -> int:
+        return {"consistent": 0, "inconsistent": 1, "unchecked": 2}[self.outcome]
+
+    def as_json(self, *, items: int | None = None) -> dict[str, Any]:
+        """Everything (``items=None``) or at most ``items`` items per category and peer."""
+
+        def listing(result: ListResult) -> dict[str, Any]:
+            return {
+                "url": result.url,
+                "status": result.status,
+                "reason": result.reason,
+                "identifiers": result.identifiers,
+                "live": result.live,
+                "deleted": result.deleted,
+                "pages": result.pages,
+            }
+
+        peers = []
+        for peer in self.peers:
+            entry = listing(peer.listing)
+            entry["counts"] = peer.counts() if peer.checked else {}
+            entry["items"] = {
+                name: list(found.items()) if items is None else found.head[:items]
+                for name, found in peer.findings.items()
+            }
+            entry["truncated"] = items is not None and any(
+                found.count > items for found in peer.findings.values()
+            )
+            entry["sampled"] = peer.sampled
+            peers.append(entry)
+        source = listing(self.source)
+        source["duplicates"] = self.source.duplicates
+        return {
+            "set": self.set_spec,
+            "metadata_prefix": self.metadata_prefix,
+            "outcome": self.outcome,
+            "started_at": format_datestamp(self.started_at),
+            "finished_at": format_datestamp(self.finished_at),
+            "sample": self.sample,
+            "source": source,
+            "peers": peers,
+        }
+
+
+@dataclass(frozen=True)
+class CheckRequest:
+    set_spec: str
+    source: str
+    peers: tuple[str, ...]
+    metadata_prefix: str = "iso19139"
+    sample: int = 0
+    keep: int = 1_000  # items per category kept in memory (and in a stored report)
+
+
+class Checker:
+    """Runs one check with an :class:`OAIClient`; temporary files live until :meth:`close`."""
+
+    def __init__(self, client: OAIClient, request: CheckRequest) -> None:
+        self.client = client
+        self.request = request
+        self.stack = contextlib.ExitStack()
+        self.directory = Path(self.stack.enter_context(tempfile.TemporaryDirectory("-check")))
+
+    def close(self) -> None:
+        self.stack.close()
+
+    def __enter__(self) -> Checker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def run(self) -> CheckReport:
+        request = self.request
+        started = datetime.now(UTC)
+        urls = (request.source, *request.peers)
+        spills = [SortedSpill(self.directory, f"list{n}") for n in range(len(urls))]
+        listings = await asyncio.gather(
+            *(self._list(url, spill) for url, spill in zip(urls, spills, strict=True))
+        )
+        source, source_spill = listings[0], spills[0]
+        peers = [
+            PeerResult(listing, url)
+            for listing, url in zip(listings[1:], request.peers, strict=True)
+        ]
+        sample: dict[str, str] = {}
+        if source.status == "ok":
+            sample = self._scan_source(source, source_spill)
+            verdicts = [
+                self._compare(peer, source_spill, spill, sample)
+                for peer, spill in zip(peers, spills[1:], strict=True)
+                if peer.checked
+            ]
+            if sample:
+                hashes = await self._hashes(request.source, sample)
+                checked = [peer for peer in peers if peer.checked]
+                await asyncio.gather(
+                    *(
+                        self._sample(peer, hashes, peer_verdicts)
+                        for peer, peer_verdicts in zip(checked, verdicts, strict=True)
+                    )
+                )
+        report = CheckReport(
+            set_spec=request.set_spec,
+            metadata_prefix=request.metadata_prefix,
+            source=source,
+            peers=peers,
+            sample=len(sample),
+            started_at=started,
+            finished_at=datetime.now(UTC),
+        )
+        log.info(
+            "check of %s against %d peer(s): %s",
+            request.set_spec,
+            len(peers),
+            report.outcome,
+        )
+        return report
+
+    async def _list(self, url: str, spill: SortedSpill) -> ListResult:
+        result = ListResult(safe_url(url))
+        try:
+            async for page in self.client.list_pages(
+                url,
+                "ListIdentifiers",
+                metadata_prefix=self.request.metadata_prefix,
+                set_spec=self.request.set_spec,
+            ):
+                result.pages += 1
+                for item in page.items():
+                    header = item if isinstance(item, HeaderItem) else item.header
+                    spill.add((header.identifier, _normalise(header), header.deleted))
+        except (HarvestError, OAIError, ResponseError) as exc:
+            result.status, result.reason = "failed", _reason(exc)
+        except Exception as exc:  # a peer must never stop the others
+            log.exception("listing %s failed unexpectedly", result.url)
+            result.status, result.reason = "failed", f"{type(exc).__name__}: {exc}"
+        spill.close()
+        result.identifiers = spill.count
+        if result.status == "failed":
+            log.warning("could not check %s: %s", result.url, result.reason)
+        return result
+
+    def _scan_source(self, source: ListResult, spill: SortedSpill) -> dict[str, str]:
+        """Count the source's live and deleted identifiers and draw the sample (a reservoir of
+        live identifiers, so any list size costs the same memory)."""
+        want = self.request.sample
+        reservoir: list[tuple[str, str]] = []
+        rng = random.Random()
+        live = 0
+        for identifier, datestamp, deleted in collapse(spill.sorted(), source.duplicates):
+            if deleted:
+                source.deleted += 1
+                continue
+            live += 1
+            if len(reservoir) < want:
+                reservoir.append((identifier, datestamp))
+            elif want:
+                slot = rng.randrange(live)
+                if slot < want:
+                    reservoir[slot] = (identifier, datestamp)
+        source.live = live
+        return dict(reservoir)
+
+    def _findings(self, peer: PeerResult, categories: Iterable[str]) -> None:
+        for name in categories:
+            spool = self.stack.enter_context(
+                tempfile.TemporaryFile("w+", encoding="utf-8", dir=self.directory)  # noqa: SIM115
+            )
+            peer.findings[name] = Findings(spool, self.request.keep)
+
+    def _compare(
+        self,
+        peer: PeerResult,
+        source_spill: SortedSpill,
+        peer_spill: SortedSpill,
+        sample: dict[str, str],
+    ) -> dict[str, int]:
+        """One merge pass over the source and the peer; returns the datestamp verdict (-1, 0, 1)
+        of each sampled identifier the peer holds live."""
+        self._findings(peer, DATESTAMP_CATEGORIES)
+        found = peer.findings
+        listing = peer.listing
+        verdicts: dict[str, int] = {}
+        ignored: list[str] = []
+        source = collapse(source_spill.sorted(), ignored)
+        theirs = _counted(collapse(peer_spill.sorted(), listing.duplicates), listing)
+        mine = next(source, None)
+        other = next(theirs, None)
+        while mine is not None or other is not None:
+            if other is None or (mine is not None and mine[0] < other[0]):
+                assert mine is not None
+                if not mine[2]:
+                    found["missing"].add(_item(mine, None))
+                mine = next(source, None)
+                continue
+            if mine is None or other[0] < mine[0]:
+                if not other[2]:
+                    found["extra"].add(_item(None, other))
+                other = next(theirs, None)
+                continue
+            # the same identifier on both sides
+            if mine[2]:
+                if not other[2]:
+                    found["extra"].add(_item(mine, other))
+            elif other[2]:
+                found["missing"].add(_item(mine, other))
+            else:
+                verdict = compare_datestamps(other[1], mine[1])
+                if verdict < 0:
+                    found["outdated"].add(_item(mine, other))
+                elif verdict == 0:
+                    found["copied_datestamp"].add(_item(mine, other))
+                if mine[0] in sample:
+                    verdicts[mine[0]] = verdict
+            mine = next(source, None)
+            other = next(theirs, None)
+        for identifier in listing.duplicates:
+            found["duplicates"].add({"identifier": identifier})
+        return verdicts
+
+    async def _hashes(self, url: str, identifiers: Iterable[str]) -> dict[str, bytes | None]:
+        """Canonical content hashes by GetRecord, a few requests at a time; None where the
+        record could not be had (absent, deleted, or the request failed: logged)."""
+        limit = asyncio.Semaphore(4)
+        prefix = self.request.metadata_prefix
+
+        async def one(identifier: str) -> bytes | None:
+            async with limit:
+                try:
+                    record = await self.client.get_record(url, identifier, prefix)
+                except IdDoesNotExist:
+                    return None
+                except (HarvestError, OAIError, ResponseError) as exc:
+                    log.warning("sample %s at %s not compared: %s", identifier, url, _reason(exc))
+                    return None
+                if record.header.deleted or record.metadata is None:
+                    return None
+                return canonical_hash(record.metadata)
+
+        wanted = list(identifiers)
+        found = await asyncio.gather(*(one(identifier) for identifier in wanted))
+        return dict(zip(wanted, found, strict=True))
+
+    async def _sample(
+        self, peer: PeerResult, source: dict[str, bytes | None], verdicts: dict[str, int]
+    ) -> None:
+        """Compare the peer's content with the source's for each sampled identifier the peer
+        holds live: what datestamps alone cannot show."""
+        self._findings(peer, SAMPLE_CATEGORIES)
+        theirs = await self._hashes(peer.url, verdicts)
+        for identifier, verdict in verdicts.items():
+            mine, other = source.get(identifier), theirs[identifier]
+            if mine is None or other is None:
+                continue
+            peer.sampled += 1
+            if mine != other and verdict >= 0:
+                peer.findings["altered"].add({"identifier": identifier})
+            elif mine == other and verdict < 0:
+                peer.findings["datestamp_only"].add({"identifier": identifier})
+
+
+def _counted(entries: Iterator[Entry], listing: ListResult) -> Iterator[Entry]:
+    for entry in entries:
+        if entry[2]:
+            listing.deleted += 1
+        else:
+            listing.live += 1
+        yield entry
+
+
+def _item(mine: Entry | None, other: Entry | None) -> dict[str, Any]:
+    item: dict[str, Any] = {"identifier": (mine or other)[0]}  # type: ignore[index]
+    if mine is not None:
+        item["source_datestamp"] = mine[1]
+        item["source_deleted"] = mine[2]
+    if other is not None:
+        item["peer_datestamp"] = other[1]
+        item["peer_deleted"] = other[2]
+    return item
+
+
+def _reason(exc: Exception) -> str:
+    if isinstance(exc, HarvestError):
+        return exc.reason
+    if isinstance(exc, OAIError):
+        return f"OAI-PMH error {exc.code}: {exc}"
+    return str(exc)
+
+
+async def run_check(client: OAIClient, request: CheckRequest) -> tuple[CheckReport, Checker]:
+    """Run a check; the caller closes the returned :class:`Checker` once done with the report
+    (its items are read from temporary files)."""
+    checker = Checker(client, request)
+    try:
+        return await checker.run(), checker
+    except BaseException:
+        checker.close()
+        raise
+
+
+_COLUMNS = {
+    "missing": "missing",
+    "extra": "extra",
+    "outdated": "outdated",
+    "copied_datestamp": "copied",
+    "duplicates": "dupl.",
+    "altered": "altered",
+    "datestamp_only": "ds-only",
+}
+
+
+def table_lines(report: CheckReport, *, details: bool = False) -> Iterator[str]:
+    """The summary: a row per peer, a column per category; with ``details``, every item (read
+    back from the spools as the lines are written)."""
+    source = report.source
+    lines = [f"set {report.set_spec}, source {source.url}: " + _source_line(source)]
+    categories = DATESTAMP_CATEGORIES + (SAMPLE_CATEGORIES if report.sample else ())
+    width = max([len("peer"), *(len(peer.listing.url) for peer in report.peers)])
+    header = f"{'peer':<{width}}  {'listed':>9}  " + "  ".join(
+        f"{_COLUMNS[name]:>8}" for name in categories
+    )
+    lines += [header + "  status", "-" * (len(header) + 8)]
+    for peer in report.peers:
+        listing = peer.listing
+        if not peer.checked:
+            status = f"could not check: {listing.reason}"
+        elif source.status != "ok":
+            status = "not compared (the source could not be listed)"
+        else:
+            status = "consistent" if peer.consistent else "INCONSISTENT"
+        if peer.checked and source.status == "ok":
+            cells = [f"{peer.findings[name].count:>8,}" for name in categories]
+            listed = f"{listing.identifiers:>9,}"
+        else:
+            cells = [f"{'-':>8}" for _ in categories]
+            listed = f"{'-':>9}"
+        lines.append(f"{listing.url:<{width}}  {listed}  " + "  ".join(cells) + f"  {status}")
+    if report.sample:
+        lines.append(f"content compared for a sample of {report.sample} live identifier(s)")
+    lines.append(f"outcome: {report.outcome}")
+    yield from lines
+    if details:
+        for peer in report.peers:
+            for name, found in peer.findings.items():
+                if not found.count:
+                    continue
+                yield f"\n{peer.listing.url}: {name} ({found.count:,})"
+                for item in found.items():
+                    yield "  " + _describe(item)
+        if source.duplicates:
+            yield f"\nsource: duplicates ({len(source.duplicates):,})"
+            for identifier in source.duplicates:
+                yield "  " + identifier
+
+
+def _source_line(source: ListResult) -> str:
+    if source.status != "ok":
+        return f"could not be listed: {source.reason}"
+    line = (
+        f"{source.live:,} live and {source.deleted:,} deleted identifiers in {source.pages} page(s)"
+    )
+    if source.duplicates:
+        line += f", {len(source.duplicates):,} listed more than once"
+    return line
+
+
+def _describe(item: dict[str, Any]) -> str:
+    parts = [item["identifier"]]
+    for side in ("source", "peer"):
+        if f"{side}_datestamp" in item:
+            deleted = " (deleted)" if item[f"{side}_deleted"] else ""
+            parts.append(f"{side} {item[f'{side}_datestamp']}{deleted}")
+    return "  ".join(parts)
+
+
+def write_json(report: CheckReport, path: Path) -> None:
+    """The whole report with every item, streamed from the spools (bounded memory)."""
+    data = report.as_json(items=0)
+    peers = data.pop("peers")
+    with path.open("w", encoding="utf-8") as out:
+        out.write("{\n")
+        for key, value in data.items():
+            out.write(f" {json.dumps(key)}: {json.dumps(value)},\n")
+        out.write(' "peers": [')
+        for n, (peer, entry) in enumerate(zip(report.peers, peers, strict=True)):
+            del entry["items"]
+            entry["truncated"] = False
+            out.write(("," if n else "") + "\n  " + json.dumps(entry)[:-1] + ', "items": {')
+            for m, (name, found) in enumerate(peer.findings.items()):
+                out.write(("," if m else "") + f"\n   {json.dumps(name)}: [")
+                for k, item in enumerate(found.items()):
+                    out.write(("," if k else "") + "\n    " + json.dumps(item))
+                out.write("]")
+            out.write("}}")
+        out.write("\n ]\n}\n")

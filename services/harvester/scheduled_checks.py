@@ -1,0 +1,98 @@
+"""Consistency checks on a schedule (seed 003): the harvester runs each stored check when it falls
+due, stores its report, and exports the latest counts as metrics.
+
+Checks are leased like links (``FOR UPDATE SKIP LOCKED``), so with several harvester processes on
+one database each check runs once per interval. One check runs at a time per process: a check
+lists whole sets from several GISCs, and should stay the low-impact audit the seed describes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from datetime import UTC, datetime, timedelta
+
+from services.harvester.check import CATEGORIES, CheckReport, CheckRequest, run_check
+from services.harvester.harvest import HarvestContext
+from shared.db import checks as check_store
+from shared.db.checks import Check
+
+log = logging.getLogger("wiscat.check")
+
+LEASE = timedelta(hours=6)
+
+
+async def run_stored_check(ctx: HarvestContext, check: Check) -> tuple[CheckReport, int]:
+    """Run ``check`` now and store its report; returns the report and its id."""
+    request = CheckRequest(
+        set_spec=check.set_spec,
+        source=check.source_url,
+        peers=tuple(check.peer_urls),
+        sample=check.sample,
+    )
+    started = time.monotonic()
+    report, checker = await run_check(ctx.client, request)
+    with checker:
+        report_id = await check_store.store_report(
+            ctx.pool,
+            check.name,
+            report.as_json(items=request.keep),
+            report.started_at,
+            report.finished_at,
+        )
+    ctx.metrics.check_duration.labels(check.name).observe(time.monotonic() - started)
+    log.info(
+        "check %s of %s: %s (report %d)",
+        check.name,
+        check.set_spec,
+        report.outcome,
+        report_id,
+        extra={"check": check.name, "outcome": report.outcome, "report_id": report_id},
+    )
+    return report, report_id
+
+
+async def run_due_checks(ctx: HarvestContext, stop: asyncio.Event) -> None:
+    """Run due checks one after another until ``stop`` is set."""
+    poll = max(ctx.settings.harvest_poll_seconds, 1.0)
+    while not stop.is_set():
+        check = None
+        try:
+            check = await check_store.lease_due(ctx.pool, ctx.worker, LEASE)
+        except Exception as exc:  # the database may be restarting: try again later
+            log.warning("could not lease checks: %s", exc)
+        if check is not None:
+            try:
+                await run_stored_check(ctx, check)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("check %s crashed", check.name)
+            finally:
+                with contextlib.suppress(Exception):
+                    await check_store.release(
+                        ctx.pool, check.name, ctx.worker, datetime.now(UTC) + check.every
+                    )
+            continue
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), poll)
+
+
+async def export_check_metrics(ctx: HarvestContext) -> None:
+    """Set the check gauges from the latest stored report of every check (whichever process ran
+    it), so every harvester exports the same figures."""
+    metrics = ctx.metrics
+    metrics.check_items.clear()
+    metrics.check_peer_ok.clear()
+    for row in await check_store.latest_per_check(ctx.pool):
+        name = row["check_name"]
+        metrics.check_last_run.labels(name).set(row["finished_at"].timestamp())
+        metrics.check_consistent.labels(name).set(1 if row["outcome"] == "consistent" else 0)
+        for peer in row["report"]["peers"]:
+            metrics.check_peer_ok.labels(name, peer["url"]).set(1 if peer["status"] == "ok" else 0)
+            for category in CATEGORIES:
+                count = peer["counts"].get(category)
+                if count is not None:
+                    metrics.check_items.labels(name, peer["url"], category).set(count)

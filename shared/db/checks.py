@@ -1,0 +1,138 @@
+"""Scheduled consistency checks (seed 003) and their stored reports."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, fields
+from datetime import datetime, timedelta
+from typing import Any
+
+import asyncpg
+
+from shared.db.links import Executor, fields_as_json
+from shared.db.queries import load
+
+_SQL = load("checks.sql")
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    name: str
+    set_spec: str
+    source_url: str
+    peer_urls: list[str]
+    sample: int
+    every: timedelta
+    enabled: bool
+    created_at: datetime
+    next_run_at: datetime
+    lease_owner: str | None
+    lease_expires: datetime | None
+
+    def as_json(self) -> dict[str, Any]:
+        return fields_as_json(self)
+
+
+_FIELDS = [f.name for f in fields(Check)]
+
+
+def _check(row: asyncpg.Record) -> Check:
+    return Check(**{name: row[name] for name in _FIELDS})
+
+
+def _row(row: asyncpg.Record) -> dict[str, Any]:
+    out = dict(row)
+    if isinstance(out.get("report"), str):
+        out["report"] = json.loads(out["report"])
+    return out
+
+
+async def save_check(
+    db: Executor,
+    name: str,
+    set_spec: str,
+    source_url: str,
+    peer_urls: list[str],
+    *,
+    sample: int = 0,
+    every: timedelta = timedelta(days=1),
+    enabled: bool = True,
+) -> Check:
+    """Create or replace the check ``name``; it runs at the harvester's next poll."""
+    row = await db.fetchrow(
+        _SQL["upsert_check"], name, set_spec, source_url, peer_urls, sample, every, enabled
+    )
+    assert row is not None
+    return _check(row)
+
+
+async def all_checks(db: Executor) -> list[tuple[Check, dict[str, Any]]]:
+    """Every check, with its latest report's id, outcome and time (None if it never ran)."""
+    rows = await db.fetch(_SQL["all_checks"])
+    return [
+        (
+            _check(row),
+            {
+                "last_report_id": row["last_report_id"],
+                "last_outcome": row["last_outcome"],
+                "last_run_at": row["last_run_at"],
+            },
+        )
+        for row in rows
+    ]
+
+
+async def remove_check(db: Executor, name: str) -> bool:
+    return await db.fetchval(_SQL["remove_check"], name) is not None
+
+
+async def lease_due(db: Executor, owner: str, lease: timedelta) -> Check | None:
+    row = await db.fetchrow(_SQL["lease_due_check"], owner, lease)
+    return _check(row) if row else None
+
+
+async def release(db: Executor, name: str, owner: str, next_run_at: datetime) -> None:
+    await db.execute(_SQL["release_check"], name, owner, next_run_at)
+
+
+async def store_report(
+    db: Executor,
+    check_name: str | None,
+    report: dict[str, Any],
+    started_at: datetime,
+    finished_at: datetime,
+) -> int:
+    """Store a report (as :meth:`CheckReport.as_json` gives it); returns its id."""
+    return int(
+        await db.fetchval(
+            _SQL["insert_report"],
+            check_name,
+            report["set"],
+            report["source"]["url"],
+            started_at,
+            finished_at,
+            report["outcome"],
+            json.dumps(report),
+        )
+    )
+
+
+async def recent_reports(
+    db: Executor, name: str | None = None, limit: int = 20
+) -> list[dict[str, Any]]:
+    """The newest reports, with per-peer counts but without item lists."""
+    return [_row(row) for row in await db.fetch(_SQL["recent_reports"], name, limit)]
+
+
+async def get_report(db: Executor, report_id: int) -> dict[str, Any] | None:
+    row = await db.fetchrow(_SQL["get_report"], report_id)
+    return _row(row) if row else None
+
+
+async def latest_per_check(db: Executor) -> list[dict[str, Any]]:
+    return [_row(row) for row in await db.fetch(_SQL["latest_per_check"])]
+
+
+async def request_check(db: Executor, name: str) -> bool:
+    """Have the harvester run ``name`` at its next poll; False if there is no such check."""
+    return await db.fetchval(_SQL["request_check"], name) is not None

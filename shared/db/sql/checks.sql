@@ -1,0 +1,76 @@
+-- name: upsert_check --
+-- Create or replace a scheduled consistency check; it falls due at once.
+insert into checks (name, set_spec, source_url, peer_urls, sample, every, enabled)
+values ($1, $2, $3, $4, $5, $6, $7)
+on conflict (name) do update
+set set_spec = excluded.set_spec, source_url = excluded.source_url,
+    peer_urls = excluded.peer_urls, sample = excluded.sample, every = excluded.every,
+    enabled = excluded.enabled, next_run_at = now()
+returning *
+
+-- name: all_checks --
+-- Every scheduled check with its latest report's outcome and time.
+select c.*, r.id as last_report_id, r.outcome as last_outcome, r.finished_at as last_run_at
+from checks c
+left join lateral (
+    select id, outcome, finished_at from check_reports
+    where check_name = c.name order by finished_at desc limit 1
+) r on true
+order by c.name
+
+-- name: remove_check --
+-- Delete a scheduled check (its reports stay, without a name).
+delete from checks where name = $1 returning name
+
+-- name: lease_due_check --
+-- Lease one due check for $2; several harvester processes never run the same check at once.
+update checks c
+set lease_owner = $1, lease_expires = now() + $2::interval
+where c.name = (
+    select name from checks
+    where enabled and next_run_at <= now() and (lease_expires is null or lease_expires < now())
+    order by next_run_at
+    limit 1
+    for update skip locked
+)
+returning c.*
+
+-- name: release_check --
+-- Done with a check: its next run is due $3.
+update checks set lease_owner = null, lease_expires = null, next_run_at = $3
+where name = $1 and lease_owner = $2
+
+-- name: insert_report --
+-- Store a check's report.
+insert into check_reports (check_name, set_spec, source_url, started_at, finished_at, outcome,
+                           report)
+values ($1, $2, $3, $4, $5, $6, $7::jsonb)
+returning id
+
+-- name: recent_reports --
+-- The newest reports, of one check ($1) or of all (null), without their item lists.
+select id, check_name, set_spec, source_url, started_at, finished_at, outcome,
+       (report - 'peers') || jsonb_build_object('peers', (
+           select coalesce(jsonb_agg(p - 'items'), '[]'::jsonb)
+           from jsonb_array_elements(report -> 'peers') p
+       )) as report
+from check_reports
+where $1::text is null or check_name = $1
+order by finished_at desc
+limit $2
+
+-- name: get_report --
+-- One whole report.
+select id, check_name, set_spec, source_url, started_at, finished_at, outcome, report
+from check_reports where id = $1
+
+-- name: latest_per_check --
+-- The latest report of every scheduled check (for the metrics).
+select distinct on (check_name) check_name, outcome, finished_at, report
+from check_reports
+where check_name is not null
+order by check_name, finished_at desc
+
+-- name: request_check --
+-- Run a check at the harvester's next poll.
+update checks set next_run_at = now() where name = $1 returning name

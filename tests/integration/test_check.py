@@ -1,0 +1,371 @@
+"""The consistency checker against real nodes built to show each category (seed 003)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import aiohttp
+import pytest
+from aiohttp import web
+from prometheus_client import generate_latest
+
+from services.harvester.check import CheckRequest, run_check
+from services.harvester.client import ClientSettings, OAIClient
+from services.harvester.scheduled_checks import export_check_metrics, run_due_checks
+from services.harvester.service import harvest_context
+from shared.db import checks as check_store
+from shared.db.pool import Pool, create_pool
+from shared.generator import generate_record
+from shared.iso19139 import parse_record
+from tests import factories
+from tests.harvest_pair import sink_settings
+from tests.pg import clone_template, drop_database
+from tests.servers import RunningProvider, loopback_socket, running_provider
+
+SET = "WIS-GISC-TEST"
+
+
+def _days_ago(days: int) -> str:
+    # recent enough that the providers' tombstone purge (90 days) leaves the deletions alone
+    return (datetime.now(UTC) - timedelta(days=days)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+T0 = _days_ago(10)  # the source's datestamps
+T1 = _days_ago(9)  # arrival at the peers, later: in step
+T_OLD = _days_ago(20)
+T_BUMP = _days_ago(8)  # a datestamp bumped at the source without a change
+T_LATE = _days_ago(7)
+
+
+async def stamp(pool: Pool, identifiers: list[str], when: str) -> None:
+    """Set the arrival datestamp of ``identifiers`` (in every set) to ``when``."""
+    for table in ("records", "set_members"):
+        await pool.execute(
+            f"update {table} set datestamp = $2::text::timestamptz where identifier = any($1)",
+            identifiers,
+            when,
+        )
+
+
+@dataclass
+class Mesh:
+    ids: list[str]  # ids[n] is record n
+    source: RunningProvider
+    good: RunningProvider
+    bad: RunningProvider
+    duplicating: str
+    failing: str
+    unreachable: str
+
+
+@contextlib.asynccontextmanager
+async def fixture_server(handler: web.RequestHandler) -> AsyncIterator[str]:  # type: ignore[type-arg]
+    app = web.Application()
+    app.router.add_route("*", "/oai", handler)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    sock = loopback_socket()
+    site = web.SockSite(runner, sock)
+    await site.start()
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}/oai"
+    finally:
+        await runner.cleanup()
+
+
+def identifiers_page(entries: list[tuple[str, str]]) -> str:
+    headers = "".join(
+        f"<header><identifier>{i}</identifier><datestamp>{d}</datestamp>"
+        f"<setSpec>{SET}</setSpec></header>"
+        for i, d in entries
+    )
+    return (
+        '<?xml version="1.0" encoding="UTF-8"?>'
+        '<OAI-PMH xmlns="http://www.openarchives.org/OAI/2.0/">'
+        f"<responseDate>{T_LATE}</responseDate>"
+        '<request verb="ListIdentifiers">http://peer/oai</request>'
+        f"<ListIdentifiers>{headers}</ListIdentifiers></OAI-PMH>"
+    )
+
+
+@pytest.fixture
+async def mesh(db: Pool, database_url: str, template_ready: str) -> AsyncIterator[Mesh]:
+    # The source: records 0..29 of its own set, 28 and 29 deleted, all stamped T0; record 6's
+    # datestamp is later bumped to T_BUMP with no change of content.
+    ids = await factories.load_records(db, SET, range(30))
+    await factories.load_records(db, SET, [3], version=1)  # 3 changed at the source
+    await factories.delete(db, SET, ids[28:30])
+    await stamp(db, ids, T0)
+    await stamp(db, [ids[6]], T_BUMP)
+
+    good_url = await clone_template(template_ready)
+    bad_url = await clone_template(template_ready)
+    good = await create_pool(good_url, max_size=2)
+    bad = await create_pool(bad_url, max_size=2)
+    try:
+        # A peer in step: every live record, arrived after the source stamped it.
+        await factories.load_records(good, SET, range(28), kind="remote")
+        await factories.load_records(good, SET, [3], version=1, kind="remote")
+        await stamp(good, ids, T1)
+        await stamp(good, [ids[6]], T_LATE)
+        # A peer with one of each fault.
+        await factories.load_records(bad, SET, [*range(2, 29), 99], kind="remote")  # 0, 1 missing
+        await factories.load_records(bad, SET, [5], version=1, kind="remote")  # 5 altered
+        await factories.delete(bad, SET, [ids[2]])  # 2: deleted at the peer only
+        await stamp(bad, [*ids, generated_id(99)], T1)
+        await stamp(bad, [ids[3]], T_OLD)  # 3 outdated: the peer missed its change
+        await stamp(bad, [ids[4]], T0)  # 4 copied datestamp
+        # 6: T1 < T_BUMP, outdated by datestamp, same content; 28 live: a missed deletion
+
+        live = [(ids[n], T_LATE if n == 6 else T1) for n in range(28)]
+
+        async def duplicating(request: web.Request) -> web.Response:
+            if request.query.get("verb") == "ListIdentifiers":
+                page = identifiers_page([*live[:8], (ids[7], T_LATE), *live[8:]])
+                return web.Response(text=page, content_type="text/xml")
+            return web.Response(status=400)
+
+        async def failing(request: web.Request) -> web.Response:
+            return web.Response(status=500, text="<html>Internal Server Error</html>")
+
+        closed = loopback_socket()
+        unreachable = f"http://127.0.0.1:{closed.getsockname()[1]}/oai"
+        closed.close()
+
+        async with (
+            running_provider(database_url, page_size=7) as source,  # five pages
+            running_provider(good_url, gisc_name="GOOD") as good_provider,
+            running_provider(bad_url, gisc_name="BAD") as bad_provider,
+            fixture_server(duplicating) as duplicating_url,
+            fixture_server(failing) as failing_url,
+        ):
+            yield Mesh(
+                ids, source, good_provider, bad_provider, duplicating_url, failing_url, unreachable
+            )
+    finally:
+        await good.close()
+        await bad.close()
+        await drop_database(template_ready, good_url)
+        await drop_database(template_ready, bad_url)
+
+
+def generated_id(n: int) -> str:
+    return parse_record(generate_record(n, centre="xx")).identifier
+
+
+def found(peer: dict[str, object], category: str) -> set[str]:
+    items = peer["items"][category]  # type: ignore[index]
+    return {item["identifier"] for item in items}  # type: ignore[union-attr]
+
+
+async def check(mesh_urls: list[str], source: str, sample: int = 0) -> dict[str, object]:
+    config = ClientSettings(max_retries=0, read_timeout=10, connect_timeout=5)
+    async with OAIClient.session(config) as session:
+        report, checker = await run_check(
+            OAIClient(session, config),
+            CheckRequest(set_spec=SET, source=source, peers=tuple(mesh_urls), sample=sample),
+        )
+        with checker:
+            return report.as_json()
+
+
+async def test_each_category_with_its_exact_identifiers(mesh: Mesh) -> None:
+    ids = mesh.ids
+    peers = [
+        mesh.good.oai,
+        mesh.bad.oai,
+        mesh.duplicating,
+        mesh.failing,
+        mesh.unreachable,
+    ]
+    report = await check(peers, mesh.source.oai, sample=100)
+    assert report["outcome"] == "inconsistent"
+    source = report["source"]
+    assert (source["status"], source["live"], source["deleted"]) == ("ok", 28, 2)  # type: ignore[index]
+    good, bad, duplicating, failing, unreachable = report["peers"]  # type: ignore[misc]
+
+    assert good["status"] == "ok"
+    # record 6 was bumped at the source, and the good peer took it again later (T_LATE)
+    assert good["counts"] == {
+        "missing": 0,
+        "extra": 0,
+        "outdated": 0,
+        "copied_datestamp": 0,
+        "duplicates": 0,
+        "altered": 0,
+        "datestamp_only": 0,
+    }
+    assert good["sampled"] == 28
+
+    assert bad["status"] == "ok"
+    assert found(bad, "missing") == {ids[0], ids[1], ids[2]}
+    assert found(bad, "extra") == {ids[28], generated_id(99)}
+    assert found(bad, "outdated") == {ids[3], ids[6]}
+    assert found(bad, "copied_datestamp") == {ids[4]}
+    assert found(bad, "duplicates") == set()
+    assert found(bad, "altered") == {ids[5]}
+    assert found(bad, "datestamp_only") == {ids[6]}
+    assert bad["sampled"] == 25  # live on both sides: 3..27
+    outdated = {i["identifier"]: i for i in bad["items"]["outdated"]}
+    assert outdated[ids[3]]["source_datestamp"] == T0
+    assert outdated[ids[3]]["peer_datestamp"] == T_OLD
+
+    assert duplicating["status"] == "ok"
+    assert found(duplicating, "duplicates") == {ids[7]}
+    assert duplicating["counts"]["duplicates"] == 1
+    # the newer of the two headers counts: record 7 is in step, nothing else is wrong
+    assert sum(duplicating["counts"].values()) == 1
+
+    assert failing["status"] == "failed"
+    assert "HTTP 500" in failing["reason"]
+    assert failing["counts"] == {}
+    assert unreachable["status"] == "failed"
+    assert "cannot reach" in unreachable["reason"]
+
+
+async def test_consistent_and_unchecked_outcomes(mesh: Mesh) -> None:
+    consistent = await check([mesh.good.oai], mesh.source.oai)
+    assert consistent["outcome"] == "consistent"
+    # the source itself cannot be listed: nothing could be checked
+    unchecked = await check([mesh.good.oai], mesh.failing)
+    assert unchecked["outcome"] == "unchecked"
+    assert unchecked["source"]["status"] == "failed"  # type: ignore[index]
+    # every peer failing is "could not check" too
+    none_listed = await check([mesh.failing, mesh.unreachable], mesh.source.oai)
+    assert none_listed["outcome"] == "unchecked"
+
+
+async def wiscat(*args: str) -> tuple[int, str, str]:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "services.cli",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(process.communicate(), 120)
+    assert process.returncode is not None
+    return process.returncode, out.decode(), err.decode()
+
+
+async def test_the_command_prints_a_table_writes_json_and_exits_by_outcome(
+    mesh: Mesh, tmp_path: Path
+) -> None:
+    ids = mesh.ids
+    report_file = tmp_path / "report.json"
+    code, out, err = await wiscat(
+        "check",
+        "--set",
+        SET,
+        "--source",
+        mesh.source.oai,
+        mesh.good.oai,
+        mesh.bad.oai,
+        mesh.failing,
+        "--retries",
+        "0",
+        "--details",
+        "--json",
+        str(report_file),
+    )
+    assert code == 1, err
+    rows = {line.split()[0]: line for line in out.splitlines() if line.startswith("http")}
+    assert rows[mesh.good.oai].endswith("consistent")
+    bad_row = rows[mesh.bad.oai].split()
+    # listed, missing, extra, outdated, copied, duplicates
+    assert bad_row[1:7] == ["28", "3", "2", "2", "1", "0"]
+    assert "could not check: HTTP 500" in rows[mesh.failing]
+    assert ids[3] in out  # --details lists the items
+    written = json.loads(report_file.read_text())
+    assert written["outcome"] == "inconsistent"
+    assert {i["identifier"] for i in written["peers"][1]["items"]["missing"]} == {
+        ids[0],
+        ids[1],
+        ids[2],
+    }
+
+    code, out, _ = await wiscat("check", "--set", SET, "--source", mesh.source.oai, mesh.good.oai)
+    assert code == 0
+    assert "outcome: consistent" in out
+
+    code, out, _ = await wiscat(
+        "check", "--set", SET, "--source", mesh.failing, mesh.good.oai, "--retries", "0"
+    )
+    assert code == 2
+    assert "could not be listed: HTTP 500" in out
+
+    code, _, err = await wiscat("check", "--set", SET, "--source", "ftp://x", mesh.good.oai)
+    assert code == 2
+    assert "not an http(s) URL" in err
+
+
+async def test_scheduled_check_is_stored_exported_and_served(
+    mesh: Mesh, db: Pool, database_url: str
+) -> None:
+    ids = mesh.ids
+    await check_store.save_check(
+        db, "offenbach", SET, mesh.source.oai, [mesh.good.oai, mesh.bad.oai, mesh.failing]
+    )
+    settings = sink_settings(database_url, harvest_max_retries=0, harvest_poll_seconds=0.2)
+    async with harvest_context(settings, database_url) as ctx:
+        stop = asyncio.Event()
+        task = asyncio.create_task(run_due_checks(ctx, stop))
+        try:
+            for _ in range(300):
+                if await check_store.recent_reports(db, "offenbach"):
+                    break
+                await asyncio.sleep(0.1)
+        finally:
+            stop.set()
+            await asyncio.wait_for(task, 30)
+        (stored,) = await check_store.recent_reports(db, "offenbach")
+        assert stored["outcome"] == "inconsistent"
+        checks = await check_store.all_checks(db)
+        assert checks[0][0].next_run_at > datetime.now(UTC) + timedelta(hours=23)  # every 1d
+        assert checks[0][1]["last_outcome"] == "inconsistent"
+
+        # the harvester's metrics carry the latest counts
+        await export_check_metrics(ctx)
+        text = generate_latest(ctx.metrics.registry).decode()
+        bad = mesh.bad.oai
+        assert (
+            f'wiscat_check_items{{category="missing",check="offenbach",peer="{bad}"}} 3.0' in text
+        )
+        assert f'wiscat_check_items{{category="extra",check="offenbach",peer="{bad}"}} 2.0' in text
+        assert f'wiscat_check_peer_checked{{check="offenbach",peer="{mesh.failing}"}} 0.0' in text
+        assert 'wiscat_check_consistent{check="offenbach"} 0.0' in text
+
+    # and the provider's admin API serves them, behind the token
+    headers = {"Authorization": "Bearer test-admin-token"}
+    async with aiohttp.ClientSession(mesh.source.root) as http:
+        async with http.get("/admin/check-reports") as response:
+            assert response.status == 401
+        async with http.get("/admin/check-reports", headers=headers) as response:
+            assert response.status == 200
+            (listed,) = await response.json()
+        assert listed["check_name"] == "offenbach"
+        assert "items" not in listed["report"]["peers"][1]
+        assert listed["report"]["peers"][1]["counts"]["missing"] == 3
+        async with http.get(f"/admin/check-reports/{listed['id']}", headers=headers) as response:
+            whole = await response.json()
+        missing = {i["identifier"] for i in whole["report"]["peers"][1]["items"]["missing"]}
+        assert missing == {ids[0], ids[1], ids[2]}
+        async with http.get("/admin/checks", headers=headers) as response:
+            (listed_check,) = await response.json()
+        assert listed_check["name"] == "offenbach"
+        assert listed_check["last_outcome"] == "inconsistent"
+        body = {"set": SET, "source": "file:///etc/passwd", "peers": [mesh.good.oai]}
+        async with http.put("/admin/checks/x", json=body, headers=headers) as response:
+            assert response.status == 400
+            assert "not an http(s) URL" in (await response.json())["detail"]
+        async with http.post("/admin/checks/offenbach/run", headers=headers) as response:
+            assert response.status == 202
+        assert (await check_store.all_checks(db))[0][0].next_run_at <= datetime.now(UTC)
