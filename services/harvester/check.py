@@ -51,18 +51,13 @@ DATESTAMP_CATEGORIES = ("missing", "extra", "outdated", "copied_datestamp", "dup
 SAMPLE_CATEGORIES = ("altered", "datestamp_only")
 CATEGORIES = DATESTAMP_CATEGORIES + SAMPLE_CATEGORIES
 
-# An entry of a list: (identifier, datestamp, deleted). Datestamps are kept as normalised text,
-# "YYYY-MM-DDThh:mm:ssZ" or "YYYY-MM-DD", which compare correctly as strings.
+# An entry of a list: (identifier, datestamp, deleted). Datestamps are kept as the peer wrote them,
+# which the page parser has checked is "YYYY-MM-DDThh:mm:ssZ" or "YYYY-MM-DD": strings that
+# compare as the moments they stand for.
 Entry = tuple[str, str, bool]
 
 RUN_SIZE = 50_000  # entries sorted in memory per run, per list
 BLOCK = 1_000  # entries per marshal block in a run file (what a merge holds per run)
-
-
-def _normalise(header: HeaderItem) -> str:
-    if len(header.datestamp.strip()) == 10:
-        return header.datestamp.strip()
-    return format_datestamp(header.datestamp_parsed)
 
 
 def compare_datestamps(peer: str, source: str) -> int:
@@ -98,7 +93,8 @@ class SortedSpill:
         path = self.directory / f"{self.name}-{len(self.runs)}.run"
         with path.open("wb") as out:
             for start in range(0, len(self.buffer), BLOCK):
-                marshal.dump(self.buffer[start : start + BLOCK], out)
+                block = marshal.dumps(self.buffer[start : start + BLOCK])
+                out.write(len(block).to_bytes(4, "little") + block)
         self.runs.append(path)
         self.buffer = []
 
@@ -112,13 +108,10 @@ class SortedSpill:
 
 
 def _read_run(path: Path) -> Iterator[Entry]:
+    # length-prefixed blocks: marshal.load() on a file reads it in tiny pieces, loads() does not
     with path.open("rb") as stream:
-        while True:
-            try:
-                block = marshal.load(stream)  # noqa: S302 - our own temporary file
-            except EOFError:
-                return
-            yield from block
+        while size := stream.read(4):
+            yield from marshal.loads(stream.read(int.from_bytes(size, "little")))  # noqa: S302 - our own temporary file
 
 
 def collapse(entries: Iterable[Entry], duplicates: list[str]) -> Iterator[Entry]:
@@ -295,6 +288,13 @@ class Checker:
         listings = await asyncio.gather(
             *(self._list(url, spill) for url, spill in zip(urls, spills, strict=True))
         )
+        listed = datetime.now(UTC)
+        log.info(
+            "listed %d identifiers from %d endpoints in %.1f s",
+            sum(spill.count for spill in spills),
+            len(urls),
+            (listed - started).total_seconds(),
+        )
         source, source_spill = listings[0], spills[0]
         peers = [
             PeerResult(listing, url)
@@ -346,7 +346,7 @@ class Checker:
                 result.pages += 1
                 for item in page.items():
                     header = item if isinstance(item, HeaderItem) else item.header
-                    spill.add((header.identifier, _normalise(header), header.deleted))
+                    spill.add((header.identifier, header.datestamp, header.deleted))
         except (HarvestError, OAIError, ResponseError) as exc:
             result.status, result.reason = "failed", _reason(exc)
         except Exception as exc:  # a peer must never stop the others

@@ -44,15 +44,21 @@ class MalformedResponse(ResponseError):
     """The body is not well-formed XML, or carries a DTD (refused: entity attacks)."""
 
 
+_SECONDS_FORM = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z")
+_DAY_FORM = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
+
+
 def parse_oai_date(text: str) -> datetime:
     """A datestamp of either granularity from a peer, as UTC (day values mean midnight)."""
     value = text.strip()
     try:
-        if "T" in value:
-            return datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
-        return datetime.strptime(value, "%Y-%m-%d").replace(tzinfo=UTC)
-    except ValueError as exc:
-        raise MalformedResponse(f"{value!r} is not an OAI-PMH datestamp") from exc
+        if _SECONDS_FORM.fullmatch(value):
+            return datetime.fromisoformat(value)  # "Z": UTC
+        if _DAY_FORM.fullmatch(value):
+            return datetime.fromisoformat(value).replace(tzinfo=UTC)
+    except ValueError:
+        pass  # the right shape, but no such date or time
+    raise MalformedResponse(f"{value!r} is not an OAI-PMH datestamp")
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,16 +179,29 @@ def looks_like_html(body: bytes) -> bool:
     return head.startswith((b"<!doctype html", b"<html"))
 
 
+_IDENTIFIER = _Q + "identifier"
+_DATESTAMP = _Q + "datestamp"
+_SET_SPEC = _Q + "setSpec"
+
+
 def _header(element: etree._Element) -> HeaderItem:
-    identifier = (element.findtext(_Q + "identifier") or "").strip()
-    stamp = (element.findtext(_Q + "datestamp") or "").strip()
+    identifier = stamp = ""
+    set_specs = []
+    for child in element:  # one pass over the children: headers are most of a list's work
+        tag = child.tag
+        if tag == _IDENTIFIER:
+            identifier = (child.text or "").strip()
+        elif tag == _DATESTAMP:
+            stamp = (child.text or "").strip()
+        elif tag == _SET_SPEC:
+            set_specs.append((child.text or "").strip())
     if not identifier or not stamp:
         raise MalformedResponse("a header without identifier or datestamp")
     return HeaderItem(
         identifier,
         stamp,
         parse_oai_date(stamp),
-        tuple((s.text or "").strip() for s in element.findall(_Q + "setSpec")),
+        tuple(set_specs),
         element.get("status") == "deleted",
     )
 
