@@ -149,7 +149,7 @@ async def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def cmd_harvest(settings: Settings, args: argparse.Namespace) -> int:
-    from services.harvester.harvest import harvest_link
+    from services.harvester.harvest import harvest_link, run_list
     from services.harvester.service import harvest_context
 
     async with migrated_database(settings) as url, harvest_context(settings, url) as ctx:
@@ -163,16 +163,21 @@ async def cmd_harvest(settings: Settings, args: argparse.Namespace) -> int:
             print(f"wiscat: link {args.name} is being harvested by another worker", file=sys.stderr)
             return 1
         try:
-            report = await harvest_link(
-                ctx,
-                link,
-                full=args.full,
-                allow_mass_delete=args.allow_mass_delete,
-                window=False,
-            )
+            if args.backup_sync:
+                report = await run_list(ctx, link, mode="backup", from_=None, until=None)
+            else:
+                report = await harvest_link(
+                    ctx,
+                    link,
+                    full=args.full,
+                    allow_mass_delete=args.allow_mass_delete,
+                    window=False,
+                )
         finally:
-            await link_store.release_lease(ctx.pool, link.name, owner, link.next_run_at)
+            await link_store.release_lease(ctx.pool, link.name, owner, link.next_run_at, link)
     print(report.summary())
+    for identifier in report.taken:
+        print(f"took: {identifier}")
     return 0 if report.status == "ok" else 1
 
 
@@ -338,7 +343,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("harvest", help="run one link once now; exit 0 on success")
     p.add_argument("name")
-    p.add_argument("--full", action="store_true", help="a full harvest (no from)")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--full", action="store_true", help="a full harvest (no from)")
+    mode.add_argument(
+        "--backup-sync",
+        action="store_true",
+        help="backup synchronisation of a shared set (seed 000 §5): take only records missing "
+        "here or newer by gmd:dateStamp, keeping the peer's datestamps; lists what it took",
+    )
     p.add_argument(
         "--allow-mass-delete",
         action="store_true",

@@ -33,7 +33,9 @@ class Settings(BaseSettings):
     page_size: int = Field(default=500, ge=1, le=10_000)
     token_secret: SecretStr | None = None
     token_lifetime_hours: float = Field(default=24.0, gt=0)
-    deleted_retention_days: int = Field(default=90, ge=0, description="0 keeps tombstones forever")
+    deleted_retention_days: float = Field(
+        default=90, ge=0, description="days tombstones are kept (fractions allowed); 0: forever"
+    )
     settle_seconds: float = Field(default=5.0, ge=0)
     provider_host: str = "127.0.0.1"
     provider_port: int = 8080

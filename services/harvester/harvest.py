@@ -71,6 +71,7 @@ class RunReport:
     error: str | None = None
     high_water_mark: datetime | None = None
     seconds: float = 0.0
+    taken: list[str] = field(default_factory=list)  # backup synchronisation: what it took
 
     def summary(self) -> str:
         parts = ", ".join(f"{k} {self.counts[k]}" for k in sorted(self.counts))
@@ -187,7 +188,10 @@ async def run_list(
         run_id,
     )
     try:
-        await _harvest(ctx, link, report, allow_mass_delete, next_window_index)
+        if mode == "backup":
+            await _backup(ctx, link, report)
+        else:
+            await _harvest(ctx, link, report, allow_mass_delete, next_window_index)
         report.status = "ok"
     except MassDeletion as exc:
         report.status, report.error_kind, report.error = "stopped", "mass_delete", str(exc)
@@ -319,6 +323,72 @@ async def _harvest(
         high_water_mark=_high_water_mark(greatest, first_response, report.mode),
         next_window_index=next_window_index,
     )
+
+
+async def _backup(ctx: HarvestContext, link: Link, report: RunReport) -> None:
+    """Backup synchronisation between two GISCs that serve one shared set (seed 000 §5).
+
+    Never scheduled: an operator runs it after inspection (``wiscat harvest LINK
+    --backup-sync``). It reads the peer's whole set and takes a record only when there is no live
+    local copy, or the local one is older by oai:datestamp and by gmd:dateStamp; what it takes
+    keeps the peer's oai:datestamp, so downstream harvesters that already passed that time do
+    not pick it up again (no loop). Deleted headers are not applied, and the high-water mark is
+    not moved.
+    """
+    protected = _protected_set(link, ctx.settings.own_set)
+    async for page in ctx.client.list_pages(
+        link.base_url,
+        "ListRecords",
+        metadata_prefix=link.metadata_prefix,
+        set_spec=link.remote_set,
+    ):
+        sorter = _PageSorter()
+        stamps: dict[str, datetime] = {}
+        for item in page.items():
+            if isinstance(item, RecordItem) and not item.header.deleted:
+                stamps[item.header.identifier] = item.header.datestamp_parsed
+                sorter.take(item.header, item.metadata)
+        report.pages += 1
+        report.bytes += page.bytes
+        async with ctx.pool.acquire() as conn, conn.transaction():
+            result = await store.backup_records(
+                conn,
+                link.local_set,
+                sorter.batch,
+                [stamps[record.identifier] for record in sorter.batch],
+                protected_set=protected,
+            )
+            await link_store.quarantine(
+                conn, link.name, report.run_id, report.pages, sorter.quarantined
+            )
+            counts = result.counts
+            page_counts = PageCounts(
+                bytes=page.bytes,
+                added=counts["taken_new"],
+                updated=counts["taken"],
+                unchanged=counts["same"] + counts["not_newer"],
+                refused=counts["refused_protected"],
+                quarantined=len(sorter.quarantined),
+            )
+            await link_store.record_page(conn, report.run_id, page_counts)
+        report.counts.update(
+            {
+                "added": page_counts.added,
+                "updated": page_counts.updated,
+                "unchanged": page_counts.unchanged,
+                "refused": page_counts.refused,
+                "quarantined": page_counts.quarantined,
+            }
+        )
+        for outcome in ("taken_new", "taken"):
+            for identifier in result.identifiers(outcome):
+                report.taken.append(identifier)
+                log.info(
+                    "backup sync %s: took %s (%s)",
+                    link.name,
+                    identifier,
+                    "missing here" if outcome == "taken_new" else "newer gmd:dateStamp",
+                )
 
 
 @dataclass

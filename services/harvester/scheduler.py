@@ -108,6 +108,7 @@ class Scheduler:
                     link.name,
                     self.owner,
                     next_run(link, now=datetime.now(UTC), failed=failed),
+                    link,
                 )
 
     async def _keep_lease(self, name: str) -> None:

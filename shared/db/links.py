@@ -163,8 +163,12 @@ async def renew_lease(db: Executor, name: str, owner: str, lease: timedelta) -> 
     return await db.fetchval(_SQL["renew_lease"], name, owner, lease) is not None
 
 
-async def release_lease(db: Executor, name: str, owner: str, next_run_at: datetime) -> None:
-    await db.execute(_SQL["release_lease"], name, owner, next_run_at)
+async def release_lease(
+    db: Executor, name: str, owner: str, next_run_at: datetime, leased: Link
+) -> None:
+    """Release ``leased`` (the link as it was leased) and schedule its next run, unless a run
+    was requested meanwhile: that one stays due."""
+    await db.execute(_SQL["release_lease"], name, owner, next_run_at, leased.next_run_at)
 
 
 async def close_abandoned_runs(db: Executor, link: str) -> list[int]:

@@ -100,6 +100,35 @@ async def upsert_records(
     return WriteResult({row["identifier"]: row["outcome"] for row in rows})
 
 
+async def backup_records(
+    conn: Connection,
+    set_spec: str,
+    records: Sequence[IncomingRecord],
+    datestamps: Sequence[datetime],
+    *,
+    protected_set: str | None = None,
+) -> WriteResult:
+    """Backup synchronisation (seed 000 §5): take records that are missing here, or older here
+    by both oai:datestamp and gmd:dateStamp, keeping the source's datestamps (``datestamps``).
+
+    Outcomes: ``taken_new``, ``taken``, ``same`` (same content), ``not_newer``, and
+    ``refused_protected`` (as for :func:`upsert_records`).
+    """
+    if not records:
+        return WriteResult({})
+    rows = await conn.fetch(
+        _SQL["backup_records"],
+        set_spec,
+        [r.identifier for r in records],
+        [r.md_datestamp for r in records],
+        [r.content_hash for r in records],
+        [r.xml for r in records],
+        list(datestamps),
+        protected_set,
+    )
+    return WriteResult({row["identifier"]: row["outcome"] for row in rows})
+
+
 async def delete_records(
     conn: Connection,
     set_spec: str,

@@ -141,3 +141,32 @@ async def test_requested_run_happens_now(sink: tuple[RunningProvider, str]) -> N
             await task
         assert await ctx.pool.fetchval("select mode from harvest_runs") == "full"
         assert await ctx.pool.fetchval("select run_requested from links") is None
+
+
+async def test_a_run_requested_while_the_link_runs_is_not_lost(db: Pool) -> None:
+    await store.ensure_set(db, SOURCE_SET, SOURCE_SET, "remote")
+    new = build_link(
+        name="busy",
+        url="http://127.0.0.1:9/oai",
+        remote_set=SOURCE_SET,
+        into=None,
+        own_set="WIS-GISC-SINK",
+    )
+    await link_store.add_link(db, new)
+    lease = timedelta(minutes=5)
+    [leased] = await link_store.lease_due(db, "worker", lease, 10)
+    # "harvest now" arrives while the run is under way
+    assert await link_store.request_run(db, "busy", "full")
+    later = leased.next_run_at + timedelta(hours=1)
+    await link_store.release_lease(db, "busy", "worker", later, leased)
+    link = await link_store.get_link(db, "busy")
+    assert link is not None
+    assert link.run_requested == "full"
+    assert link.next_run_at < later
+    [again] = await link_store.lease_due(db, "worker", lease, 10)
+    assert again.run_requested == "full"
+    # with no request meanwhile, the next run is the scheduled one
+    await link_store.release_lease(db, "busy", "worker", later, again)
+    link = await link_store.get_link(db, "busy")
+    assert link is not None
+    assert (link.run_requested, link.next_run_at) == (None, later)

@@ -61,9 +61,13 @@ where name = $1 and lease_owner = $2
 returning name
 
 -- name: release_lease --
--- Release a lease and schedule the next run.
+-- Release a lease and schedule the next run at $3. A run asked for while this one ran ("harvest
+-- now", a changed source: next_run_at is no longer $4, its value when the lease was taken) is
+-- kept, and falls due at once.
 update links
-set lease_owner = null, lease_expires = null, next_run_at = $3, run_requested = null
+set lease_owner = null, lease_expires = null,
+    next_run_at = case when next_run_at is distinct from $4 then next_run_at else $3 end,
+    run_requested = case when next_run_at is distinct from $4 then run_requested end
 where name = $1 and lease_owner = $2
 
 -- name: start_run --

@@ -218,3 +218,65 @@ select value from inserted
 union all
 select value from node_secrets where name = $1
 limit 1
+
+-- name: backup_records --
+-- Backup synchronisation between two GISCs serving one shared set (seed 000 §5), never scheduled.
+-- A record is taken when there is no live local copy, or when the local copy is older by oai
+-- datestamp (the ordinary condition) AND by gmd:dateStamp (an obvious difference of content);
+-- a taken record keeps the source's oai:datestamp ($6), the seed's guard against loops.
+-- $7 is the protected set, as for upsert_records.
+with incoming as (
+    select distinct on (identifier) identifier, md_datestamp, content_hash, xml, datestamp
+    from unnest($2::text[], $3::timestamptz[], $4::bytea[], $5::text[], $6::timestamptz[])
+         with ordinality as t (identifier, md_datestamp, content_hash, xml, datestamp, position)
+    order by identifier, position desc
+),
+existing as (
+    select r.identifier, r.deleted, r.datestamp, r.content_hash, r.md_datestamp
+    from records r
+    where r.identifier in (select identifier from incoming)
+    order by r.identifier
+    for update
+),
+classified as (
+    select i.identifier, i.md_datestamp, i.content_hash, i.xml, i.datestamp,
+        case
+            when $7::text is not null and $7::text <> $1::text and exists (
+                select 1 from set_members p where p.set_spec = $7::text and p.identifier = i.identifier
+            ) then 'refused_protected'
+            when e.identifier is null or e.deleted then 'taken_new'
+            when e.content_hash = i.content_hash then 'same'
+            when e.datestamp >= i.datestamp then 'not_newer'
+            when i.md_datestamp is null then 'not_newer'
+            when e.md_datestamp is not null and i.md_datestamp <= e.md_datestamp then 'not_newer'
+            else 'taken'
+        end as outcome
+    from incoming i
+    left join existing e using (identifier)
+),
+written as (
+    insert into records as r (identifier, datestamp, md_datestamp, content_hash, xml, deleted, set_specs)
+    select identifier, datestamp, md_datestamp, content_hash, xml, false, array[$1::text]
+    from classified
+    where outcome in ('taken_new', 'taken')
+    on conflict (identifier) do update set
+        datestamp = excluded.datestamp,
+        md_datestamp = excluded.md_datestamp,
+        content_hash = excluded.content_hash,
+        xml = excluded.xml,
+        deleted = false,
+        set_specs = case
+            when r.deleted then excluded.set_specs
+            else array(select distinct s from unnest(r.set_specs || excluded.set_specs) as s order by s)
+        end
+    returning r.identifier
+),
+membership as (
+    insert into set_members as m (set_spec, identifier, datestamp, deleted)
+    select $1::text, identifier, datestamp, false
+    from classified
+    where outcome in ('taken_new', 'taken')
+    on conflict (set_spec, identifier) do update set datestamp = excluded.datestamp, deleted = false
+    returning m.identifier
+)
+select identifier, outcome from classified

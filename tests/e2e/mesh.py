@@ -1,0 +1,235 @@
+"""A mesh of real nodes on one machine, for the convergence scenarios (issue: a GISC mesh).
+
+Each node is one ``wiscat run`` process (provider and harvester) over its own database in one
+PostgreSQL server, with its provider on its own loopback port. The harness drives the nodes only
+through HTTP (records through the admin API, links through the admin API, runs through "harvest
+now") and the ``wiscat`` command; it reads each node's database only to compare catalogues.
+
+A *round* asks every link of every node (or the ones given, in the order given) to run once and
+waits until each has finished.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import aiohttp
+
+from shared.db.pool import connect
+from shared.generator import generate_record
+from shared.iso19139 import parse_record
+from tests.e2e.nodes import Node
+from tests.pg import clone_template, drop_database
+
+# catalogue entry: identifier -> (content hash or None for a tombstone, live sets, deleted)
+Entry = tuple[bytes | None, frozenset[str], bool]
+
+
+def record(n: int, centre: str, version: int = 0, md: datetime | None = None) -> tuple[str, bytes]:
+    """A generated record: its identifier and bytes."""
+    data = generate_record(n, centre=centre, version=version, md_datestamp=md)
+    return parse_record(data).identifier, data
+
+
+@dataclass
+class MeshNode(Node):
+    links: list[str] = field(default_factory=list)
+
+    @property
+    def root(self) -> str:
+        return f"http://127.0.0.1:{self.provider_port}"
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer token-{self.name}"}
+
+
+class Mesh:
+    def __init__(self, template_url: str, http: aiohttp.ClientSession) -> None:
+        self.template_url = template_url
+        self.http = http
+        self.nodes: dict[str, MeshNode] = {}
+
+    async def add_node(self, name: str, **env: str) -> MeshNode:
+        url = await clone_template(self.template_url)
+        node = MeshNode(name, url)
+        node.extra.update(env)
+        self.nodes[name] = node
+        return node
+
+    async def start(self, *names: str) -> None:
+        chosen = [self.nodes[n] for n in names] if names else list(self.nodes.values())
+        await asyncio.gather(*(n.start("run", f"{n.root}/readyz") for n in chosen))
+
+    async def stop(self, *names: str) -> None:
+        chosen = [self.nodes[n] for n in names] if names else list(self.nodes.values())
+        codes = await asyncio.gather(*(n.stop() for n in chosen))
+        for node, node_codes in zip(chosen, codes, strict=True):
+            assert all(code == 0 for code in node_codes), f"{node.name} stopped with {node_codes}"
+
+    async def close(self) -> None:
+        for node in self.nodes.values():
+            await node.stop()
+        for node in self.nodes.values():
+            await drop_database(self.template_url, node.database_url)
+
+    # -- driving the nodes over HTTP ------------------------------------------------------------
+
+    async def _call(self, node: MeshNode, method: str, path: str, **kwargs: Any) -> Any:
+        headers = {**node.headers, **kwargs.pop("headers", {})}
+        async with self.http.request(
+            method, node.root + path, headers=headers, **kwargs
+        ) as response:
+            body = await response.json()
+            if response.status >= 400:
+                raise AssertionError(f"{method} {path} at {node.name}: {response.status} {body}")
+            return body
+
+    async def link(
+        self,
+        node: str,
+        name: str,
+        peer: str,
+        set_spec: str | None,
+        *,
+        into: str | None = None,
+        **options: Any,
+    ) -> dict[str, Any]:
+        """A link of ``node`` to ``peer``'s provider (no rolling window, hourly: the harness runs
+        the rounds)."""
+        body = {
+            "name": name,
+            "url": self.nodes[peer].oai,
+            "set": set_spec,
+            "into": into,
+            "window_slices": 0,
+            **options,
+        }
+        created = await self._call(self.nodes[node], "POST", "/admin/links", json=body)
+        if options.get("enabled", True):  # a disabled link is never part of a round
+            self.nodes[node].links.append(name)
+        return dict(created)
+
+    async def move_link(self, node: str, name: str, peer: str, set_spec: str) -> None:
+        """Point a link at another peer with ``wiscat link set`` (its HWM is reset)."""
+        await self.nodes[node].wiscat(
+            "link", "set", name, "--url", self.nodes[peer].oai, "--set", set_spec
+        )
+
+    async def put(
+        self, node: str, n: int, centre: str, version: int = 0, md: datetime | None = None
+    ) -> str:
+        identifier, data = record(n, centre, version, md)
+        await self._call(
+            self.nodes[node],
+            "PUT",
+            f"/admin/records/{identifier}",
+            data=data,
+            headers={"Content-Type": "application/xml"},
+        )
+        return identifier
+
+    async def delete(self, node: str, identifier: str) -> None:
+        await self._call(self.nodes[node], "DELETE", f"/admin/records/{identifier}")
+
+    async def harvest(self, node: str, link: str) -> dict[str, Any]:
+        """Run one link now (the admin "harvest now") and wait for its run to finish."""
+        mesh_node = self.nodes[node]
+        before = await self._call(
+            mesh_node, "GET", "/admin/runs", params={"link": link, "limit": 1}
+        )
+        last = before[0]["id"] if before else 0
+        await self._call(mesh_node, "POST", f"/admin/links/{link}/harvest")
+        for _ in range(600):
+            runs = await self._call(
+                mesh_node, "GET", "/admin/runs", params={"link": link, "limit": 1}
+            )
+            if runs and runs[0]["id"] > last and runs[0]["status"] != "running":
+                return dict(runs[0])
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"the run of {link} at {node} did not finish")
+
+    async def round(
+        self,
+        order: Iterable[tuple[str, str]] | None = None,
+        *,
+        concurrent: bool = False,
+        shuffle: random.Random | None = None,
+    ) -> list[dict[str, Any]]:
+        """Run every link once (``order``: (node, link) pairs; default all, node by node)."""
+        pairs = list(order) if order is not None else self.all_links()
+        if shuffle is not None:
+            shuffle.shuffle(pairs)
+        if concurrent:
+            runs = list(await asyncio.gather(*(self.harvest(n, link) for n, link in pairs)))
+        else:
+            runs = [await self.harvest(n, link) for n, link in pairs]
+        for (node, link), run in zip(pairs, runs, strict=True):
+            assert run["status"] == "ok", f"{node}/{link}: {run}"
+        return runs
+
+    def all_links(self) -> list[tuple[str, str]]:
+        return [(node.name, link) for node in self.nodes.values() for link in node.links]
+
+    # -- reading the outcome ----------------------------------------------------------------------
+
+    async def catalogue(self, node: str) -> dict[str, Entry]:
+        conn = await connect(self.nodes[node].database_url)
+        try:
+            rows = await conn.fetch(
+                "select r.identifier, r.content_hash, r.deleted, "
+                "coalesce(array_agg(m.set_spec) filter (where not m.deleted), '{}') as sets "
+                "from records r left join set_members m using (identifier) "
+                "group by r.identifier, r.content_hash, r.deleted"
+            )
+        finally:
+            await conn.close()
+        return {
+            row["identifier"]: (
+                None if row["deleted"] else row["content_hash"],
+                frozenset(row["sets"]),
+                row["deleted"],
+            )
+            for row in rows
+        }
+
+    async def datestamps(self, node: str) -> dict[tuple[str, str], datetime]:
+        conn = await connect(self.nodes[node].database_url)
+        try:
+            rows = await conn.fetch("select set_spec, identifier, datestamp from set_members")
+        finally:
+            await conn.close()
+        return {(row["set_spec"], row["identifier"]): row["datestamp"] for row in rows}
+
+    async def catalogues(self) -> dict[str, dict[str, Entry]]:
+        return {name: await self.catalogue(name) for name in self.nodes}
+
+    async def assert_converged(self, *names: str) -> dict[str, Entry]:
+        """Every node (or those named) holds exactly the same catalogue; returns it."""
+        chosen = list(names) or list(self.nodes)
+        found = {name: await self.catalogue(name) for name in chosen}
+        first = found[chosen[0]]
+        for name in chosen[1:]:
+            assert found[name] == first, _difference(chosen[0], first, name, found[name])
+        return first
+
+
+def _difference(a: str, left: dict[str, Entry], b: str, right: dict[str, Entry]) -> str:
+    lines = [f"{a} and {b} differ:"]
+    for identifier in sorted(set(left) | set(right)):
+        if left.get(identifier) != right.get(identifier):
+            mine, theirs = _show(left.get(identifier)), _show(right.get(identifier))
+            lines.append(f"  {identifier}: {a}={mine} {b}={theirs}")
+    return "\n".join(lines[:40])
+
+
+def _show(entry: Entry | None) -> str:
+    if entry is None:
+        return "absent"
+    content, sets, deleted = entry
+    return f"({'deleted' if deleted else content.hex()[:8] if content else '-'}, {sorted(sets)})"
