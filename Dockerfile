@@ -8,7 +8,9 @@ COPY pyproject.toml README.md ./
 COPY shared ./shared
 COPY services ./services
 COPY migrations ./migrations
-RUN pip install --no-compile . \
+# Editable, so the code runs from /app: shared/db/migrate.py finds migrations/ next to its package
+# (a plain install would import it from site-packages, where no migrations/ is installed).
+RUN pip install --no-compile -e . \
     && useradd --system --home /app wiscat
 USER wiscat
 

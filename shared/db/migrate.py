@@ -34,6 +34,12 @@ class Migration:
 
 def available(directory: Path = MIGRATIONS_DIR) -> list[Migration]:
     """The migration files, in version order."""
+    if not directory.is_dir():
+        # wiscat runs from its source tree (an editable install, as the Dockerfile does)
+        raise FileNotFoundError(
+            f"no migrations folder at {directory}: install wiscat from its source tree "
+            "with `pip install -e .`"
+        )
     found = []
     for path in sorted(directory.glob("*.sql")):
         match = _NAME.match(path.name)
