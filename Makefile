@@ -30,16 +30,19 @@ test-unit: $(STAMP) ## the fast, pure tests only
 	$(BIN)/pytest tests/unit
 
 lint: $(STAMP) ## ruff, mypy (strict) and the import-linter layer contracts
-	$(BIN)/ruff check shared services tests bench
+	$(BIN)/ruff check shared services tests bench tools
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
 format: $(STAMP) ## format the code with ruff
-	$(BIN)/ruff format shared services tests bench
-	$(BIN)/ruff check --fix shared services tests bench
+	$(BIN)/ruff format shared services tests bench tools
+	$(BIN)/ruff check --fix shared services tests bench tools
 
 bench: $(STAMP) ## benchmarks; figures go to docs/benchmarks.md (BENCH_RECORDS scales them)
 	$(BIN)/python -m bench.run
+
+demo: $(STAMP) ## a local mesh of three nodes harvesting each other (Ctrl-C stops it)
+	$(BIN)/python -m tools.demo
 
 clean: ## remove the virtual environment and local data
 	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache

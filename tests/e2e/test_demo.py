@@ -1,0 +1,69 @@
+"""``make demo``: the mesh converges, Ctrl-C stops it, and nothing it started keeps running."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+from pathlib import Path
+
+
+def processes_mentioning(text: str) -> list[int]:
+    """Processes whose command line or environment holds ``text``."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            data = (proc / "cmdline").read_bytes() + (proc / "environ").read_bytes()
+        except OSError:
+            continue
+        if text.encode() in data:
+            found.append(int(proc.name))
+    return found
+
+
+async def test_demo_converges_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
+    data = tmp_path / "demo"
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "tools.demo",
+        "--records",
+        "5",
+        "--every",
+        "1s",
+        "--interval",
+        "0.5",
+        "--port-base",
+        "0",
+        "--no-changes",
+        "--data-dir",
+        str(data),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    assert process.stdout is not None
+    lines: list[str] = []
+    try:
+        async with asyncio.timeout(120):
+            while not any(line.startswith("converged:") for line in lines):
+                line = (await process.stdout.readline()).decode()
+                assert line, "the demo ended early:\n" + "".join(lines)
+                lines.append(line)
+            while "Ctrl-C stops the demo.\n" not in lines:
+                lines.append((await process.stdout.readline()).decode())
+    finally:
+        running = processes_mentioning(str(data))
+        process.send_signal(signal.SIGINT)
+        rest, _ = await asyncio.wait_for(process.communicate(), 60)
+    output = "".join(lines) + rest.decode()
+    assert process.returncode == 0, output
+    # three nodes and the PostgreSQL server were running, and none of them is now
+    assert len(running) >= 4, running
+    assert processes_mentioning(str(data)) == []
+    assert "demo stopped: every process it started has ended" in output
+    table = output.split("converged:")[0].rsplit("after", 1)[1].splitlines()
+    rows = {line.split()[0]: line.split()[1:] for line in table[1:] if line.strip()}
+    assert rows == {name: ["5", "5", "5"] for name in ("ALPHA", "BRAVO", "CHARLIE")}
+    assert output.count("/oai?verb=Identify") == 3
