@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import asyncpg
 import pytest
@@ -14,18 +17,22 @@ from tests import pg
 
 
 @pytest.fixture(scope="session")
-def postgres_server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def postgres_server_url() -> Iterator[str]:
     """The server the tests use: ``WISCAT_TEST_DATABASE_URL``, or an embedded one."""
     configured = os.environ.get("WISCAT_TEST_DATABASE_URL")
     if configured:
         yield configured
         return
-    server = EmbeddedPostgres(tmp_path_factory.mktemp("pg"))
+    # Not under pytest's basetemp: a later pytest session on the same machine prunes old
+    # basetemps, and would pull the data folder from under a server that is still running.
+    folder = Path(tempfile.mkdtemp(prefix="wiscat-test-pg-"))
+    server = EmbeddedPostgres(folder)
     url = server.start()
     try:
         yield url
     finally:
         server.stop()
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
