@@ -18,6 +18,10 @@ log = logging.getLogger("wiscat.db")
 class EmbeddedPostgres:
     """A running embedded server; ``url`` is its libpq URL. ``stop()`` shuts it down."""
 
+    # Room for a whole mesh of nodes on one machine (the demo, the tests, the benchmarks): each
+    # node's provider and harvester keep pools of their own. The server's default is 100.
+    MAX_CONNECTIONS = 400
+
     def __init__(self, data_dir: Path) -> None:
         self.path = (data_dir / "postgres").resolve()
         self._server: Any = None
@@ -33,6 +37,14 @@ class EmbeddedPostgres:
             self._server = pgserver.get_server(  # type: ignore[attr-defined]
                 self.path, cleanup_mode="stop"
             )
+            current = int(str(self._server.psql("show max_connections;")).split()[2])
+            if current < self.MAX_CONNECTIONS:
+                # a setting read at start only: set it once, then start the server again
+                self._server.psql(f"alter system set max_connections = {self.MAX_CONNECTIONS};")
+                self._server.cleanup()
+                self._server = pgserver.get_server(  # type: ignore[attr-defined]
+                    self.path, cleanup_mode="stop"
+                )
         except Exception as exc:
             raise EmbeddedServerError(f"embedded PostgreSQL failed to start: {exc}") from exc
         log.info("embedded PostgreSQL running in %s", self.path)

@@ -15,10 +15,19 @@ import aiohttp
 WISCAT = str(Path(sys.executable).with_name("wiscat"))
 
 
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A free loopback port, never one this process handed out before (two nodes of one test
+    must not be given the same port between its release here and their bind)."""
+    while True:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 @dataclass
@@ -88,6 +97,7 @@ class Node:
                 try:
                     async with session.get(ready_url) as response:
                         if response.status == 200:
+                            await self._check_identity(session, command)
                             return process
                 except aiohttp.ClientError:
                     pass
@@ -95,6 +105,15 @@ class Node:
                     raise AssertionError(f"wiscat {command} exited {process.returncode}")
                 await asyncio.sleep(0.1)
         raise AssertionError(f"wiscat {command} did not become ready")
+
+    async def _check_identity(self, session: aiohttp.ClientSession, command: str) -> None:
+        """The server that answered is this node's (not another process on a reused port)."""
+        if command not in ("run", "provider"):
+            return
+        async with session.get(self.oai, params={"verb": "Identify"}) as response:
+            body = await response.text()
+        if f"<baseURL>{self.oai}</baseURL>" not in body:
+            raise AssertionError(f"port {self.provider_port} is answered by another server")
 
     async def stop(self) -> list[int]:
         codes = []
