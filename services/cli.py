@@ -15,7 +15,7 @@ from pathlib import Path
 
 import uvicorn
 
-from services import cli_checks
+from services import cli_checks, cli_registry
 from shared import ingest
 from shared.db import links as link_store
 from shared.db import migrate as migrations
@@ -413,6 +413,7 @@ def build_parser() -> argparse.ArgumentParser:
     state.add_argument("--disable", action="store_true")
 
     cli_checks.add_parsers(sub)
+    cli_registry.add_parsers(sub)
     return parser
 
 
@@ -429,6 +430,7 @@ COMMANDS = {
     "link remove": cmd_link_remove,
     "link set": cmd_link_set,
     **cli_checks.COMMANDS,
+    **cli_registry.COMMANDS,
 }
 
 
@@ -446,6 +448,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             command = f"link {args.link_command}"
         elif command == "checks":
             command = f"checks {args.checks_command}"
+        elif command == "registry":
+            command = f"registry {args.registry_command}"
         return asyncio.run(COMMANDS[command](settings, args))
     except DatabaseError as exc:
         print(f"wiscat: {exc}", file=sys.stderr)

@@ -51,6 +51,22 @@ class Settings(BaseSettings):
     harvest_max_page_bytes: int = Field(default=64 * 1024 * 1024, gt=0)
     mass_delete_share: float = Field(default=0.10, ge=0, le=1)
     mass_delete_min: int = Field(default=50, ge=0)
+    registry_key_file: Path | None = Field(
+        default=None, description="the registry network key file; unset: no registry network"
+    )
+    registry_private_key_file: Path | None = Field(
+        default=None, description="this node's Ed25519 private key (PEM) to sign registry blocks"
+    )
+    registry_node_url: str | None = Field(
+        default=None, description="this node's root URL as peers reach it (default: BASE_URL's)"
+    )
+    registry_auto_enable_links: bool = False
+    registry_sync_seconds: float = Field(default=60.0, gt=0)
+    registry_rate_limit_per_minute: int = Field(default=10, ge=1, description="POST /urls")
+    registry_fetch_timeout_seconds: float = Field(default=10.0, gt=0)
+    registry_submit_wait_seconds: float = Field(
+        default=5.0, ge=0, description="how long POST /urls waits for the URL's block"
+    )
     log_level: str = "INFO"
     log_format: Literal["text", "json"] = "text"
 

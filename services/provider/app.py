@@ -13,7 +13,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from services.provider import admin, oai
+from services.provider import admin, oai, registry
 from services.provider.metrics import ProviderMetrics
 from services.provider.oai import ProviderState
 from shared.db import records as store
@@ -63,6 +63,7 @@ def create_app(settings: Settings, database_url: str) -> FastAPI:
             codec = TokenCodec(secret, lifetime=timedelta(hours=settings.token_lifetime_hours))
             state = ProviderState(settings, pool, codec, ProviderMetrics())
             app.state.provider = state
+            await registry.start(app, state)
             purge = (
                 asyncio.create_task(_purge_loop(state))
                 if settings.deleted_retention_days > 0
@@ -70,6 +71,7 @@ def create_app(settings: Settings, database_url: str) -> FastAPI:
             )
             log.info("provider ready: %s (own set %s)", settings.base_url, settings.own_set)
             yield
+            await registry.stop(app)
             if purge:
                 purge.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -86,6 +88,7 @@ def create_app(settings: Settings, database_url: str) -> FastAPI:
     )
     app.include_router(oai.router)
     app.include_router(admin.router)
+    app.include_router(registry.router)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:

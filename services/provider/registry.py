@@ -1,0 +1,328 @@
+"""The registry's HTTP interface (seed 004 "Integration", DESIGN §6).
+
+- ``GET /urls``: the accepted base URLs in order of appearance, friends-container style.
+- ``POST /urls`` (form field ``baseURL``): 200 accepted, 400 malformed or not a conforming
+  OAI-PMH 2.0 repository, 409 present already, 429 too many submissions from this client,
+  500 internal error, 503 this node cannot make blocks.
+- ``GET /urls/form``: a small HTML form that posts to ``/urls``.
+- ``GET /registry/status``, ``GET /registry/blocks?after=HASH...``, ``POST /registry/blocks``:
+  block exchange between the network's nodes.
+- ``POST /registry/announce`` (form ``network``, ``url``, ``public_key``) and
+  ``GET /registry/announce?network=NAME``: any node is a tracker for any network.
+"""
+
+from __future__ import annotations
+
+import html
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from fastapi import APIRouter, FastAPI, Query, Request
+from fastapi.responses import HTMLResponse, PlainTextResponse, Response
+from lxml import etree
+
+from services.provider.oai import ProviderState
+from shared.db import registry as store
+from shared.db.pool import Pool
+from shared.registry.chain import ChainError, InvalidBlock, NotAMember, UnknownParent, url_problem
+from shared.registry.keyfile import NETWORK_NAME, load_network, load_private_key
+from shared.registry.node import (
+    NodeConfig,
+    RegistryNode,
+    SubmitError,
+    node_root,
+    peers_xml,
+    status_xml,
+)
+from shared.registry.safe_fetch import SafeFetcher
+from shared.settings import Settings
+
+log = logging.getLogger("wiscat.registry")
+
+XML = "application/xml"
+MAX_BLOCKS_BODY = 16 * 1024 * 1024
+MAX_FORM_BODY = 64 * 1024
+TRACKER_MEMBER_TTL = timedelta(hours=1)
+
+
+class RateLimiter:
+    """At most ``per_minute`` events per client in any sliding minute (kept in the process: a
+    node behind several replicas allows that many per replica)."""
+
+    def __init__(self, per_minute: int, max_clients: int = 10_000) -> None:
+        self.per_minute = per_minute
+        self.max_clients = max_clients
+        self._events: dict[str, deque[float]] = {}
+
+    def allow(self, client: str) -> bool:
+        now = time.monotonic()
+        events = self._events.get(client)
+        if events is None:
+            if len(self._events) >= self.max_clients:  # forget the least recent client
+                del self._events[next(iter(self._events))]
+            events = self._events[client] = deque()
+        while events and now - events[0] >= 60:
+            events.popleft()
+        if len(events) >= self.per_minute:
+            return False
+        events.append(now)
+        return True
+
+
+@dataclass
+class RegistryState:
+    pool: Pool
+    settings: Settings
+    limiter: RateLimiter
+    node: RegistryNode | None = None
+    fetcher: SafeFetcher | None = field(default=None, repr=False)
+
+
+async def start(app: FastAPI, provider: ProviderState) -> None:
+    """Join the network of ``WISCAT_REGISTRY_KEY_FILE`` (if set) and start syncing; a node
+    without one still serves as a tracker."""
+    settings = provider.settings
+    state = RegistryState(
+        provider.pool, settings, RateLimiter(settings.registry_rate_limit_per_minute)
+    )
+    if settings.registry_key_file is not None:
+        network = load_network(settings.registry_key_file)
+        key = (
+            load_private_key(settings.registry_private_key_file)
+            if settings.registry_private_key_file
+            else None
+        )
+        state.fetcher = SafeFetcher(
+            allow_private=settings.allow_private_fetch,
+            timeout=settings.registry_fetch_timeout_seconds,
+        )
+        await state.fetcher.__aenter__()
+        config = NodeConfig(
+            node_url=settings.registry_node_url or node_root(settings.base_url),
+            own_base_url=settings.base_url,
+            own_set=settings.own_set,
+            sync_seconds=settings.registry_sync_seconds,
+            auto_enable_links=settings.registry_auto_enable_links,
+        )
+        state.node = RegistryNode(provider.pool, network, key, state.fetcher, config)
+        await state.node.start()
+        log.info("registry node of network %s at %s", network.name, config.node_url)
+    app.state.registry = state
+
+
+async def stop(app: FastAPI) -> None:
+    state: RegistryState | None = getattr(app.state, "registry", None)
+    if state is None:
+        return
+    if state.node is not None:
+        await state.node.stop()
+    if state.fetcher is not None:
+        await state.fetcher.close()
+
+
+def _state(request: Request) -> RegistryState:
+    state: RegistryState = request.app.state.registry
+    return state
+
+
+def _node(request: Request) -> RegistryNode:
+    node = _state(request).node
+    if node is None:
+        raise _Refusal(404, "this node is not in a registry network (no WISCAT_REGISTRY_KEY_FILE)")
+    return node
+
+
+class _Refusal(Exception):
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+
+
+def _text(status: int, reason: str, headers: dict[str, str] | None = None) -> PlainTextResponse:
+    return PlainTextResponse(reason.rstrip("\n") + "\n", status_code=status, headers=headers)
+
+
+router = APIRouter()
+
+
+@router.get("/urls")
+async def get_urls(request: Request) -> Response:
+    """Every accepted base URL in order of appearance; ``id`` is the transaction's tx-hash."""
+    try:
+        node = _node(request)
+    except _Refusal as exc:
+        return _text(exc.status, str(exc))
+    root = etree.Element("BaseURLs")
+    for tx in await store.accepted_urls(node.pool):
+        etree.SubElement(root, "baseURL", id=tx.tx_hash).text = tx.base_url
+    body = etree.tostring(root, encoding="utf-8", xml_declaration=True)
+    return Response(body, media_type=XML)
+
+
+@router.post("/urls")
+async def post_urls(request: Request) -> Response:
+    """Submit a base URL (form field ``baseURL``), kept exactly as given."""
+    state = _state(request)
+    client = request.client.host if request.client else "unknown"
+    if not state.limiter.allow(client):
+        return _text(
+            429,
+            f"at most {state.limiter.per_minute} submissions a minute from one client",
+            {"Retry-After": "60"},
+        )
+    try:
+        node = _node(request)
+        if int(request.headers.get("content-length") or 0) > MAX_FORM_BODY:
+            raise _Refusal(400, "the form is too large")
+        try:
+            form = await request.form()
+        except Exception as exc:  # python-multipart's errors have no common base class
+            raise _Refusal(400, f"the form cannot be read: {exc}") from exc
+        value = form.get("baseURL")
+        if not isinstance(value, str):
+            raise _Refusal(400, "the form field baseURL is required")
+        tx = await node.submit(value)
+    except _Refusal as exc:
+        return _text(exc.status, str(exc))
+    except SubmitError as exc:
+        return _text(exc.status, str(exc))
+    except Exception:
+        log.exception("POST /urls failed")
+        return _text(500, "internal error")
+    in_chain = await node.wait_in_chain(tx, state.settings.registry_submit_wait_seconds)
+    where = "in the chain" if in_chain else "waiting for its block"
+    return _text(200, f"accepted {tx.base_url} (id {tx.tx_hash}; {where})")
+
+
+_FORM = """<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>Register an OAI-PMH repository</title></head>
+<body>
+<h1>Register an OAI-PMH repository</h1>
+<p>Registry network <b>{network}</b>. The base URL is checked by calling its Identify: it must be
+an OAI-PMH 2.0 repository whose Identify gives exactly this base URL. Accepted URLs are shared
+with every node of the network (<a href="{root}/urls">the list</a>).</p>
+<form method="post" action="{root}/urls">
+<label>Base URL <input type="url" name="baseURL" size="60" required
+ placeholder="https://repository.example.org/oai"></label>
+<button type="submit">Register</button>
+</form>
+</body></html>
+"""
+
+
+@router.get("/urls/form", response_class=HTMLResponse)
+async def url_form(request: Request) -> Response:
+    """The HTML form of seed 004 ("A simple HTML form")."""
+    try:
+        node = _node(request)
+    except _Refusal as exc:
+        return _text(exc.status, str(exc))
+    root = html.escape(request.scope.get("root_path", ""), quote=True)
+    return HTMLResponse(_FORM.format(network=html.escape(node.network.name), root=root))
+
+
+@router.get("/registry/status")
+async def status(request: Request) -> Response:
+    """The network, its genesis block and this node's tip."""
+    try:
+        node = _node(request)
+    except _Refusal as exc:
+        return _text(exc.status, str(exc))
+    tip = await store.chain_tip(node.pool)
+    assert tip is not None
+    return Response(status_xml(node.network, tip, node.public_key), media_type=XML)
+
+
+@router.get("/registry/blocks")
+async def get_blocks(
+    request: Request,
+    after: list[str] = Query(default=[]),
+    limit: int = 500,
+) -> Response:
+    """The main chain after the highest of the ``after`` hashes this node holds (a locator);
+    404 when it holds none of them."""
+    try:
+        node = _node(request)
+    except _Refusal as exc:
+        return _text(exc.status, str(exc))
+    if not after:
+        after = [node.network.genesis.hash]
+    body = await node.blocks_after(after[:64], limit)
+    if body is None:
+        return _text(404, "none of these blocks is on this node's chain")
+    return Response(body, media_type=XML)
+
+
+@router.post("/registry/blocks")
+async def post_blocks(request: Request) -> Response:
+    """Blocks pushed by a peer: 200 accepted (or known), 400 invalid, 403 not signed by a member,
+    409 its previous block is unknown here (this node then pulls from its peers)."""
+    try:
+        node = _node(request)
+    except _Refusal as exc:
+        return _text(exc.status, str(exc))
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_BLOCKS_BODY:
+            return _text(413, f"at most {MAX_BLOCKS_BODY} bytes of blocks at once")
+    try:
+        results = await node.receive(bytes(body))
+    except NotAMember as exc:
+        return _text(403, f"block refused: {exc}")
+    except UnknownParent as exc:
+        return _text(409, f"block not accepted yet: {exc}; pulling from the peers")
+    except InvalidBlock as exc:
+        return _text(400, f"block refused: {exc}")
+    except ChainError as exc:  # pragma: no cover - every ChainError is one of the above
+        return _text(400, f"block refused: {exc}")
+    added = sum(not r.known for r in results)
+    return _text(200, f"{added} block(s) added, {len(results) - added} known already")
+
+
+async def _members(request: Request, network: str) -> Response:
+    urls = await store.network_members(_state(request).pool, network, TRACKER_MEMBER_TTL)
+    return Response(peers_xml(network, urls), media_type=XML)
+
+
+@router.post("/registry/announce")
+async def announce(request: Request) -> Response:
+    """Tracker: register ``url`` as a node of ``network``; answers the network's members."""
+    if int(request.headers.get("content-length") or 0) > MAX_FORM_BODY:
+        return _text(400, "the form is too large")
+    try:
+        form = await request.form()
+    except Exception as exc:  # python-multipart's errors have no common base class
+        return _text(400, f"the form cannot be read: {exc}")
+    network, url, key = form.get("network"), form.get("url"), form.get("public_key")
+    if not isinstance(network, str) or not NETWORK_NAME.fullmatch(network):
+        return _text(400, "network: a network name is required")
+    if not isinstance(url, str) or url_problem(url):
+        return _text(400, "url: this node's root URL (http or https) is required")
+    public_key = key if isinstance(key, str) and len(key) <= 100 else None
+    await store.announce(_state(request).pool, network, url, public_key)
+    return await _members(request, network)
+
+
+@router.get("/registry/announce")
+async def members(request: Request, network: str) -> Response:
+    """Tracker: the nodes that announced themselves for ``network`` within the last hour."""
+    if not NETWORK_NAME.fullmatch(network):
+        return _text(400, "network: a network name is required")
+    return await _members(request, network)
+
+
+@router.get("/registry/peers")
+async def peers(request: Request) -> Response:
+    """The peers this node knows, with their health."""
+    try:
+        node = _node(request)
+    except _Refusal as exc:
+        return _text(exc.status, str(exc))
+    return Response(
+        peers_xml(node.network.name, [p.url for p in await store.all_peers(node.pool)]),
+        media_type=XML,
+    )

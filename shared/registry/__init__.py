@@ -1,0 +1,11 @@
+"""The distributed registry of OAI-PMH base URLs (seed 004, DESIGN §6).
+
+- :mod:`shared.registry.chain`: transactions and blocks in the seed's XML shapes, hashing, proof
+  of work, Ed25519 signatures, chain verification and the fork-choice rule (pure, no I/O).
+- :mod:`shared.registry.keyfile`: the network key file (name, genesis block, peers, tracker,
+  members' public keys).
+- :mod:`shared.registry.safe_fetch`: the outbound HTTP client that refuses non-global addresses
+  at connect time.
+- :mod:`shared.registry.node`: one node: validation of submitted URLs, minting, accepting blocks,
+  fork choice on the stored chain, peers, tracker announces and sync.
+"""

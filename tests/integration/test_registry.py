@@ -1,0 +1,416 @@
+"""The distributed registry (seed 004, issue 6) on loopback: a tracker and member nodes, each a
+real provider on its own fresh database, syncing over real HTTP; no mocks."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import hashlib
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from lxml import etree
+
+from shared.db import links as link_store
+from shared.db.pool import create_pool
+from shared.registry.chain import (
+    Block,
+    Tip,
+    Transaction,
+    blocks_from_xml,
+    blocks_to_xml,
+    meets_difficulty,
+    mine,
+    public_key_text,
+    verify_chain,
+)
+from shared.registry.keyfile import Network, new_network, write_private_key
+from tests import pg
+from tests.servers import RunningProvider, running_provider
+
+DIFFICULTY = 4
+SYNC_SECONDS = 0.3
+
+
+@dataclass
+class NetworkFiles:
+    network: Network
+    key_file: Path
+    keys: list[Ed25519PrivateKey]
+    key_files: list[Path]
+
+
+def make_network(
+    folder: Path, members: int, *, tracker: str | None = None, peers: tuple[str, ...] = ()
+) -> NetworkFiles:
+    """A network of ``members`` member keys (the first founds it), written under ``folder``."""
+    keys = [Ed25519PrivateKey.generate() for _ in range(members)]
+    network = new_network("wis-test", DIFFICULTY, keys[0], tracker=tracker, peers=peers)
+    for n, key in enumerate(keys[1:], start=2):
+        network = network.with_member(public_key_text(key.public_key()), f"NODE{n}")
+    key_file = folder / "network.xml"
+    key_file.write_bytes(network.to_xml())
+    key_files = []
+    for n, key in enumerate(keys, start=1):
+        path = folder / f"node{n}.pem"
+        write_private_key(path, key)
+        key_files.append(path)
+    return NetworkFiles(network, key_file, keys, key_files)
+
+
+@contextlib.asynccontextmanager
+async def fresh_databases(server_url: str, count: int) -> AsyncIterator[list[str]]:
+    urls = [await pg.clone_template(server_url) for _ in range(count)]
+    try:
+        yield urls
+    finally:
+        for url in urls:
+            await pg.drop_database(server_url, url)
+
+
+def node_overrides(net: NetworkFiles, member: int | None, **extra: object) -> dict[str, object]:
+    values: dict[str, object] = {
+        "registry_key_file": net.key_file,
+        "registry_private_key_file": net.key_files[member] if member is not None else None,
+        "allow_private_fetch": True,
+        "registry_sync_seconds": SYNC_SECONDS,
+        "registry_submit_wait_seconds": 5.0,
+        "registry_fetch_timeout_seconds": 5.0,
+    }
+    values.update(extra)
+    return values
+
+
+@contextlib.asynccontextmanager
+async def member_nodes(
+    net: NetworkFiles, database_urls: list[str], **extra: object
+) -> AsyncIterator[list[RunningProvider]]:
+    """One provider per database, node ``n`` holding member key ``n``."""
+    async with contextlib.AsyncExitStack() as stack:
+        nodes = [
+            await stack.enter_async_context(
+                running_provider(url, gisc_name=f"NODE{n + 1}", **node_overrides(net, n, **extra))
+            )
+            for n, url in enumerate(database_urls)
+        ]
+        yield nodes
+
+
+async def urls_of(session: aiohttp.ClientSession, node: RunningProvider) -> list[str]:
+    async with session.get(node.root + "/urls") as response:
+        assert response.status == 200, await response.text()
+        root = etree.fromstring(await response.read())
+    assert root.tag == "BaseURLs"
+    return [element.text or "" for element in root]
+
+
+async def status_of(session: aiohttp.ClientSession, node: RunningProvider) -> tuple[int, str]:
+    async with session.get(node.root + "/registry/status") as response:
+        assert response.status == 200
+        root = etree.fromstring(await response.read())
+    return int(root.get("height", "")), root.get("tip", "")
+
+
+async def post_url(
+    session: aiohttp.ClientSession, node: RunningProvider, url: str
+) -> tuple[int, str]:
+    async with session.post(node.root + "/urls", data={"baseURL": url}) as response:
+        return response.status, await response.text()
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], seconds: float = 30.0) -> None:
+    """Wait until ``check()`` is true (the nodes sync in the background)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    while not await check():
+        if loop.time() > deadline:
+            raise AssertionError("the nodes did not converge in time")
+        await asyncio.sleep(0.1)
+
+
+# -- the tests ------------------------------------------------------------------------------------
+
+
+async def test_three_nodes_share_a_posted_url(tmp_path: Path, template_ready: str) -> None:
+    async with (
+        fresh_databases(template_ready, 4) as dbs,
+        running_provider(dbs[0], gisc_name="TRACKER") as tracker,
+    ):
+        net = make_network(tmp_path, 3, tracker=tracker.root + "/registry/announce")
+        async with member_nodes(net, dbs[1:]) as nodes, aiohttp.ClientSession() as session:
+            a, b, c = nodes
+            # a real OAI-PMH 2.0 repository whose Identify gives exactly this baseURL: node b's
+            status, text = await post_url(session, a, b.oai)
+            assert status == 200, text
+            assert "accepted" in text
+
+            async def everywhere() -> bool:
+                return [await urls_of(session, node) for node in nodes] == [[b.oai]] * 3
+
+            await eventually(everywhere)
+
+            # the friends-container shape, id = the tx-hash (SHA-512 of the URL)
+            async with session.get(c.root + "/urls") as response:
+                root = etree.fromstring(await response.read())
+            assert [(e.tag, e.get("id"), e.text) for e in root] == [
+                ("baseURL", hashlib.sha512(b.oai.encode()).hexdigest(), b.oai)
+            ]
+            # duplicates: at the node that took it, and at another one
+            for node in (a, c):
+                status, text = await post_url(session, node, b.oai)
+                assert status == 409, text
+            # not an OAI-PMH repository; malformed; a form without the field
+            status, text = await post_url(session, a, b.root + "/healthz")
+            assert status == 400 and "OAI-PMH" in text, text
+            status, text = await post_url(session, a, b.oai + "?verb=Identify")
+            assert status == 400 and "malformed" in text, text
+            async with session.post(a.root + "/urls", data={"other": "x"}) as response:
+                assert response.status == 400
+            # Identify's baseURL must equal the submitted string exactly
+            status, text = await post_url(session, a, b.oai + "/")
+            assert status == 400 and "baseURL" in text, text
+
+            # the form posts to /urls
+            async with session.get(a.root + "/urls/form") as response:
+                assert response.status == 200
+                page = await response.text()
+            assert 'name="baseURL"' in page and 'action="/urls"' in page
+
+            # a candidate link on every node: disabled, the whole catalogue, filed in the
+            # registry's set
+            for node, url in zip(nodes, dbs[1:], strict=True):
+                pool = await create_pool(url, max_size=1)
+                try:
+                    links = await link_store.all_links(pool)
+                finally:
+                    await pool.close()
+                candidates = [
+                    (ln.base_url, ln.enabled, ln.remote_set, ln.local_set) for ln in links
+                ]
+                # node b is the registered repository: it never harvests itself
+                expected = [] if node is b else [(b.oai, False, None, "REGISTRY-wis-test")]
+                assert candidates == expected, node.root
+            heights = {await status_of(session, node) for node in nodes}
+            assert len(heights) == 1 and next(iter(heights))[0] == 1
+
+
+async def test_a_private_address_is_refused_before_any_connection(
+    tmp_path: Path, database_url: str
+) -> None:
+    net = make_network(tmp_path, 1)
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    listener.setblocking(False)
+    port = listener.getsockname()[1]
+    try:
+        overrides = node_overrides(net, 0, allow_private_fetch=False)
+        async with (
+            running_provider(database_url, **overrides) as node,
+            aiohttp.ClientSession() as session,
+        ):
+            for url in (
+                f"http://127.0.0.1:{port}/oai",
+                f"http://localhost:{port}/oai",
+                f"http://[::ffff:127.0.0.1]:{port}/oai",
+                "http://169.254.169.254/latest/meta-data",
+                "http://10.255.255.1/oai",
+            ):
+                status, text = await post_url(session, node, url)
+                assert status == 400, (url, text)
+                assert "non-global" in text, (url, text)
+            # 127.0.0.1 as one number: aiohttp refuses the name before any connection
+            status, text = await post_url(session, node, f"http://2130706433:{port}/oai")
+            assert status == 400, text
+            assert await urls_of(session, node) == []
+        # nothing ever connected to the listening socket
+        try:
+            accepted, _ = listener.accept()
+        except BlockingIOError:
+            pass
+        else:
+            accepted.close()
+            raise AssertionError("the node connected to a loopback address")
+    finally:
+        listener.close()
+
+
+async def test_rate_limit_on_submissions(tmp_path: Path, database_url: str) -> None:
+    net = make_network(tmp_path, 1)
+    overrides = node_overrides(net, 0, registry_rate_limit_per_minute=3)
+    async with (
+        running_provider(database_url, **overrides) as node,
+        aiohttp.ClientSession() as session,
+    ):
+        statuses = [(await post_url(session, node, "ftp://x"))[0] for _ in range(5)]
+    assert statuses == [400, 400, 400, 429, 429]
+
+
+async def test_altered_and_foreign_blocks_are_refused(tmp_path: Path, database_url: str) -> None:
+    net = make_network(tmp_path, 2)
+    genesis = net.network.genesis
+    good = mine(
+        genesis.hash, [Transaction.new("https://a.example.org/oai")], DIFFICULTY, net.keys[1]
+    )
+    altered = dataclasses.replace(
+        good, transactions=(Transaction.new("https://evil.example.org/oai"),)
+    )
+    stranger = Ed25519PrivateKey.generate()
+    foreign = mine(
+        genesis.hash, [Transaction.new("https://b.example.org/oai")], DIFFICULTY, stranger
+    )
+    orphan = mine(
+        "e" * 128, [Transaction.new("https://c.example.org/oai")], DIFFICULTY, net.keys[1]
+    )
+    weak = mine(genesis.hash, [Transaction.new("https://d.example.org/oai")], 0, net.keys[1])
+    while meets_difficulty(weak.hash, DIFFICULTY):  # a block without its proof of work
+        weak = mine(weak.hash, [Transaction.new("https://d.example.org/oai")], 0, net.keys[1])
+    async with (
+        running_provider(database_url, **node_overrides(net, 0)) as node,
+        aiohttp.ClientSession() as session,
+    ):
+
+        async def push(block: Block) -> tuple[int, str]:
+            async with session.post(
+                node.root + "/registry/blocks",
+                data=blocks_to_xml([block]),
+                headers={"Content-Type": "application/xml"},
+            ) as response:
+                return response.status, await response.text()
+
+        status, text = await push(altered)
+        assert status == 400 and "transactions-hash" in text, text
+        status, text = await push(foreign)
+        assert status == 403 and "member" in text, text
+        status, text = await push(weak)
+        assert status == 400 and "puzzle" in text, text
+        status, text = await push(orphan)
+        assert status == 409, text
+        async with session.post(node.root + "/registry/blocks", data=b"<blocks><x/>") as resp:
+            assert resp.status == 400
+        assert await urls_of(session, node) == []
+        status, text = await push(good)
+        assert status == 200, text
+        status, text = await push(good)
+        assert status == 200 and "known already" in text, text
+        assert await urls_of(session, node) == ["https://a.example.org/oai"]
+        # the same URL again in a later block (a replayed transaction) is refused
+        replay = mine(good.hash, good.transactions, DIFFICULTY, net.keys[1])
+        status, text = await push(replay)
+        assert status == 400 and "already" in text, text
+
+
+async def test_a_late_node_syncs_and_verifies_the_whole_chain(
+    tmp_path: Path, template_ready: str
+) -> None:
+    async with (
+        fresh_databases(template_ready, 4) as dbs,
+        running_provider(dbs[0], gisc_name="TRACKER") as tracker,
+    ):
+        net = make_network(tmp_path, 3, tracker=tracker.root + "/registry/announce")
+        # a chain of 25 blocks made by member 2, handed to node 1
+        blocks, previous = [], net.network.genesis.hash
+        for n in range(25):
+            txs = [Transaction.new(f"https://r{n}-{k}.example.org/oai") for k in range(3)]
+            block = mine(previous, txs, DIFFICULTY, net.keys[1])
+            blocks.append(block)
+            previous = block.hash
+        async with member_nodes(net, dbs[1:3]) as (first, second), aiohttp.ClientSession() as s:
+            async with s.post(first.root + "/registry/blocks", data=blocks_to_xml(blocks)) as r:
+                assert r.status == 200, await r.text()
+            expected = [tx.base_url for block in blocks for tx in block.transactions]
+
+            async def second_has_it() -> bool:
+                return await urls_of(s, second) == expected
+
+            await eventually(second_has_it)
+            # a node that joins now knows only the key file: it pulls every block from its
+            # peers and verifies them back to the genesis block
+            overrides = node_overrides(net, 2, gisc_name="LATE")
+            async with running_provider(dbs[3], **overrides) as late:
+
+                async def late_has_it() -> bool:
+                    return await urls_of(s, late) == expected
+
+                await eventually(late_has_it)
+                assert await status_of(s, late) == (25, blocks[-1].hash)
+            pool = await create_pool(dbs[3], max_size=1)
+            try:
+                stored = await pool.fetch(
+                    "select b.xml from registry_chain c join registry_blocks b "
+                    "on b.hash = c.block_hash order by c.height"
+                )
+            finally:
+                await pool.close()
+            chain = [blocks_from_xml(bytes(row["xml"]))[0] for row in stored]
+            assert chain[0] == net.network.genesis
+            assert verify_chain(chain[0], chain[1:], DIFFICULTY, net.network.member_keys) == Tip(
+                25, blocks[-1].hash
+            )
+
+
+async def test_nodes_that_mint_at_the_same_moment_end_on_one_chain(
+    tmp_path: Path, template_ready: str
+) -> None:
+    async with (
+        fresh_databases(template_ready, 3) as dbs,
+        running_provider(dbs[0], gisc_name="TRACKER") as tracker,
+    ):
+        net = make_network(tmp_path, 2, tracker=tracker.root + "/registry/announce")
+        async with member_nodes(net, dbs[1:]) as (a, b), aiohttp.ClientSession() as session:
+
+            async def know_each_other() -> bool:
+                for node in (a, b):
+                    async with session.get(node.root + "/registry/peers") as response:
+                        peers = [p.text for p in etree.fromstring(await response.read())]
+                    if len(peers) != 1:
+                        return False
+                return True
+
+            await eventually(know_each_other)
+            # 1. two submissions at once, one at each node: each mints on the genesis block
+            results = await asyncio.gather(post_url(session, a, b.oai), post_url(session, b, a.oai))
+            assert [status for status, _ in results] == [200, 200], results
+
+            async def converged(count: int) -> bool:
+                tips = {await status_of(session, node) for node in (a, b)}
+                lists = [sorted(await urls_of(session, node)) for node in (a, b)]
+                return len(tips) == 1 and lists[0] == lists[1] and len(lists[0]) == count
+
+            await eventually(lambda: converged(2))
+            assert sorted(await urls_of(session, a)) == sorted([a.oai, b.oai])
+
+            # 2. a fork made on purpose: two competing blocks on the same tip, one given to
+            # each node at the same moment; the lower hash wins on both and the loser's URL
+            # returns to the pool and is minted again
+            height, tip = await status_of(session, a)
+            x = mine(tip, [Transaction.new("https://x.example.org/oai")], DIFFICULTY, net.keys[0])
+            y = mine(tip, [Transaction.new("https://y.example.org/oai")], DIFFICULTY, net.keys[1])
+
+            async def give(node: RunningProvider, block: Block) -> int:
+                async with session.post(
+                    node.root + "/registry/blocks", data=blocks_to_xml([block])
+                ) as response:
+                    return response.status
+
+            assert list(await asyncio.gather(give(a, x), give(b, y))) == [200, 200]
+            await eventually(lambda: converged(4))
+            winner = min(x, y, key=lambda blk: blk.hash)
+            pool = await create_pool(dbs[1], max_size=1)
+            try:
+                at_fork = await pool.fetchval(
+                    "select block_hash from registry_chain where height = $1", height + 1
+                )
+            finally:
+                await pool.close()
+            assert at_fork == winner.hash
+            final = await status_of(session, a)
+            assert final[0] == height + 2
+            assert sorted(await urls_of(session, b)) == sorted(
+                [a.oai, b.oai, "https://x.example.org/oai", "https://y.example.org/oai"]
+            )

@@ -1,0 +1,87 @@
+"""The registry's outbound fetcher against real servers on loopback: redirects are checked again
+at connect time, redirect loops and oversized bodies end cleanly."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import pytest
+from aiohttp import web
+
+from shared.registry.safe_fetch import FetchFailed, ForbiddenAddress, SafeFetcher
+
+
+@dataclass
+class Server:
+    root: str
+    redirect_to: str = ""
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[Server]:
+    """A small server on 127.0.0.1 that redirects, loops and sends too much."""
+    served = Server("")
+
+    async def redirect(request: web.Request) -> web.Response:
+        raise web.HTTPFound(served.redirect_to)
+
+    async def loop(request: web.Request) -> web.Response:
+        raise web.HTTPFound("/loop")
+
+    async def big(request: web.Request) -> web.Response:
+        return web.Response(body=b"x" * 200_000)
+
+    async def small(request: web.Request) -> web.Response:
+        return web.Response(text="<ok/>", content_type="application/xml")
+
+    app = web.Application()
+    app.router.add_get("/redirect", redirect)
+    app.router.add_get("/loop", loop)
+    app.router.add_get("/big", big)
+    app.router.add_get("/small", small)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    served.root = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    try:
+        yield served
+    finally:
+        await runner.cleanup()
+
+
+async def test_a_redirect_to_a_refused_address_is_never_connected(server: Server) -> None:
+    # 127.0.0.2 is loopback too; the policy allows only 127.0.0.1, so it stands in for an
+    # address the redirect must not reach
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind(("127.0.0.2", 0))
+    listener.listen(8)
+    listener.setblocking(False)
+    port = listener.getsockname()[1]
+    try:
+        fetcher = SafeFetcher(address_policy=lambda address: address == "127.0.0.1")
+        async with fetcher:
+            assert (await fetcher.get(server.root + "/small")).body == b"<ok/>"
+            server.redirect_to = f"http://127.0.0.2:{port}/oai"
+            with pytest.raises(ForbiddenAddress, match=r"127\.0\.0\.2"):
+                await fetcher.get(server.root + "/redirect")
+            server.redirect_to = "ftp://example.org/oai"
+            with pytest.raises(FetchFailed, match="http"):
+                await fetcher.get(server.root + "/redirect")
+        with pytest.raises(BlockingIOError):
+            listener.accept()
+    finally:
+        listener.close()
+
+
+async def test_redirect_loops_and_oversized_bodies_end_cleanly(server: Server) -> None:
+    async with SafeFetcher(allow_private=True, max_bytes=100_000, max_redirects=3) as fetcher:
+        with pytest.raises(FetchFailed, match="redirects"):
+            await fetcher.get(server.root + "/loop")
+        with pytest.raises(FetchFailed, match="larger"):
+            await fetcher.get(server.root + "/big")
+        assert (await fetcher.get(server.root + "/big", max_bytes=300_000)).status == 200
+        with pytest.raises(FetchFailed, match="http"):
+            await fetcher.get("file:///etc/passwd")
