@@ -20,7 +20,7 @@ import socket
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from lxml import etree
@@ -257,6 +257,17 @@ async def _harvest(
     protected = _protected_set(link, settings.own_set)
     identify = await ctx.client.identify(link.base_url)
     ctx.peer_earliest[link.name] = identify.earliest_datestamp
+    if (
+        report.mode == "incremental"
+        and identify.whole_seconds
+        and not identify.day_granularity
+        and report.from_ is not None
+        and report.from_ == link.high_water_mark
+    ):
+        # the peer lists a second only once all of it is visible: its records at the HWM's
+        # second arrived last time, so start after it (a quiet run then transfers nothing)
+        report.from_ = report.from_ + timedelta(seconds=1)
+        await link_store.set_run_from(ctx.pool, report.run_id, report.from_)
     first_response: datetime | None = None
     greatest: datetime | None = None
     deletions: list[str] = []

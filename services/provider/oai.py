@@ -218,6 +218,7 @@ async def identify(state: ProviderState, req: OAIRequest, response_date: datetim
         earliest_datestamp=earliest,
         deleted_record="persistent" if settings.deleted_retention_days == 0 else "transient",
         compression=["gzip"],
+        whole_seconds=settings.settle_seconds > 0,
     )
     return _document(response_date, state, req, inner)
 
@@ -293,8 +294,14 @@ async def _start_position(
     )
     # Invariant 2: rows younger than the settle window may belong to a write transaction that
     # is still open elsewhere; hide them for this whole list (the bound is frozen in the token).
+    # The bound is also cut back to a whole second, so a list shows a datestamp second only
+    # once all of it is visible: harvesters may then ask from = last second seen + 1 (the
+    # guarantee Identify states).
     db_now: datetime = await state.pool.fetchval("select now()")
-    upper_bound = db_now - timedelta(seconds=state.settings.settle_seconds)
+    settle = state.settings.settle_seconds
+    upper_bound = db_now - timedelta(seconds=settle)
+    if settle > 0:  # (no settle window, as in some tests: no guarantee either)
+        upper_bound = upper_bound.replace(microsecond=0) - timedelta(microseconds=1)
     return ListPosition(
         verb=req.verb,
         metadata_prefix=req.metadata_prefix,

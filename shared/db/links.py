@@ -187,6 +187,10 @@ async def start_run(
     return int(await db.fetchval(_SQL["start_run"], link, mode, from_, until, worker))
 
 
+async def set_run_from(db: Executor, run_id: int, from_: datetime) -> None:
+    await db.execute(_SQL["set_run_from"], run_id, from_)
+
+
 @dataclass(frozen=True, slots=True)
 class PageCounts:
     bytes: int = 0

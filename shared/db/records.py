@@ -268,6 +268,20 @@ async def catalogue_counts(db: Executor) -> SetCount:
     return SetCount("*", row["live"], row["deleted"], row["last_change"])
 
 
+@dataclass(frozen=True, slots=True)
+class DailyChanges:
+    live: int
+    inserted_modified: int
+    deleted: int
+
+
+async def changes_since(db: Executor, since: datetime) -> DailyChanges:
+    """Live records, and records inserted or modified and deleted since ``since``."""
+    row = await db.fetchrow(_SQL["changes_since"], since)
+    assert row is not None
+    return DailyChanges(row["live"], row["inserted_modified"], row["deleted"])
+
+
 async def node_secret(db: Executor, name: str, *, size: int = 32) -> bytes:
     """A random secret shared by every process on this database, made on first use."""
     value = await db.fetchval(_SQL["get_secret"], name)

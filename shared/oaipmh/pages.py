@@ -30,6 +30,7 @@ log = logging.getLogger("wiscat.harvester.pages")
 OAI_NS = "http://www.openarchives.org/OAI/2.0/"
 _Q = "{" + OAI_NS + "}"
 _CHUNK = 64 * 1024
+WISCAT_NS = "urn:wiscat:oai-pmh:1"  # as shared.oaipmh.render writes it
 
 
 class ResponseError(Exception):
@@ -104,6 +105,8 @@ class IdentifyInfo:
     deleted_record: str
     granularity: str
     compression: tuple[str, ...]
+    # the peer's lists show a datestamp second only once all of it is visible (a wiscat provider)
+    whole_seconds: bool = False
 
     @property
     def day_granularity(self) -> bool:
@@ -355,4 +358,8 @@ def read_identify(body: bytes) -> IdentifyInfo:
         deleted_record=text("deletedRecord"),
         granularity=granularity,
         compression=tuple((c.text or "").strip() for c in identify.findall(_Q + "compression")),
+        whole_seconds=any(
+            guarantee.get("datestamps") == "whole-seconds"
+            for guarantee in identify.iterfind(f"{_Q}description/{{{WISCAT_NS}}}listGuarantee")
+        ),
     )

@@ -254,6 +254,12 @@ def resumption_token(
     return _content(holder)
 
 
+# Identify description of a wiscat provider: "every list shows a datestamp second only once
+# every record of that second is visible", so a harvester that received datestamps up to second T
+# may ask ``from = T + 1 second`` next time and miss nothing (nor get the records of T again).
+WISCAT_NS = "urn:wiscat:oai-pmh:1"
+
+
 def identify(
     *,
     repository_name: str,
@@ -262,6 +268,7 @@ def identify(
     earliest_datestamp: datetime,
     deleted_record: str,
     compression: Sequence[str] = (),
+    whole_seconds: bool = False,
 ) -> bytes:
     """The content of ``<Identify>``, in the order §4.2 and the schema require.
 
@@ -269,7 +276,9 @@ def identify(
     earliestDatestamp ("the guaranteed lower limit of all datestamps recording changes,
     modifications, or deletions in the repository"), deletedRecord (``no``, ``transient`` or
     ``persistent``), granularity ``YYYY-MM-DDThh:mm:ssZ``, and the compression encodings offered
-    besides identity. Raises ValueError without an admin email or for another deletedRecord value.
+    besides identity. With ``whole_seconds`` a description says the lists' datestamp guarantee
+    (:data:`WISCAT_NS`). Raises ValueError without an admin email or for another deletedRecord
+    value.
     """
     if not admin_emails:
         raise ValueError("Identify needs at least one adminEmail (§4.2)")
@@ -286,6 +295,12 @@ def identify(
     _add(holder, "granularity", Granularity.SECONDS.value)
     for name in compression:
         _add(holder, "compression", name)
+    if whole_seconds:
+        description = etree.SubElement(holder, _Q + "description")
+        guarantee = etree.SubElement(
+            description, f"{{{WISCAT_NS}}}listGuarantee", nsmap={"wiscat": WISCAT_NS}
+        )
+        guarantee.set("datestamps", "whole-seconds")
     return _content(holder)
 
 

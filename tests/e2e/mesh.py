@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -50,14 +51,21 @@ class MeshNode(Node):
 
 
 class Mesh:
-    def __init__(self, template_url: str, http: aiohttp.ClientSession) -> None:
+    def __init__(
+        self, template_url: str, http: aiohttp.ClientSession, *, settle: float = 0.0
+    ) -> None:
+        """``settle``: the nodes' settle window (0, the default, shows writes at once; with a
+        window, rounds wait until the last write is listable)."""
         self.template_url = template_url
         self.http = http
+        self.settle = settle
+        self.last_write = 0.0
         self.nodes: dict[str, MeshNode] = {}
 
     async def add_node(self, name: str, **env: str) -> MeshNode:
         url = await clone_template(self.template_url)
         node = MeshNode(name, url)
+        node.extra["WISCAT_SETTLE_SECONDS"] = str(self.settle)
         node.extra.update(env)
         self.nodes[name] = node
         return node
@@ -125,6 +133,7 @@ class Mesh:
         self, node: str, n: int, centre: str, version: int = 0, md: datetime | None = None
     ) -> str:
         identifier, data = record(n, centre, version, md)
+        self.last_write = time.monotonic()
         await self._call(
             self.nodes[node],
             "PUT",
@@ -135,6 +144,7 @@ class Mesh:
         return identifier
 
     async def delete(self, node: str, identifier: str) -> None:
+        self.last_write = time.monotonic()
         await self._call(self.nodes[node], "DELETE", f"/admin/records/{identifier}")
 
     async def harvest(self, node: str, link: str) -> dict[str, Any]:
@@ -162,6 +172,11 @@ class Mesh:
         shuffle: random.Random | None = None,
     ) -> list[dict[str, Any]]:
         """Run every link once (``order``: (node, link) pairs; default all, node by node)."""
+        if self.settle:
+            # a list shows the last write once it is past the window and its whole second
+            wait = self.last_write + self.settle + 1.05 - time.monotonic()
+            if wait > 0:
+                await asyncio.sleep(wait)
         pairs = list(order) if order is not None else self.all_links()
         if shuffle is not None:
             shuffle.shuffle(pairs)

@@ -59,7 +59,7 @@ class Node:
                 "WISCAT_PROVIDER_PORT": str(self.provider_port),
                 "WISCAT_HARVESTER_PORT": str(self.harvester_port),
                 "WISCAT_ADMIN_TOKEN": f"token-{self.name}",
-                "WISCAT_SETTLE_SECONDS": "0",
+                "WISCAT_SETTLE_SECONDS": "0",  # a test node shows writes at once
                 "WISCAT_HARVEST_POLL_SECONDS": "0.2",
                 "WISCAT_LOG_FORMAT": "json",
             }

@@ -3,9 +3,16 @@ additions, changes and deletions in between; the catalogues end identical."""
 
 from __future__ import annotations
 
+import asyncio
+from datetime import timedelta
+
+from services.harvester.service import harvest_context
 from shared.db import links as link_store
+from shared.db.pool import Pool
 from tests import factories
 from tests.harvest_pair import SOURCE_SET, Pair, add_link, content, run, sink_settings
+from tests.pg import clone_template, drop_database
+from tests.servers import running_provider
 
 
 async def test_full_then_incremental_harvests_end_identical(pair: Pair) -> None:
@@ -67,3 +74,42 @@ async def test_mass_deletion_stops_the_run_until_allowed(pair: Pair) -> None:
     allowed = await run(pair, allow_mass_delete=True)
     assert allowed.status == "ok" and allowed.counts["deleted"] == 40
     assert await content(pair.sink, SOURCE_SET) == await content(pair.source, SOURCE_SET)
+
+
+async def test_a_quiet_incremental_run_transfers_nothing_from_a_whole_seconds_provider(
+    db: Pool, database_url: str, template_ready: str
+) -> None:
+    """With a settle window, the provider states in Identify that a list shows a second only
+    once all of it is visible; the harvester then asks from = HWM + 1 s, and a run with nothing
+    new transfers no record (without the guarantee the records of the HWM's second come again)."""
+    await factories.load_records(db, SOURCE_SET, range(30))
+    sink_url = await clone_template(template_ready)
+    try:
+        async with (
+            running_provider(database_url, settle_seconds=1) as provider,
+            harvest_context(sink_settings(sink_url), sink_url) as ctx,
+        ):
+            identify = await ctx.client.identify(provider.oai)
+            assert identify.whole_seconds
+            pair = Pair(db, provider, ctx.pool, ctx)
+            link = await add_link(pair)
+            await asyncio.sleep(2.1)  # past the settle window and its second
+            full = await run(pair)
+            assert (full.mode, full.counts["added"]) == ("full", 30)
+            stored = await link_store.get_link(ctx.pool, link.name)
+            assert stored is not None and stored.high_water_mark is not None
+
+            quiet = await run(pair)
+            assert quiet.mode == "incremental"
+            assert quiet.from_ == stored.high_water_mark + timedelta(seconds=1)
+            assert sum(quiet.counts.values()) == 0  # not even the records of the HWM's second
+            [recorded] = await link_store.recent_runs(ctx.pool, link.name, 1)
+            assert recorded["from_date"] == quiet.from_
+
+            await factories.load_records(db, SOURCE_SET, [30])
+            await asyncio.sleep(2.1)
+            fresh = await run(pair)
+            assert (fresh.counts["added"], fresh.counts["unchanged"]) == (1, 0)
+            assert await content(ctx.pool, SOURCE_SET) == await content(db, SOURCE_SET)
+    finally:
+        await drop_database(template_ready, sink_url)

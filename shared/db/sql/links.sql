@@ -75,6 +75,10 @@ where name = $1 and lease_owner = $2
 insert into harvest_runs (link, mode, from_date, until_date, worker) values ($1, $2, $3, $4, $5)
 returning id
 
+-- name: set_run_from --
+-- The from a run asked for, once it is known (after the peer's Identify).
+update harvest_runs set from_date = $2 where id = $1
+
 -- name: record_page --
 -- Add one page's counts to its run (in the page's own transaction).
 update harvest_runs

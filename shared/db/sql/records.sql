@@ -280,3 +280,11 @@ membership as (
     returning m.identifier
 )
 select identifier, outcome from classified
+
+-- name: changes_since --
+-- The catalogue for WIS monitoring: live records, and the records inserted or modified and the
+-- records deleted since $1 (00 UTC today).
+select count(*) filter (where not deleted) as live,
+       count(*) filter (where not deleted and datestamp >= $1) as inserted_modified,
+       count(*) filter (where deleted and datestamp >= $1) as deleted
+from records
