@@ -28,7 +28,7 @@ from pathlib import Path
 import aiohttp
 from lxml import etree
 
-from bench import peers
+from bench import mesh, peers, registry
 from services.harvester.harvest import harvest_link
 from services.harvester.service import harvest_context
 from shared.db import links as link_store
@@ -490,7 +490,9 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--records", type=int, default=int(os.environ.get("BENCH_RECORDS", 50_000)))
     parser.add_argument("--page-size", type=int, default=500)
-    parser.add_argument("--only", choices=["provider", "harvester", "peers", "check"])
+    parser.add_argument(
+        "--only", choices=["provider", "harvester", "peers", "check", "mesh", "registry"]
+    )
     parser.add_argument(
         "--check-size",
         type=int,
@@ -533,6 +535,10 @@ async def main() -> None:
             lines += await bench_peers(server_url)
         if args.only in (None, "check"):
             lines += await bench_check(args.check_size)
+        if args.only in (None, "mesh"):
+            lines += await mesh.run(server_url)
+        if args.only in (None, "registry"):
+            lines += await registry.run(server_url)
     finally:
         if server is not None:
             server.stop()
