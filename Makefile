@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 .DEFAULT_GOAL := all
-.PHONY: all help venv run test test-unit test-integration lint format bench demo clean
+.PHONY: all help venv run test test-unit test-integration lint format bench demo chromium clean
 
 all: lint test ## lint, then the whole test suite
 
@@ -23,8 +23,14 @@ venv: $(STAMP) ## create .venv and install wiscat with its test and lint tools
 run: $(STAMP) ## start a node (embedded PostgreSQL unless WISCAT_DATABASE_URL is set)
 	$(BIN)/wiscat run
 
-test: $(STAMP) ## the whole suite on a real PostgreSQL (WISCAT_TEST_DATABASE_URL or embedded)
+test: $(STAMP) chromium ## the whole suite on a real PostgreSQL (WISCAT_TEST_DATABASE_URL or embedded)
 	$(BIN)/pytest
+
+chromium: ## install Debian's chromium when missing (the dashboard's browser test drives it)
+	@command -v chromium >/dev/null 2>&1 || { \
+		echo "installing Debian's chromium for the dashboard's browser test"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium; }
 
 test-unit: $(STAMP) ## the fast, pure tests only
 	$(BIN)/pytest tests/unit

@@ -13,7 +13,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from services.provider import admin, monitoring, oai, registry
+from services.provider import admin, monitoring, oai, registry, ui
 from services.provider.metrics import ProviderMetrics
 from services.provider.oai import ProviderState
 from shared.db import records as store
@@ -90,6 +90,7 @@ def create_app(settings: Settings, database_url: str) -> FastAPI:
     app.include_router(admin.router)
     app.include_router(registry.router)
     app.include_router(monitoring.router)
+    app.include_router(ui.router)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -123,11 +123,30 @@ class Mesh:
             self.nodes[node].links.append(name)
         return dict(created)
 
-    async def move_link(self, node: str, name: str, peer: str, set_spec: str) -> None:
-        """Point a link at another peer with ``wiscat link set`` (its HWM is reset)."""
+    async def move_link(self, node: str, name: str, peer: str, set_spec: str) -> dict[str, Any]:
+        """Point a link at another peer with ``wiscat link set``: its HWM is reset and it falls
+        due at once; returns the (full) run the node's harvester then makes."""
+        last = await self._last_run(node, name)
         await self.nodes[node].wiscat(
             "link", "set", name, "--url", self.nodes[peer].oai, "--set", set_spec
         )
+        return await self._next_run(node, name, last)
+
+    async def _last_run(self, node: str, link: str) -> int:
+        runs = await self._call(
+            self.nodes[node], "GET", "/admin/runs", params={"link": link, "limit": 1}
+        )
+        return int(runs[0]["id"]) if runs else 0
+
+    async def _next_run(self, node: str, link: str, after: int) -> dict[str, Any]:
+        for _ in range(600):
+            runs = await self._call(
+                self.nodes[node], "GET", "/admin/runs", params={"link": link, "limit": 1}
+            )
+            if runs and runs[0]["id"] > after and runs[0]["status"] != "running":
+                return dict(runs[0])
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"the run of {link} at {node} did not finish")
 
     async def put(
         self, node: str, n: int, centre: str, version: int = 0, md: datetime | None = None
@@ -149,20 +168,9 @@ class Mesh:
 
     async def harvest(self, node: str, link: str) -> dict[str, Any]:
         """Run one link now (the admin "harvest now") and wait for its run to finish."""
-        mesh_node = self.nodes[node]
-        before = await self._call(
-            mesh_node, "GET", "/admin/runs", params={"link": link, "limit": 1}
-        )
-        last = before[0]["id"] if before else 0
-        await self._call(mesh_node, "POST", f"/admin/links/{link}/harvest")
-        for _ in range(600):
-            runs = await self._call(
-                mesh_node, "GET", "/admin/runs", params={"link": link, "limit": 1}
-            )
-            if runs and runs[0]["id"] > last and runs[0]["status"] != "running":
-                return dict(runs[0])
-            await asyncio.sleep(0.05)
-        raise AssertionError(f"the run of {link} at {node} did not finish")
+        last = await self._last_run(node, link)
+        await self._call(self.nodes[node], "POST", f"/admin/links/{link}/harvest")
+        return await self._next_run(node, link, last)
 
     async def round(
         self,

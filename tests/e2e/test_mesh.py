@@ -162,8 +162,7 @@ async def test_relay_through_g_and_moving_the_link_back(mesh: Mesh) -> None:
     # finds everything unchanged, and a record added meanwhile arrives once
     stamps = await mesh.datestamps("H")
     fresh = await mesh.put("I", 6, "i")
-    await mesh.move_link("H", "i", "I", own("I"))
-    [run] = await mesh.round([("H", "i")])
+    run = await mesh.move_link("H", "i", "I", own("I"))
     assert (run["mode"], run["added"], run["updated"], run["unchanged"]) == ("full", 1, 0, 6)
     after = await mesh.datestamps("H")
     assert {k: v for k, v in after.items() if k[1] != fresh} == stamps

@@ -1,0 +1,133 @@
+"""The dashboard in a real headless Chromium: links with their status, plots, "harvest now"."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+from playwright.async_api import async_playwright
+
+from tests.e2e.mesh import Mesh
+
+CHROMIUM = "/usr/bin/chromium"
+ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+@pytest.fixture
+async def mesh(template_ready: str) -> AsyncIterator[Mesh]:
+    async with aiohttp.ClientSession() as http:
+        built = Mesh(template_ready, http)
+        try:
+            yield built
+        finally:
+            await built.close()
+
+
+async def test_dashboard_shows_links_plots_and_harvests_now(mesh: Mesh, tmp_path: Path) -> None:
+    assert Path(CHROMIUM).exists(), (
+        f"{CHROMIUM} is missing: `make test` installs Debian's chromium package"
+    )
+    await mesh.add_node("A")
+    await mesh.add_node("B", WISCAT_HARVEST_MAX_RETRIES="0")
+    await mesh.start()
+    for n in range(12):
+        await mesh.put("A", n, "a")
+    await mesh.link("B", "alpha", "A", "WIS-GISC-A")
+    dead = mesh.nodes["A"].oai.replace(str(mesh.nodes["A"].provider_port), "9")  # discard port
+    await mesh._call(
+        mesh.nodes["B"],
+        "POST",
+        "/admin/links",
+        json={"name": "dead", "url": dead, "set": "WIS-GISC-DEAD", "window_slices": 0},
+    )
+    await mesh.round([("B", "alpha")])
+    await mesh.round([("B", "alpha")])
+    failed = await mesh.harvest("B", "dead")
+    assert failed["status"] == "failed"
+    b = mesh.nodes["B"]
+
+    async with async_playwright() as playwright:
+        browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        try:
+            page = await browser.new_page(viewport={"width": 1366, "height": 900})
+            response = await page.goto(b.root + "/")
+            assert response is not None and response.status == 200
+            assert await page.title() == "wiscat B"
+            alpha = page.locator("tr", has=page.locator("button[data-link=alpha]"))
+            dead_row = page.locator("tr", has=page.locator("button[data-link=dead]"))
+            assert "ok" in await alpha.locator("td.ok").inner_text()
+            assert await dead_row.locator("td.failed").inner_text() == "failed"
+            assert "cannot reach" in await dead_row.locator("td.err").inner_text()
+            catalogue = page.locator("table").first
+            assert "WIS-GISC-A" in await catalogue.inner_text()
+
+            plots = page.locator("svg.plot")
+            assert await plots.count() == 3
+            for index in range(3):
+                box = await plots.nth(index).bounding_box()
+                assert box is not None and box["width"] > 300 and box["height"] > 100
+            assert await plots.nth(0).locator("rect").count() == 30  # a bar per day
+            assert await plots.nth(1).locator("circle").count() >= 4  # 3 runs of 2 links
+            assert await plots.nth(2).locator("circle").count() >= 1  # alpha's second run
+
+            runs_before = await mesh._call(b, "GET", "/admin/runs", params={"link": "alpha"})
+            await page.fill("#token", "token-B")
+            await page.dispatch_event("#token", "change")
+            await page.click("button[data-link=alpha]")
+            await page.wait_for_function(
+                "document.getElementById('answer').textContent.includes('requested')"
+            )
+            assert await page.locator("button[data-link=alpha]").inner_text() == "requested"
+            screenshot = tmp_path / "dashboard.png"
+            await page.screenshot(path=str(screenshot), full_page=True)
+        finally:
+            await browser.close()
+    ARTIFACTS.mkdir(exist_ok=True)
+    shutil.copy(screenshot, ARTIFACTS / "dashboard.png")
+
+    # the button's request ran a harvest of alpha
+    for _ in range(200):
+        runs = await mesh._call(b, "GET", "/admin/runs", params={"link": "alpha"})
+        if runs[0]["id"] > runs_before[0]["id"] and runs[0]["status"] != "running":
+            break
+        await asyncio.sleep(0.1)
+    else:
+        raise AssertionError("the harvest asked for on the dashboard never ran")
+    assert runs[0]["status"] == "ok"
+
+
+async def test_harvest_now_without_the_token_is_refused(mesh: Mesh) -> None:
+    assert Path(CHROMIUM).exists(), f"{CHROMIUM} is missing"
+    await mesh.add_node("A")
+    await mesh.start()
+    await mesh.link("A", "self", "A", "WIS-GISC-A", into="WIS-GISC-COPY")
+    async with async_playwright() as playwright:
+        browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        try:
+            page = await browser.new_page()
+            await page.goto(mesh.nodes["A"].root + "/")
+            await page.fill("#token", "wrong")
+            await page.dispatch_event("#token", "change")
+            await page.click("button[data-link=self]")
+            await page.wait_for_function(
+                "document.getElementById('answer').textContent.includes('refused')"
+            )
+            assert "401" in await page.locator("#answer").inner_text()
+        finally:
+            await browser.close()
+    link = await mesh._call(mesh.nodes["A"], "GET", "/admin/links")
+    assert link[0]["run_requested"] is None
