@@ -40,6 +40,12 @@ async def test_migrations_apply_to_an_empty_database_once(template_ready: str) -
                 "where name = 'default_toast_compression'"
             )
             assert compression == (b"l" if lz4 else b"\x00")
+            # without lz4, stored uncompressed ('e'xternal) rather than with pglz ('x'tended)
+            storage = await conn.fetchval(
+                "select attstorage from pg_attribute "
+                "where attrelid = 'records'::regclass and attname = 'xml'"
+            )
+            assert storage == (b"x" if lz4 else b"e")
         finally:
             await conn.close()
     finally:
