@@ -515,7 +515,8 @@ async def main() -> None:
         database = (
             "WISCAT_BENCH_DATABASE_URL"
             if configured
-            else "embedded PostgreSQL (pgserver wheel; built without lz4, so records.xml uses pglz)"
+            else "embedded PostgreSQL (pgserver wheel; built without lz4, so records.xml is stored "
+            "uncompressed, migration 0005)"
         )
         lines = [
             "# Benchmarks",
