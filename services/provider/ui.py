@@ -35,6 +35,7 @@ h2{font-size:17px;margin:24px 0 8px;border-bottom:1px solid #ddd}
 table{border-collapse:collapse;width:100%;margin-bottom:8px}
 th,td{text-align:left;padding:3px 8px;border-bottom:1px solid #eee;vertical-align:top}
 th{background:#f5f5f5;font-weight:600}td.n{text-align:right;font-variant-numeric:tabular-nums}
+td.lag{white-space:nowrap}
 .ok{color:#176b1e;font-weight:600}
 .failed,.stopped,.inconsistent,.unchecked{color:#b00020;font-weight:600}
 .running{color:#a15c00}.muted{color:#777}.err{color:#b00020;max-width:380px;word-break:break-word}
@@ -152,7 +153,9 @@ def line_plot(
         )
     t0 = min(t for t, _ in points).timestamp()
     t1 = max(t for t, _ in points).timestamp()
-    t1 = t1 if t1 > t0 else t0 + 60
+    if t1 - t0 < 60:  # one point, or a few close together: centre them in a minute
+        t0, t1 = (t0 + t1) / 2 - 30, (t0 + t1) / 2 + 30
+    clock = "%H:%M:%S" if t1 - t0 < 600 else "%m-%d %H:%M"
     top = max(max(v for _, v in points), 1.0)
     inner_w, inner_h = W - LEFT - RIGHT, H - TOP - BOTTOM
 
@@ -181,7 +184,7 @@ def line_plot(
     for i, tick in enumerate(_ticks(t0, t1)):
         if i % 2 == 0:
             x = LEFT + inner_w * (tick - t0) / (t1 - t0)
-            label = datetime.fromtimestamp(tick, UTC).strftime("%m-%d %H:%M")
+            label = datetime.fromtimestamp(tick, UTC).strftime(clock)
             anchor = ("start", "middle", "end")[i // 2]
             parts.append(f'<text x="{x:.1f}" y="{H - 10}" text-anchor="{anchor}">{label}</text>')
     return _frame(title, parts, 0, top, y_label, "time (UTC)", legend, y_format)
@@ -284,7 +287,7 @@ async def dashboard(request: Request) -> HTMLResponse:
                 td("yes" if link["enabled"] else "no"),
                 td(when(link["finished_at"] or link["started_at"])),
                 status(link["status"]),
-                td(duration(lag), "failed" if late else ""),
+                td(duration(lag), "lag failed" if late else "lag"),
                 num(link["added"]),
                 num(link["updated"]),
                 num(link["unchanged"]),
