@@ -1,0 +1,91 @@
+"""The registry as an operator sets it up: keys and a key file with ``wiscat registry``, a URL
+submitted at one node, and a second node that syncs the chain with ``wiscat registry sync``."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from tests.e2e.nodes import Node
+from tests.pg import clone_template, drop_database
+
+
+@pytest.fixture
+async def nodes(template_ready: str) -> AsyncIterator[tuple[Node, Node]]:
+    urls = [await clone_template(template_ready) for _ in range(2)]
+    a, b = Node("REGA", urls[0]), Node("REGB", urls[1])
+    try:
+        yield a, b
+    finally:
+        for node in (a, b):
+            await node.stop()
+        for url in urls:
+            await drop_database(template_ready, url)
+
+
+async def test_keys_network_submission_and_sync_from_the_command_line(
+    nodes: tuple[Node, Node], tmp_path: Path
+) -> None:
+    a, b = nodes
+    a_key, b_key, network = tmp_path / "a.pem", tmp_path / "b.pem", tmp_path / "network.xml"
+    _, a_public, _ = await a.wiscat("registry", "keygen", "--out", str(a_key))
+    _, b_public, _ = await b.wiscat("registry", "keygen", "--out", str(b_key))
+    code, _, err = await a.wiscat("registry", "keygen", "--out", str(a_key), check=False)
+    assert code == 1 and "not overwritten" in err
+    a_root = f"http://127.0.0.1:{a.provider_port}"
+    _, out, _ = await a.wiscat(
+        "registry",
+        "init-network",
+        "wis-test",
+        "--difficulty",
+        "4",
+        "--out",
+        str(network),
+        "--key",
+        str(a_key),
+        "--peer",
+        a_root,
+    )
+    assert "network wis-test" in out and "1 member(s)" in out
+    assert a_public.strip() in network.read_text()  # the founder is a member
+    _, out, _ = await a.wiscat("registry", "add-member", str(network), b_public.strip())
+    assert "2 member(s)" in out
+    code, _, err = await a.wiscat("registry", "add-member", str(network), "not-a-key", check=False)
+    assert code == 2
+
+    for node, key in ((a, a_key), (b, b_key)):
+        node.extra.update(
+            {
+                "WISCAT_REGISTRY_KEY_FILE": str(network),
+                "WISCAT_REGISTRY_PRIVATE_KEY_FILE": str(key),
+                "WISCAT_ALLOW_PRIVATE_FETCH": "true",
+            }
+        )
+    await a.start("provider", f"{a_root}/readyz")
+    async with aiohttp.ClientSession() as http:
+        async with http.post(f"{a_root}/urls", data={"baseURL": a.oai}) as response:
+            assert response.status == 200, await response.text()
+        async with http.post(f"{a_root}/urls", data={"baseURL": a.oai}) as response:
+            assert response.status == 409
+        async with http.get(f"{a_root}/urls") as response:
+            listed = await response.text()
+    assert f">{a.oai}</baseURL>" in listed
+    _, out, _ = await a.wiscat("registry", "status")
+    assert "1 URL(s)" in out
+
+    # B has never run: it syncs from the key file's static peer and files the URL as a link
+    code, out, _ = await b.wiscat("registry", "status", check=False)
+    assert code == 1 and "no registry chain" in out
+    _, out, _ = await b.wiscat("registry", "sync")
+    assert "block(s) accepted" in out
+    _, out, _ = await b.wiscat("registry", "status")
+    assert "1 URL(s)" in out
+    _, listed_links, _ = await b.wiscat("link", "list", "--json")
+    [link] = json.loads(listed_links)
+    assert (link["base_url"], link["enabled"]) == (a.oai, False)
+    _, peers, _ = await b.wiscat("registry", "peers", "--json")
+    assert a_root in {peer["url"] for peer in json.loads(peers)}
