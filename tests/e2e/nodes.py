@@ -7,6 +7,7 @@ import os
 import signal
 import socket
 import sys
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -127,3 +128,6 @@ class Node:
                 codes.append(await process.wait())
         self.processes.clear()
         return codes
+
+
+NodeFactory = Callable[[str], Awaitable[Node]]

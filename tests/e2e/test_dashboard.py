@@ -4,11 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-from collections.abc import AsyncIterator
 from pathlib import Path
 
-import aiohttp
-import pytest
 from playwright.async_api import async_playwright
 
 from tests.e2e.mesh import Mesh
@@ -25,16 +22,6 @@ FLAGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-
-
-@pytest.fixture
-async def mesh(template_ready: str) -> AsyncIterator[Mesh]:
-    async with aiohttp.ClientSession() as http:
-        built = Mesh(template_ready, http)
-        try:
-            yield built
-        finally:
-            await built.close()
 
 
 async def test_dashboard_shows_links_plots_and_harvests_now(mesh: Mesh, tmp_path: Path) -> None:

@@ -8,11 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
-
-import aiohttp
-import pytest
 
 from tests.e2e.mesh import Mesh
 from tests.pg import clone_template, drop_database
@@ -23,16 +19,6 @@ TUESDAY = MONDAY + timedelta(days=1)
 
 def own(name: str) -> str:
     return f"WIS-GISC-{name}"
-
-
-@pytest.fixture
-async def mesh(template_ready: str) -> AsyncIterator[Mesh]:
-    async with aiohttp.ClientSession() as http:
-        built = Mesh(template_ready, http)
-        try:
-            yield built
-        finally:
-            await built.close()
 
 
 async def centres_and_gisc(mesh: Mesh) -> None:

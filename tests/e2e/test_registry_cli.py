@@ -4,27 +4,17 @@ submitted at one node, and a second node that syncs the chain with ``wiscat regi
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
 import pytest
 
-from tests.e2e.nodes import Node
-from tests.pg import clone_template, drop_database
+from tests.e2e.nodes import Node, NodeFactory
 
 
 @pytest.fixture
-async def nodes(template_ready: str) -> AsyncIterator[tuple[Node, Node]]:
-    urls = [await clone_template(template_ready) for _ in range(2)]
-    a, b = Node("REGA", urls[0]), Node("REGB", urls[1])
-    try:
-        yield a, b
-    finally:
-        for node in (a, b):
-            await node.stop()
-        for url in urls:
-            await drop_database(template_ready, url)
+async def nodes(make_node: NodeFactory) -> tuple[Node, Node]:
+    return await make_node("REGA"), await make_node("REGB")
 
 
 async def test_keys_network_submission_and_sync_from_the_command_line(

@@ -4,28 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
 import pytest
 
 from shared.generator import generate_record
-from tests.e2e.nodes import Node
-from tests.pg import clone_template, drop_database
+from tests.e2e.nodes import Node, NodeFactory
 
 
 @pytest.fixture
-async def nodes(template_ready: str) -> AsyncIterator[tuple[Node, Node]]:
-    urls = [await clone_template(template_ready) for _ in range(2)]
-    a, b = Node("ALPHA", urls[0]), Node("BETA", urls[1])
-    try:
-        yield a, b
-    finally:
-        for node in (a, b):
-            await node.stop()
-        for url in urls:
-            await drop_database(template_ready, url)
+async def nodes(make_node: NodeFactory) -> tuple[Node, Node]:
+    return await make_node("ALPHA"), await make_node("BETA")
 
 
 async def get(url: str) -> tuple[int, str]:
