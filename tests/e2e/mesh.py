@@ -106,10 +106,12 @@ class Mesh:
         set_spec: str | None,
         *,
         into: str | None = None,
+        wait: bool = True,
         **options: Any,
-    ) -> dict[str, Any]:
+    ) -> dict[str, Any] | None:
         """A link of ``node`` to ``peer``'s provider (no rolling window, hourly: the harness runs
-        the rounds)."""
+        the rounds). A new link is due at once: with ``wait`` this returns that first run, once
+        finished, so that no run of the node's own schedule overlaps the harness's rounds."""
         body = {
             "name": name,
             "url": self.nodes[peer].oai,
@@ -118,10 +120,15 @@ class Mesh:
             "window_slices": 0,
             **options,
         }
-        created = await self._call(self.nodes[node], "POST", "/admin/links", json=body)
-        if options.get("enabled", True):  # a disabled link is never part of a round
-            self.nodes[node].links.append(name)
-        return dict(created)
+        await self._call(self.nodes[node], "POST", "/admin/links", json=body)
+        if not options.get("enabled", True):
+            return None  # never scheduled, and never part of a round
+        self.nodes[node].links.append(name)
+        return await self.first_run(node, name) if wait else None
+
+    async def first_run(self, node: str, link: str) -> dict[str, Any]:
+        """The link's first run (the one a new link gets at once), once finished."""
+        return await self._next_run(node, link, 0)
 
     async def move_link(self, node: str, name: str, peer: str, set_spec: str) -> dict[str, Any]:
         """Point a link at another peer with ``wiscat link set``: its HWM is reset and it falls
