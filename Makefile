@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 .DEFAULT_GOAL := all
-.PHONY: all help venv run test test-unit test-integration lint format bench demo chromium clean
+.PHONY: all help venv run test test-unit test-integration lint format bench schema demo chromium clean
 
 all: lint test ## lint, then the whole test suite
 
@@ -46,6 +46,9 @@ format: $(STAMP) ## format the code with ruff
 
 bench: $(STAMP) ## benchmarks; figures go to docs/benchmarks.md (BENCH_RECORDS scales them)
 	$(BIN)/python -m bench.run
+
+schema: $(STAMP) ## rewrite shared/db/schema.sql from the migrations (after adding one)
+	$(BIN)/python -m tools.schema
 
 demo: $(STAMP) ## a local mesh of three nodes harvesting each other (Ctrl-C stops it)
 	$(BIN)/python -m tools.demo

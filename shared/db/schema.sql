@@ -1,0 +1,323 @@
+-- The schema the migrations in migrations/ build, written by `make schema`
+-- (tools/schema.py) from pg_dump of a freshly migrated database. Do not edit: add a migration,
+-- then regenerate.
+-- tests/integration/test_schema.py checks that the two agree.
+
+CREATE TABLE public.check_reports (
+    id bigint NOT NULL,
+    check_name text,
+    set_spec text NOT NULL,
+    source_url text NOT NULL,
+    started_at timestamp with time zone NOT NULL,
+    finished_at timestamp with time zone DEFAULT now() NOT NULL,
+    outcome text NOT NULL,
+    report jsonb NOT NULL,
+    CONSTRAINT check_reports_outcome_check CHECK ((outcome = ANY (ARRAY['consistent'::text, 'inconsistent'::text, 'unchecked'::text])))
+);
+
+CREATE SEQUENCE public.check_reports_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+ALTER SEQUENCE public.check_reports_id_seq OWNED BY public.check_reports.id;
+
+CREATE TABLE public.checks (
+    name text NOT NULL,
+    set_spec text NOT NULL,
+    source_url text NOT NULL,
+    peer_urls text[] NOT NULL,
+    sample integer DEFAULT 0 NOT NULL,
+    every interval DEFAULT '1 day'::interval NOT NULL,
+    enabled boolean DEFAULT true NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    next_run_at timestamp with time zone DEFAULT now() NOT NULL,
+    lease_owner text,
+    lease_expires timestamp with time zone,
+    CONSTRAINT checks_name_check CHECK ((name ~ '^[A-Za-z0-9][A-Za-z0-9._-]*$'::text)),
+    CONSTRAINT checks_peer_urls_check CHECK ((cardinality(peer_urls) > 0)),
+    CONSTRAINT checks_sample_check CHECK ((sample >= 0))
+);
+
+CREATE TABLE public.harvest_runs (
+    id bigint NOT NULL,
+    link text NOT NULL,
+    mode text NOT NULL,
+    worker text,
+    from_date timestamp with time zone,
+    until_date timestamp with time zone,
+    started_at timestamp with time zone DEFAULT now() NOT NULL,
+    finished_at timestamp with time zone,
+    status text DEFAULT 'running'::text NOT NULL,
+    pages integer DEFAULT 0 NOT NULL,
+    bytes bigint DEFAULT 0 NOT NULL,
+    added integer DEFAULT 0 NOT NULL,
+    updated integer DEFAULT 0 NOT NULL,
+    unchanged integer DEFAULT 0 NOT NULL,
+    deleted integer DEFAULT 0 NOT NULL,
+    refused integer DEFAULT 0 NOT NULL,
+    quarantined integer DEFAULT 0 NOT NULL,
+    error_kind text,
+    error text,
+    CONSTRAINT harvest_runs_mode_check CHECK ((mode = ANY (ARRAY['incremental'::text, 'full'::text, 'window'::text, 'backup'::text]))),
+    CONSTRAINT harvest_runs_status_check CHECK ((status = ANY (ARRAY['running'::text, 'ok'::text, 'failed'::text, 'stopped'::text])))
+);
+
+CREATE SEQUENCE public.harvest_runs_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+ALTER SEQUENCE public.harvest_runs_id_seq OWNED BY public.harvest_runs.id;
+
+CREATE TABLE public.links (
+    name text NOT NULL,
+    base_url text NOT NULL,
+    remote_set text,
+    local_set text NOT NULL,
+    metadata_prefix text DEFAULT 'iso19139'::text NOT NULL,
+    strategy text DEFAULT 'ListRecords'::text NOT NULL,
+    every interval DEFAULT '01:00:00'::interval NOT NULL,
+    full_every interval DEFAULT '7 days'::interval NOT NULL,
+    overlap interval DEFAULT '00:00:00'::interval NOT NULL,
+    window_slices integer DEFAULT 24 NOT NULL,
+    enabled boolean DEFAULT true NOT NULL,
+    recovery boolean DEFAULT false NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    high_water_mark timestamp with time zone,
+    last_full_at timestamp with time zone,
+    window_index integer DEFAULT 0 NOT NULL,
+    next_run_at timestamp with time zone DEFAULT now() NOT NULL,
+    run_requested text,
+    lease_owner text,
+    lease_expires timestamp with time zone,
+    last_run_id bigint,
+    last_success_at timestamp with time zone,
+    last_error text,
+    CONSTRAINT links_name_check CHECK ((name ~ '^[A-Za-z0-9][A-Za-z0-9._-]*$'::text)),
+    CONSTRAINT links_run_requested_check CHECK ((run_requested = ANY (ARRAY['incremental'::text, 'full'::text]))),
+    CONSTRAINT links_strategy_check CHECK ((strategy = ANY (ARRAY['ListRecords'::text, 'ListIdentifiers'::text]))),
+    CONSTRAINT links_window_slices_check CHECK ((window_slices >= 0))
+);
+
+CREATE TABLE public.node_secrets (
+    name text NOT NULL,
+    value bytea NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+CREATE TABLE public.quarantine (
+    id bigint NOT NULL,
+    link text,
+    run_id bigint,
+    page integer,
+    identifier text,
+    reason text NOT NULL,
+    raw bytea NOT NULL,
+    received_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+CREATE SEQUENCE public.quarantine_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+ALTER SEQUENCE public.quarantine_id_seq OWNED BY public.quarantine.id;
+
+CREATE TABLE public.records (
+    identifier text NOT NULL,
+    datestamp timestamp with time zone NOT NULL,
+    md_datestamp timestamp with time zone,
+    content_hash bytea,
+    xml text,
+    deleted boolean DEFAULT false NOT NULL,
+    set_specs text[] DEFAULT '{}'::text[] NOT NULL,
+    CONSTRAINT tombstone_has_no_content CHECK ((deleted = (xml IS NULL)))
+);
+ALTER TABLE ONLY public.records ALTER COLUMN xml SET STORAGE EXTERNAL;
+
+CREATE TABLE public.registry_blocks (
+    hash text NOT NULL,
+    previous_hash text NOT NULL,
+    height integer NOT NULL,
+    transactions_hash text NOT NULL,
+    nonce text NOT NULL,
+    signer text NOT NULL,
+    signature text NOT NULL,
+    xml bytea NOT NULL,
+    received_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT registry_blocks_height_check CHECK ((height >= 0))
+);
+
+CREATE TABLE public.registry_chain (
+    height integer NOT NULL,
+    block_hash text NOT NULL
+);
+
+CREATE TABLE public.registry_members (
+    network text NOT NULL,
+    url text NOT NULL,
+    public_key text,
+    first_seen timestamp with time zone DEFAULT now() NOT NULL,
+    last_announce timestamp with time zone DEFAULT now() NOT NULL
+);
+
+CREATE TABLE public.registry_peers (
+    url text NOT NULL,
+    source text NOT NULL,
+    added_at timestamp with time zone DEFAULT now() NOT NULL,
+    last_ok_at timestamp with time zone,
+    last_error text,
+    failures integer DEFAULT 0 NOT NULL,
+    CONSTRAINT registry_peers_source_check CHECK ((source = ANY (ARRAY['keyfile'::text, 'tracker'::text, 'manual'::text])))
+);
+
+CREATE TABLE public.registry_pool (
+    tx_hash text NOT NULL,
+    created_at text NOT NULL,
+    base_url text NOT NULL,
+    added_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+CREATE TABLE public.registry_transactions (
+    block_hash text NOT NULL,
+    "position" integer NOT NULL,
+    tx_hash text NOT NULL,
+    created_at text NOT NULL,
+    base_url text NOT NULL
+);
+
+CREATE TABLE public.schema_migrations (
+    version integer NOT NULL,
+    name text NOT NULL,
+    applied_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+CREATE TABLE public.set_members (
+    set_spec text NOT NULL,
+    identifier text NOT NULL,
+    datestamp timestamp with time zone NOT NULL,
+    deleted boolean DEFAULT false NOT NULL
+);
+
+CREATE TABLE public.sets (
+    spec text NOT NULL,
+    name text NOT NULL,
+    kind text NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT sets_kind_check CHECK ((kind = ANY (ARRAY['own'::text, 'remote'::text, 'shared'::text, 'other'::text])))
+);
+
+ALTER TABLE ONLY public.check_reports ALTER COLUMN id SET DEFAULT nextval('public.check_reports_id_seq'::regclass);
+
+ALTER TABLE ONLY public.harvest_runs ALTER COLUMN id SET DEFAULT nextval('public.harvest_runs_id_seq'::regclass);
+
+ALTER TABLE ONLY public.quarantine ALTER COLUMN id SET DEFAULT nextval('public.quarantine_id_seq'::regclass);
+
+ALTER TABLE ONLY public.check_reports
+    ADD CONSTRAINT check_reports_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY public.checks
+    ADD CONSTRAINT checks_pkey PRIMARY KEY (name);
+
+ALTER TABLE ONLY public.harvest_runs
+    ADD CONSTRAINT harvest_runs_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY public.links
+    ADD CONSTRAINT links_pkey PRIMARY KEY (name);
+
+ALTER TABLE ONLY public.node_secrets
+    ADD CONSTRAINT node_secrets_pkey PRIMARY KEY (name);
+
+ALTER TABLE ONLY public.quarantine
+    ADD CONSTRAINT quarantine_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY public.records
+    ADD CONSTRAINT records_pkey PRIMARY KEY (identifier);
+
+ALTER TABLE ONLY public.registry_blocks
+    ADD CONSTRAINT registry_blocks_pkey PRIMARY KEY (hash);
+
+ALTER TABLE ONLY public.registry_chain
+    ADD CONSTRAINT registry_chain_block_hash_key UNIQUE (block_hash);
+
+ALTER TABLE ONLY public.registry_chain
+    ADD CONSTRAINT registry_chain_pkey PRIMARY KEY (height);
+
+ALTER TABLE ONLY public.registry_members
+    ADD CONSTRAINT registry_members_pkey PRIMARY KEY (network, url);
+
+ALTER TABLE ONLY public.registry_peers
+    ADD CONSTRAINT registry_peers_pkey PRIMARY KEY (url);
+
+ALTER TABLE ONLY public.registry_pool
+    ADD CONSTRAINT registry_pool_pkey PRIMARY KEY (tx_hash);
+
+ALTER TABLE ONLY public.registry_transactions
+    ADD CONSTRAINT registry_transactions_pkey PRIMARY KEY (block_hash, "position");
+
+ALTER TABLE ONLY public.schema_migrations
+    ADD CONSTRAINT schema_migrations_pkey PRIMARY KEY (version);
+
+ALTER TABLE ONLY public.set_members
+    ADD CONSTRAINT set_members_pkey PRIMARY KEY (set_spec, identifier);
+
+ALTER TABLE ONLY public.sets
+    ADD CONSTRAINT sets_pkey PRIMARY KEY (spec);
+
+CREATE INDEX check_reports_finished ON public.check_reports USING btree (finished_at DESC);
+
+CREATE INDEX check_reports_name ON public.check_reports USING btree (check_name, finished_at DESC);
+
+CREATE INDEX checks_due ON public.checks USING btree (next_run_at) WHERE enabled;
+
+CREATE INDEX harvest_runs_link ON public.harvest_runs USING btree (link, started_at DESC);
+
+CREATE INDEX links_due ON public.links USING btree (next_run_at) WHERE enabled;
+
+CREATE INDEX quarantine_received ON public.quarantine USING btree (received_at DESC);
+
+CREATE INDEX records_keyset ON public.records USING btree (datestamp, identifier);
+
+CREATE INDEX registry_blocks_previous ON public.registry_blocks USING btree (previous_hash);
+
+CREATE INDEX registry_members_recent ON public.registry_members USING btree (network, last_announce DESC);
+
+CREATE INDEX registry_transactions_tx ON public.registry_transactions USING btree (tx_hash);
+
+CREATE INDEX set_members_identifier ON public.set_members USING btree (identifier);
+
+CREATE INDEX set_members_keyset ON public.set_members USING btree (set_spec, datestamp, identifier);
+
+ALTER TABLE ONLY public.check_reports
+    ADD CONSTRAINT check_reports_check_name_fkey FOREIGN KEY (check_name) REFERENCES public.checks(name) ON DELETE SET NULL;
+
+ALTER TABLE ONLY public.harvest_runs
+    ADD CONSTRAINT harvest_runs_link_fkey FOREIGN KEY (link) REFERENCES public.links(name) ON DELETE CASCADE;
+
+ALTER TABLE ONLY public.links
+    ADD CONSTRAINT links_local_set_fkey FOREIGN KEY (local_set) REFERENCES public.sets(spec);
+
+ALTER TABLE ONLY public.quarantine
+    ADD CONSTRAINT quarantine_link_fkey FOREIGN KEY (link) REFERENCES public.links(name) ON DELETE SET NULL;
+
+ALTER TABLE ONLY public.quarantine
+    ADD CONSTRAINT quarantine_run_id_fkey FOREIGN KEY (run_id) REFERENCES public.harvest_runs(id) ON DELETE SET NULL;
+
+ALTER TABLE ONLY public.registry_chain
+    ADD CONSTRAINT registry_chain_block_hash_fkey FOREIGN KEY (block_hash) REFERENCES public.registry_blocks(hash);
+
+ALTER TABLE ONLY public.registry_transactions
+    ADD CONSTRAINT registry_transactions_block_hash_fkey FOREIGN KEY (block_hash) REFERENCES public.registry_blocks(hash) ON DELETE CASCADE;
+
+ALTER TABLE ONLY public.set_members
+    ADD CONSTRAINT set_members_identifier_fkey FOREIGN KEY (identifier) REFERENCES public.records(identifier) ON DELETE CASCADE;
+
+ALTER TABLE ONLY public.set_members
+    ADD CONSTRAINT set_members_set_spec_fkey FOREIGN KEY (set_spec) REFERENCES public.sets(spec);
