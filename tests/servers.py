@@ -1,16 +1,20 @@
-"""Real servers on loopback for the tests: the provider app under uvicorn, on an ephemeral port."""
+"""Real servers on loopback for the tests: the provider app under uvicorn, on an ephemeral port,
+and a small peer that serves fixed OAI-PMH answers."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 import uvicorn
+from aiohttp import web
 
 from services.provider.app import create_app
+from shared.oaipmh import render
 from shared.settings import Settings
 
 
@@ -72,3 +76,53 @@ async def running_provider(
         server.should_exit = True
         await asyncio.wait_for(task, 15)
         sock.close()
+
+
+@contextlib.asynccontextmanager
+async def serving(
+    body: bytes,
+    content_type: str = "text/xml",
+    pages: Callable[[web.Request], Awaitable[bytes]] | None = None,
+) -> AsyncIterator[str]:
+    """A peer that answers Identify properly and every list request with ``body`` (or with
+    what ``pages`` makes of the request)."""
+    now = datetime.now(UTC)
+
+    async def handler(request: web.Request) -> web.Response:
+        if request.query.get("verb") == "Identify":
+            url = str(request.url.with_query(None))
+            document = (
+                render.response_start(now, url, {"verb": "Identify"}, "Identify")
+                + render.identify(
+                    repository_name="peer",
+                    base_url=url,
+                    admin_emails=["a@b.c"],
+                    earliest_datestamp=now,
+                    deleted_record="transient",
+                )
+                + render.response_end("Identify")
+            )
+            return web.Response(body=document, content_type="text/xml")
+        answer = await pages(request) if pages else body
+        return web.Response(body=answer, content_type=content_type)
+
+    app = web.Application()
+    app.router.add_get("/oai", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        yield f"http://127.0.0.1:{port}/oai"
+    finally:
+        await runner.cleanup()
+
+
+def list_records_page(pieces: list[bytes]) -> bytes:
+    now = datetime.now(UTC)
+    return (
+        render.response_start(now, "http://peer/oai", {"verb": "ListRecords"}, "ListRecords")
+        + b"".join(pieces)
+        + render.response_end("ListRecords")
+    )

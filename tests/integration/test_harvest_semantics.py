@@ -3,8 +3,6 @@ mark, the rolling window, quarantine, and a broken peer that fails only its own 
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 
 from aiohttp import web
@@ -16,6 +14,7 @@ from shared.oaipmh import render
 from shared.oaipmh.errors import BadResumptionToken
 from tests import factories
 from tests.harvest_pair import SOURCE_SET, Pair, add_link, content, run
+from tests.servers import list_records_page, serving
 
 
 async def test_list_identifiers_and_get_record_strategy(pair: Pair) -> None:
@@ -59,56 +58,6 @@ async def test_rolling_window_restores_a_lost_record(pair: Pair) -> None:
     assert window is not None and window["status"] == "ok"
     assert window["from_date"] is not None and window["until_date"] is not None
     assert await content(pair.sink, SOURCE_SET) == await content(pair.source, SOURCE_SET)
-
-
-@contextlib.asynccontextmanager
-async def serving(
-    body: bytes,
-    content_type: str = "text/xml",
-    pages: Callable[[web.Request], Awaitable[bytes]] | None = None,
-) -> AsyncIterator[str]:
-    """A peer that answers Identify properly and every list request with ``body`` (or with
-    what ``pages`` makes of the request)."""
-    now = datetime.now(UTC)
-
-    async def handler(request: web.Request) -> web.Response:
-        if request.query.get("verb") == "Identify":
-            url = str(request.url.with_query(None))
-            document = (
-                render.response_start(now, url, {"verb": "Identify"}, "Identify")
-                + render.identify(
-                    repository_name="peer",
-                    base_url=url,
-                    admin_emails=["a@b.c"],
-                    earliest_datestamp=now,
-                    deleted_record="transient",
-                )
-                + render.response_end("Identify")
-            )
-            return web.Response(body=document, content_type="text/xml")
-        answer = await pages(request) if pages else body
-        return web.Response(body=answer, content_type=content_type)
-
-    app = web.Application()
-    app.router.add_get("/oai", handler)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        yield f"http://127.0.0.1:{port}/oai"
-    finally:
-        await runner.cleanup()
-
-
-def list_records_page(pieces: list[bytes]) -> bytes:
-    now = datetime.now(UTC)
-    return (
-        render.response_start(now, "http://peer/oai", {"verb": "ListRecords"}, "ListRecords")
-        + b"".join(pieces)
-        + render.response_end("ListRecords")
-    )
 
 
 async def test_unusable_records_are_quarantined_and_the_rest_stored(pair: Pair) -> None:

@@ -1,0 +1,100 @@
+"""The logs of a real ``wiscat harvest`` with ``WISCAT_LOG_FORMAT=json``: one JSON object per line,
+and every run, every refused and every quarantined record says why."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from shared.generator import generate_record
+from shared.iso19139 import parse_record
+from shared.oaipmh import render
+from tests.e2e.nodes import Node, NodeFactory
+from tests.servers import list_records_page, serving
+
+PEER_SET = "WIS-GISC-PEER"
+
+
+def events(stderr: str) -> list[dict[str, Any]]:
+    """Every line of ``stderr`` as a JSON object (a line that is not one fails the test)."""
+    parsed = []
+    for line in stderr.splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError as exc:
+            raise AssertionError(f"not a JSON log line: {line!r}") from exc
+        assert {"time", "level", "logger", "message"} <= set(event), line
+        parsed.append(event)
+    return parsed
+
+
+def said(found: list[dict[str, Any]], level: str, *words: str) -> bool:
+    return any(e["level"] == level and all(w in e["message"] for w in words) for e in found)
+
+
+async def harvest(node: Node, link: str) -> tuple[int, list[dict[str, Any]]]:
+    code, _, err = await node.wiscat("harvest", link, check=False)
+    return code, events(err)
+
+
+async def test_harvest_logs_say_why_in_json_lines(make_node: NodeFactory, tmp_path: Path) -> None:
+    node = await make_node("LOGS")
+    own_xml = generate_record(0, centre="lg")
+    own = parse_record(own_xml)
+    (tmp_path / "own.xml").write_bytes(own_xml)
+    await node.wiscat("ingest", str(tmp_path / "own.xml"))
+
+    now = datetime.now(UTC)
+    newer = parse_record(generate_record(1, centre="lg", md_datestamp=datetime(2024, 6, 1)))
+    older = parse_record(generate_record(1, centre="lg", md_datestamp=datetime(2023, 6, 1)))
+    first = list_records_page(
+        [
+            render.record(newer.identifier, now, [PEER_SET], False, newer.xml),
+            # a GISC link may not change the own set (invariant 6)
+            render.record(
+                own.identifier,
+                now,
+                [PEER_SET],
+                False,
+                generate_record(0, centre="lg", version=1).decode(),
+            ),
+            render.record(
+                "no-file-id",
+                now,
+                [PEER_SET],
+                False,
+                "<gmd:MD_Metadata xmlns:gmd='http://www.isotc211.org/2005/gmd'/>",
+            ),
+        ]
+    )
+    # the second run brings an older revision of the record the first run stored (invariant 5)
+    second = list_records_page([render.record(older.identifier, now, [PEER_SET], False, older.xml)])
+    served = [first, second]
+
+    async def pages(request: web.Request) -> bytes:
+        return served[0]
+
+    async with serving(first, pages=pages) as url:
+        await node.wiscat("link", "add", "peer", "--url", url, "--set", PEER_SET)
+        code, found = await harvest(node, "peer")
+        assert code == 0, found
+        assert said(found, "warning", "peer", "quarantined no-file-id", "fileIdentifier")
+        assert said(found, "warning", "peer", f"refused {own.identifier}", "own set")
+        assert said(
+            found, "info", "harvest peer full run", ": ok", "added 1", "quarantined 1", "refused 1"
+        )
+
+        served.pop(0)
+        code, found = await harvest(node, "peer")
+        assert code == 0, found
+        assert said(found, "info", f"refused {older.identifier}", "older")
+
+    async with serving(b"<html><body>down for maintenance</body></html>", "text/html") as url:
+        await node.wiscat("link", "add", "broken", "--url", url, "--set", "WIS-GISC-BROKEN")
+        code, found = await harvest(node, "broken")
+    assert code == 1
+    assert said(found, "warning", "harvest broken full run", ": failed", "BadResponse", "HTML")
