@@ -434,6 +434,16 @@ COMMANDS = {
 }
 
 
+def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop where it is installed (uvicorn[standard] brings it on Linux and macOS): its
+    transports and asyncpg's protocol run several times faster on it than on asyncio's own loop."""
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -450,7 +460,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             command = f"checks {args.checks_command}"
         elif command == "registry":
             command = f"registry {args.registry_command}"
-        return asyncio.run(COMMANDS[command](settings, args))
+        with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+            return runner.run(COMMANDS[command](settings, args))
     except DatabaseError as exc:
         print(f"wiscat: {exc}", file=sys.stderr)
         return 2

@@ -125,26 +125,33 @@ def parse_xml(data: bytes | str) -> etree._Element:
 
 def parse_record(data: bytes | str) -> Record:
     """Parse a whole ISO 19139 document (file contents, request body) into a :class:`Record`."""
-    return record_from_element(parse_xml(data))
+    return record_from_element(parse_xml(data), safe_parsed=True)
 
 
-def record_from_element(root: etree._Element) -> Record:
+def record_from_element(root: etree._Element, *, safe_parsed: bool = False) -> Record:
     """Build a :class:`Record` from an already-parsed ``gmd:MD_Metadata`` element.
 
-    The element may sit inside a larger document (an OAI-PMH page); it is then detached into a
-    copy of its own so that the stored XML carries only the namespace declarations it uses, not
-    the envelope's, and the original page is left untouched.
+    ``safe_parsed`` says the element comes from :func:`parse_xml` or from
+    :class:`shared.oaipmh.pages.PageReader`, whose parsers refuse any DOCTYPE and never recover,
+    so it can hold no entity reference and the walk that looks for one is skipped.
+
+    The element may sit inside a larger document (an OAI-PMH page); it is then taken out of it
+    (the page loses it), so that the stored XML carries the namespace declarations the record
+    uses, not the envelope's: libxml2 copies onto the detached element the declarations its
+    subtree needs from above, about ten times cheaper than copying the subtree.
     """
-    _refuse_dtd(root)
-    if root.getparent() is not None:
-        root = copy.deepcopy(root)
+    if not safe_parsed:
+        _refuse_dtd(root)
+    parent = root.getparent()
+    if parent is not None:
+        parent.remove(root)
     if root.tag != ROOT_TAG:
         raise RecordError(f"root element is {root.tag}, expected gmd:MD_Metadata")
     return Record(
         identifier=file_identifier(root),
         md_datestamp=md_datestamp(root),
         content_hash=canonical_hash(root),
-        xml=etree.tostring(root, encoding="unicode"),
+        xml=etree.tostring(root, encoding="unicode", with_tail=False),
     )
 
 
@@ -344,7 +351,9 @@ def _refuse_dtd(root: etree._Element) -> None:
 
 def _text(element: etree._Element) -> str:
     # XPath string-value: all descendant text, without comments or processing instructions.
-    return str(element.xpath("string()")).strip()
+    if len(element) == 0:  # no child node at all: the usual gco:CharacterString
+        return (element.text or "").strip()
+    return "".join(str(part) for part in element.itertext()).strip()
 
 
 # xs:date, and the gYearMonth / gYear forms gco:Date also admits, each with an optional zone.

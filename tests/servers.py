@@ -108,13 +108,20 @@ async def serving(
 
     app = web.Application()
     app.router.add_get("/oai", handler)
-    runner = web.AppRunner(app)
+    async with serving_app(app) as root:
+        yield root + "/oai"
+
+
+@contextlib.asynccontextmanager
+async def serving_app(app: web.Application) -> AsyncIterator[str]:
+    """Serve an aiohttp application on 127.0.0.1 (an ephemeral port); yields its root URL."""
+    runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     try:
-        yield f"http://127.0.0.1:{port}/oai"
+        yield f"http://127.0.0.1:{port}"
     finally:
         await runner.cleanup()
 

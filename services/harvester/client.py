@@ -41,6 +41,7 @@ from shared.oaipmh.pages import (
     PageSummary,
     RecordItem,
     ResponseError,
+    announced_token,
     read_errors,
     read_identify,
 )
@@ -164,6 +165,18 @@ def _retry_after(value: str | None, cap: float) -> float | None:
             when = when.replace(tzinfo=UTC)
         return min(max((when - datetime.now(UTC)).total_seconds(), 0.0), cap)
     return None
+
+
+def _drop(request: asyncio.Task[bytes] | None) -> None:
+    """Cancel a request sent ahead that is no longer wanted (its outcome is of no interest)."""
+    if request is not None:
+        request.cancel()
+        request.add_done_callback(_forget)
+
+
+def _forget(request: asyncio.Task[bytes]) -> None:
+    if not request.cancelled():
+        request.exception()  # retrieved, so that asyncio does not report it as lost
 
 
 class OAIClient:
@@ -306,8 +319,15 @@ class OAIClient:
         until: datetime | None = None,
         day_granularity: bool = False,
     ) -> AsyncIterator[Page]:
-        """Every page of a list, following resumptionTokens; read a page's items before asking
-        for the next page. noRecordsMatch is an empty, complete list."""
+        """Every page of a list, following resumptionTokens. noRecordsMatch is an empty,
+        complete list.
+
+        While the consumer reads a page, the next one is already asked for with the token the
+        page's tail announces (:func:`announced_token`), so the peer and this process work at
+        the same time; the token the page's parse finds decides, and a request made with a
+        guess that differs from it is dropped. Read a page's items off the event loop (in a
+        thread) to let that request run meanwhile.
+        """
         params = {"verb": verb, "metadataPrefix": metadata_prefix}
         if set_spec:
             params["set"] = set_spec
@@ -318,33 +338,56 @@ class OAIClient:
         seen_tokens: set[str] = set()
         empty_pages = 0
         requests = 0
-        while True:
+        ahead: asyncio.Task[bytes] | None = None
+        guess: str | None = None
+
+        def count_request() -> None:
+            nonlocal requests
             requests += 1
             if requests > self.settings.max_requests_per_list:
                 raise TooManyRequests(
                     f"the list from {safe_url(base_url)} needed more than "
                     f"{self.settings.max_requests_per_list} requests"
                 )
+
+        try:
+            count_request()
             body = await self.fetch(base_url, params)
-            page = Page(safe_url(base_url), len(body), PageReader(body))
-            yield page
-            for _ in page.items():  # whatever the consumer left unread
-                pass
-            token = page.summary.resumption_token
-            if token is None:
-                return
-            if token in seen_tokens:
-                raise RepeatedResumptionToken(
-                    f"{safe_url(base_url)} sent the resumptionToken {token!r} twice in one list"
-                )
-            seen_tokens.add(token)
-            empty_pages = empty_pages + 1 if page.reader.items_seen == 0 else 0
-            if empty_pages > self.settings.max_empty_pages:
-                raise TooManyEmptyPages(
-                    f"{safe_url(base_url)} sent {empty_pages} pages in a row with a token "
-                    "and no item"
-                )
-            params = {"verb": verb, "resumptionToken": token}
+            while True:
+                page = Page(safe_url(base_url), len(body), PageReader(body))
+                guess = announced_token(body)
+                if guess is not None and guess not in seen_tokens:
+                    count_request()
+                    ahead = asyncio.create_task(
+                        self.fetch(base_url, {"verb": verb, "resumptionToken": guess})
+                    )
+                yield page
+                for _ in page.items():  # whatever the consumer left unread
+                    pass
+                token = page.summary.resumption_token
+                if token is None:
+                    return
+                if token in seen_tokens:
+                    raise RepeatedResumptionToken(
+                        f"{safe_url(base_url)} sent the resumptionToken {token!r} twice in "
+                        "one list"
+                    )
+                seen_tokens.add(token)
+                empty_pages = empty_pages + 1 if page.reader.items_seen == 0 else 0
+                if empty_pages > self.settings.max_empty_pages:
+                    raise TooManyEmptyPages(
+                        f"{safe_url(base_url)} sent {empty_pages} pages in a row with a token "
+                        "and no item"
+                    )
+                if ahead is not None and guess == token:
+                    body, ahead = await ahead, None
+                else:
+                    _drop(ahead)
+                    ahead = None
+                    count_request()
+                    body = await self.fetch(base_url, {"verb": verb, "resumptionToken": token})
+        finally:
+            _drop(ahead)
 
     async def get_record(self, base_url: str, identifier: str, metadata_prefix: str) -> RecordItem:
         """One record by GetRecord (the ListIdentifiers + GetRecord strategy)."""

@@ -25,7 +25,7 @@ from typing import Any
 
 from lxml import etree
 
-from services.harvester.client import HarvestError, OAIClient
+from services.harvester.client import HarvestError, OAIClient, Page
 from services.harvester.metrics import HarvesterMetrics
 from shared.db import links as link_store
 from shared.db import records as store
@@ -285,20 +285,15 @@ async def _harvest(
             until=report.until,
             day_granularity=identify.day_granularity,
         ):
-            sorter = _PageSorter()
-            wanted: list[HeaderItem] = []
-            for item in page.items():
-                header = item.header if isinstance(item, RecordItem) else item
-                stamp = header.datestamp_parsed
-                greatest = stamp if greatest is None or stamp > greatest else greatest
-                if header.deleted:
-                    deletions.append(header.identifier)
-                elif isinstance(item, RecordItem):
-                    sorter.take(header, item.metadata)
-                else:
-                    wanted.append(header)
-            if wanted:
-                await _get_records(ctx, link, wanted, sorter)
+            # Parsing and hashing run in a thread (libxml2 lets go of the GIL for much of it),
+            # so that this loop meanwhile receives the next page and writes the previous one.
+            content = await asyncio.to_thread(_read_page, page)
+            sorter = content.sorter
+            deletions += content.deletions
+            if content.greatest is not None and (greatest is None or content.greatest > greatest):
+                greatest = content.greatest
+            if content.wanted:
+                await _get_records(ctx, link, content.wanted, sorter)
             if first_response is None:
                 first_response = page.summary.response_date
             if writing is not None:
@@ -415,7 +410,7 @@ class _PageSorter:
             self.quarantined.append((header.identifier, "record without metadata", b""))
             return
         try:
-            record = record_from_element(metadata)
+            record = record_from_element(metadata, safe_parsed=True)
         except RecordError as exc:
             self.quarantined.append((header.identifier, str(exc), _raw(metadata)))
             return
@@ -434,6 +429,33 @@ class _PageSorter:
                 record.identifier, record.md_datestamp, record.content_hash, record.xml
             )
         )
+
+
+@dataclass
+class _PageContent:
+    """What one page brings: records sorted, deleted identifiers, headers whose records are
+    still to get (ListIdentifiers + GetRecord), and the page's greatest datestamp."""
+
+    sorter: _PageSorter = field(default_factory=_PageSorter)
+    deletions: list[str] = field(default_factory=list)
+    wanted: list[HeaderItem] = field(default_factory=list)
+    greatest: datetime | None = None
+
+
+def _read_page(page: Page) -> _PageContent:
+    content = _PageContent()
+    for item in page.items():
+        header = item.header if isinstance(item, RecordItem) else item
+        stamp = header.datestamp_parsed
+        if content.greatest is None or stamp > content.greatest:
+            content.greatest = stamp
+        if header.deleted:
+            content.deletions.append(header.identifier)
+        elif isinstance(item, RecordItem):
+            content.sorter.take(header, item.metadata)
+        else:
+            content.wanted.append(header)
+    return content
 
 
 GET_RECORD_CONCURRENCY = 4

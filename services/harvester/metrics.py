@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+)
 
 
 @dataclass
@@ -12,6 +18,8 @@ class HarvesterMetrics:
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
 
     def __post_init__(self) -> None:
+        # no `_created` series, as in the provider's metrics
+        disable_created_metrics()  # type: ignore[no-untyped-call]
         self.runs = Counter(
             "wiscat_harvest_runs",
             "Harvest runs by link, mode and status",

@@ -61,6 +61,10 @@ def health_app(ctx: HarvestContext) -> web.Application:
 
     async def metrics(request: web.Request) -> web.Response:
         now = time.time()
+        # rebuilt from the database at each scrape: a removed link's series goes with it
+        # instead of staying frozen at its last value
+        ctx.metrics.last_success.clear()
+        ctx.metrics.lag.clear()
         for link in await link_store.all_links(ctx.pool):
             if link.last_success_at is not None:
                 ctx.metrics.last_success.labels(link.name).set(link.last_success_at.timestamp())

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+)
 
 
 @dataclass
@@ -12,6 +18,10 @@ class ProviderMetrics:
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
 
     def __post_init__(self) -> None:
+        # A `_created` gauge per counter and histogram (the time it was made, in the text
+        # format a metric of its own without prefix rules or unit) only adds series to store;
+        # the switch is the client library's, for the whole process.
+        disable_created_metrics()  # type: ignore[no-untyped-call]
         self.requests = Counter(
             "wiscat_oai_requests",
             "OAI-PMH requests by verb and outcome (ok or the OAI-PMH error code)",

@@ -88,6 +88,8 @@ async def upsert_records(
     """
     if not records:
         return WriteResult({})
+    # a broken peer may repeat an identifier within a page: its last occurrence wins
+    records = list({r.identifier: r for r in records}.values())
     rows = await conn.fetch(
         _SQL["upsert_records"],
         set_spec,

@@ -166,7 +166,8 @@ async def test_a_list_is_followed_page_by_page(serve: Serve, client: OAIClient) 
         peer.url, "ListRecords", metadata_prefix="iso19139", set_spec="WIS-GISC-PEER"
     ):
         for item in page.items():
-            # page N is read to its end before page N+1 is asked for
+            # a consumer that never yields to the event loop reads page N to its end before
+            # the request for page N+1 (sent ahead) goes out
             requests_while_reading.append(peer.count)
             seen.append(identifier_of(item))
     assert seen == [
@@ -181,6 +182,55 @@ async def test_a_list_is_followed_page_by_page(serve: Serve, client: OAIClient) 
     # OAI-PMH 2.0 §3.5: resumptionToken is an exclusive argument
     assert peer.queries[1] == MultiDict(verb="ListRecords", resumptionToken="page-2-token")
     assert "gzip" in peer.headers[0].get("Accept-Encoding", "")
+
+
+async def test_the_next_page_is_asked_for_while_a_page_is_read(
+    serve: Serve, client: OAIClient
+) -> None:
+    async def handler(request: web.Request, peer: Peer) -> web.Response:
+        return two_pages(request)
+
+    peer = await serve(handler)
+    asked_while_reading: list[int] = []
+    seen: list[str] = []
+    async for page in client.list_pages(peer.url, "ListRecords", metadata_prefix="iso19139"):
+        await asyncio.sleep(0.3)  # a consumer reading in a thread lets the loop run meanwhile
+        asked_while_reading.append(peer.count)
+        seen.extend(identifier_of(item) for item in page.items())
+    # page 2 was asked for while page 1 was being read, with its token, and only once
+    assert asked_while_reading == [2, 2]
+    assert seen == [
+        "urn:x-wmo:md:int.wmo.wis::A",
+        "urn:x-wmo:md:int.wmo.wis::B",
+        "urn:x-wmo:md:int.wmo.wis::C",
+    ]
+    assert peer.queries[1] == MultiDict(verb="ListRecords", resumptionToken="page-2-token")
+
+
+async def test_a_misleading_tail_is_not_followed(serve: Serve, client: OAIClient) -> None:
+    # A comment after the document announces another token than the list's own: the request
+    # sent ahead with it is dropped, and the list goes on with the token the parse found.
+    decoy = fixture("ListRecords-page1.xml").rstrip() + (
+        b"\n<!-- <resumptionToken>decoy</resumptionToken> -->\n"
+    )
+
+    async def handler(request: web.Request, peer: Peer) -> web.Response:
+        token = request.query.get("resumptionToken")
+        if token == "decoy":
+            return xml("error-badResumptionToken.xml")
+        return xml("ListRecords-page2.xml") if token else xml(decoy)
+
+    peer = await serve(handler)
+    seen: list[str] = []
+    async for page in client.list_pages(peer.url, "ListRecords", metadata_prefix="iso19139"):
+        await asyncio.sleep(0.3)
+        seen.extend(identifier_of(item) for item in page.items())
+    assert seen == [
+        "urn:x-wmo:md:int.wmo.wis::A",
+        "urn:x-wmo:md:int.wmo.wis::B",
+        "urn:x-wmo:md:int.wmo.wis::C",
+    ]
+    assert [q.get("resumptionToken") for q in peer.queries] == [None, "decoy", "page-2-token"]
 
 
 async def test_gzip_responses_are_decompressed(serve: Serve, client: OAIClient) -> None:

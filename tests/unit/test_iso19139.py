@@ -361,8 +361,9 @@ def test_record_from_element_inside_a_page() -> None:
     assert "http://www.openarchives.org/OAI/2.0/" not in record.xml
     assert "XMLSchema-instance" not in record.xml
     assert parse_record(record.xml).content_hash == record.content_hash
-    # The page itself is left as it was.
-    assert element.getparent() is not None
+    # The record was taken out of the page (the harvester is done with it there).
+    assert element.getparent() is None
+    assert len(page.find(".//{http://www.openarchives.org/OAI/2.0/}metadata")) == 0
 
 
 def test_generated_record_inside_a_page_keeps_its_hash() -> None:

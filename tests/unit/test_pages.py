@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from lxml import etree
 
-from shared.oaipmh import errors
+from shared.oaipmh import errors, pages
 from shared.oaipmh.pages import (
     HeaderItem,
     MalformedResponse,
@@ -19,6 +19,7 @@ from shared.oaipmh.pages import (
     PageReader,
     RecordItem,
     ResponseError,
+    announced_token,
     parse_oai_date,
     read_errors,
     read_identify,
@@ -280,5 +281,32 @@ def test_a_large_page_is_pruned_as_it_is_read() -> None:
         seen += 1
     assert seen == count
     assert reader.summary.resumption_token == "next"
-    # at most the records of one parse chunk are held at once, not the whole page
-    assert most_in_tree < 500
+    # at most the records of about one parse chunk are held at once, not the whole page
+    per_chunk = pages._CHUNK * count // len(big_page(count))
+    assert count > 10 * per_chunk
+    assert most_in_tree < 2 * per_chunk
+
+
+# --- the token a page announces ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("tail", "expected"),
+    [
+        (b'<resumptionToken cursor="0">next&amp;page</resumptionToken>', "next&page"),
+        (b"<resumptionToken> spaced </resumptionToken>", "spaced"),
+        (b'<resumptionToken completeListSize="3" cursor="2"/>', None),
+        (b"<resumptionToken></resumptionToken>", None),
+        (b"<oai:resumptionToken>prefixed</oai:resumptionToken>", None),
+        (b"<resumptionToken>broken &bad; entity</resumptionToken>", None),
+        (b"", None),
+    ],
+)
+def test_announced_token(tail: bytes, expected: str | None) -> None:
+    body = b"<OAI-PMH><ListRecords><record/>" + tail + b"</ListRecords></OAI-PMH>"
+    assert announced_token(body) == expected
+
+
+def test_announced_token_is_the_last_one() -> None:
+    body = b"<a><resumptionToken>first</resumptionToken><resumptionToken>last</resumptionToken></a>"
+    assert announced_token(body) == "last"

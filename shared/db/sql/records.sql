@@ -7,11 +7,11 @@ on conflict (spec) do nothing
 -- Write a batch of live records into set $1 in one statement; returns each identifier's outcome.
 -- $6 is the protected set: a record that is (or was) a member of it is refused unless $1 = $6.
 with incoming as (
-    -- a broken peer may repeat an identifier within a page: the last occurrence wins
-    select distinct on (identifier) identifier, md_datestamp, content_hash, xml
-    from unnest($2::text[], $3::timestamptz[], $4::bytea[], $5::text[])
-         with ordinality as t (identifier, md_datestamp, content_hash, xml, position)
-    order by identifier, position desc
+    -- the identifiers are distinct (the caller keeps a repeated one's last occurrence); the
+    -- documents stay in $5 until they are written, so no step of the plan copies or sorts them
+    select identifier, md_datestamp, content_hash, position
+    from unnest($2::text[], $3::timestamptz[], $4::bytea[])
+         with ordinality as t (identifier, md_datestamp, content_hash, position)
 ),
 existing as (
     select r.identifier, r.deleted, r.content_hash, r.md_datestamp, r.set_specs
@@ -21,7 +21,7 @@ existing as (
     for update
 ),
 classified as (
-    select i.identifier, i.md_datestamp, i.content_hash, i.xml,
+    select i.identifier, i.md_datestamp, i.content_hash, i.position,
         case
             when $6::text is not null and $6::text <> $1::text and exists (
                 select 1 from set_members p where p.set_spec = $6::text and p.identifier = i.identifier
@@ -37,7 +37,7 @@ classified as (
 ),
 written as (
     insert into records as r (identifier, datestamp, md_datestamp, content_hash, xml, deleted, set_specs)
-    select identifier, now(), md_datestamp, content_hash, xml, false, array[$1::text]
+    select identifier, now(), md_datestamp, content_hash, ($5::text[])[position], false, array[$1::text]
     from classified
     where outcome in ('added', 'updated', 'joined')
     on conflict (identifier) do update set

@@ -1,0 +1,49 @@
+"""The harvester's /metrics on a real port: per-link gauges come from the database at each
+scrape, so they follow the links as they are now."""
+
+from __future__ import annotations
+
+import time
+
+import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
+
+from services.harvester.service import health_app
+from shared.db import links as link_store
+from tests import factories
+from tests.harvest_pair import SOURCE_SET, Pair, add_link, run
+from tests.servers import serving_app
+
+
+async def scrape(root: str) -> dict[tuple[str, str], float]:
+    """(sample name, link) -> value of every per-link sample."""
+    async with aiohttp.ClientSession() as http, http.get(root + "/metrics") as response:
+        assert response.status == 200
+        text = await response.text()
+    return {
+        (sample.name, sample.labels["link"]): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if "link" in sample.labels
+    }
+
+
+async def test_lag_follows_the_links_in_the_database(pair: Pair) -> None:
+    await factories.load_records(pair.source, SOURCE_SET, range(3))
+    await add_link(pair, name="kept")
+    await add_link(pair, name="removed")
+    assert (await run(pair, "kept")).status == "ok"
+    assert (await run(pair, "removed")).status == "ok"
+    async with serving_app(health_app(pair.ctx)) as root:
+        first = await scrape(root)
+        for link in ("kept", "removed"):
+            assert 0 <= first["wiscat_harvest_lag_seconds", link] < 60
+            stamp = first["wiscat_harvest_last_success_timestamp_seconds", link]
+            assert abs(stamp - time.time()) < 60
+        assert await link_store.remove_link(pair.sink, "removed")
+        second = await scrape(root)
+    assert ("wiscat_harvest_lag_seconds", "kept") in second
+    assert ("wiscat_harvest_lag_seconds", "removed") not in second
+    assert ("wiscat_harvest_last_success_timestamp_seconds", "removed") not in second
+    # the counters of the work this process did stay: they are history, not state
+    assert second["wiscat_harvest_runs_total", "removed"] == 1
