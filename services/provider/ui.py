@@ -3,8 +3,9 @@
 It shows the node (records per set, deletions, last change), its links (last run, outcome, lag,
 counts, last error, and a "harvest now" button that calls the admin API with the admin token the
 operator types in), recent harvest runs, quarantined records, the latest consistency reports and
-the registry's URLs; and three plots drawn here as inline SVG: records arriving per day, harvest
-duration per link, and lag per link over time.
+the registry (its network, chain, peers and URLs); and three plots drawn here as inline SVG:
+records arriving per day, harvest duration per link, and lag per link over time. It must read on
+a laptop screen (1366 pixels wide) without scrolling sideways, hence few, wrapping columns.
 """
 
 from __future__ import annotations
@@ -19,13 +20,17 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
 from services.provider.oai import ProviderState
+from services.provider.registry import RegistryState
 from shared.db import checks as check_store
 from shared.db import links as link_store
 from shared.db import overview
 from shared.db import registry as registry_store
+from shared.db.pool import Pool
 
 router = APIRouter()
 
+# a link's last-run counts, in the order the links table lists them
+COUNTS = ("added", "updated", "unchanged", "deleted", "refused", "quarantined")
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf")
 
 STYLE = """
@@ -35,10 +40,12 @@ h2{font-size:17px;margin:24px 0 8px;border-bottom:1px solid #ddd}
 table{border-collapse:collapse;width:100%;margin-bottom:8px}
 th,td{text-align:left;padding:3px 8px;border-bottom:1px solid #eee;vertical-align:top}
 th{background:#f5f5f5;font-weight:600}td.n{text-align:right;font-variant-numeric:tabular-nums}
-td.lag{white-space:nowrap}
+td.lag,td.time,td.counts{white-space:nowrap}
+.sub{display:block;color:#777;font-size:12px}
 .ok{color:#176b1e;font-weight:600}
 .failed,.stopped,.inconsistent,.unchecked{color:#b00020;font-weight:600}
-.running{color:#a15c00}.muted{color:#777}.err{color:#b00020;max-width:380px;word-break:break-word}
+.running{color:#a15c00}.muted{color:#777}
+.err{color:#b00020;min-width:16em;max-width:420px;overflow-wrap:anywhere}
 .plots{display:flex;flex-wrap:wrap;gap:16px}.plots figure{margin:0}
 figcaption{font-weight:600;margin-bottom:4px}svg text{font:11px system-ui,sans-serif;fill:#444}
 button{cursor:pointer}#token{width:220px}#answer{margin-left:8px}
@@ -109,6 +116,17 @@ def status(value: str | None) -> str:
     return td(value or "never run", value or "muted")
 
 
+def stamp(value: datetime | None) -> str:
+    return td(when(value), "time")
+
+
+def counts_cell(values: dict[str, int | None]) -> str:
+    """A run's non-zero counts in one cell ("added 40, refused 2"): six columns of mostly zeros
+    would not fit a laptop screen next to the error."""
+    shown = ", ".join(f"{name} {value:,}" for name, value in values.items() if value)
+    return td(shown or "none", "counts" if shown else "counts muted")
+
+
 # -- plots ---------------------------------------------------------------------------------------
 
 W, H, LEFT, BOTTOM, TOP, RIGHT = 600, 220, 56, 28, 12, 12
@@ -142,14 +160,14 @@ def line_plot(
     title: str,
     series: dict[str, list[tuple[datetime, float]]],
     y_label: str,
+    empty: str,
     y_format: Any = duration,
 ) -> str:
     """One line per series over time; points carry a tooltip."""
     points = [p for values in series.values() for p in values]
     if not points:
         return (
-            f"<figure><figcaption>{e(title)}</figcaption>"
-            f'<p class="muted">no finished runs yet</p></figure>'
+            f'<figure><figcaption>{e(title)}</figcaption><p class="muted">{e(empty)}</p></figure>'
         )
     t0 = min(t for t, _ in points).timestamp()
     t1 = max(t for t, _ in points).timestamp()
@@ -260,10 +278,7 @@ async def dashboard(request: Request) -> HTMLResponse:
     reports = await check_store.recent_reports(pool, None, 10)
     arrivals = await overview.arrivals_per_day(pool, 30)
     durations, lags = history_series(await overview.run_history(pool, 7))
-    try:
-        urls = [(tx.base_url, tx.created_at) for tx in await registry_store.accepted_urls(pool)]
-    except Exception:  # no registry tables yet: an older schema
-        urls = []
+    registry = await registry_section(request, pool)
 
     set_rows = [
         [
@@ -271,7 +286,7 @@ async def dashboard(request: Request) -> HTMLResponse:
             td(s["kind"]),
             num(s["live"]),
             num(s["deleted"]),
-            td(when(s["last_change"])),
+            stamp(s["last_change"]),
         ]
         for s in sets
     ]
@@ -279,21 +294,16 @@ async def dashboard(request: Request) -> HTMLResponse:
     for link in links:
         lag = (now - link["last_success_at"]).total_seconds() if link["last_success_at"] else None
         late = lag is not None and lag > 2 * link["every"].total_seconds()
+        mapping = f"{link['remote_set'] or '(all)'} → {link['local_set']}"
         link_rows.append(
             [
                 td(link["name"]),
-                td(link["base_url"]),
-                td(f"{link['remote_set'] or '(all)'} → {link['local_set']}"),
+                f'<td>{e(link["base_url"])}<span class="sub">{e(mapping)}</span></td>',
                 td("yes" if link["enabled"] else "no"),
-                td(when(link["finished_at"] or link["started_at"])),
+                stamp(link["finished_at"] or link["started_at"]),
                 status(link["status"]),
                 td(duration(lag), "lag failed" if late else "lag"),
-                num(link["added"]),
-                num(link["updated"]),
-                num(link["unchanged"]),
-                num(link["deleted"]),
-                num(link["refused"]),
-                num(link["quarantined"]),
+                counts_cell({name: link[name] for name in COUNTS}),
                 td(link["last_error"] or "", "err"),
                 f'<td><button class="harvest" data-link="{e(link["name"])}">'
                 "harvest now</button></td>",
@@ -305,22 +315,21 @@ async def dashboard(request: Request) -> HTMLResponse:
             td(run["link"]),
             td(run["mode"]),
             status(run["status"]),
-            td(when(run["started_at"])),
+            stamp(run["started_at"]),
             td(
                 duration((run["finished_at"] - run["started_at"]).total_seconds())
                 if run["finished_at"]
-                else "running"
+                else "running",
+                "time",
             ),
             num(run["pages"]),
-            num(run["added"]),
-            num(run["updated"]),
-            num(run["deleted"]),
+            counts_cell({name: run[name] for name in ("added", "updated", "deleted")}),
             td(run["error"] or "", "err"),
         ]
         for run in runs
     ]
     quarantine_rows = [
-        [td(when(q["received_at"])), td(q["link"]), td(q["identifier"]), td(q["reason"], "err")]
+        [stamp(q["received_at"]), td(q["link"]), td(q["identifier"]), td(q["reason"], "err")]
         for q in quarantine
     ]
     report_rows = []
@@ -330,7 +339,7 @@ async def dashboard(request: Request) -> HTMLResponse:
             outcome = peer["reason"] if peer["status"] != "ok" else (counts or "consistent")
             report_rows.append(
                 [
-                    td(when(report["finished_at"])),
+                    stamp(report["finished_at"]),
                     td(report["check_name"] or "-"),
                     td(report["set_spec"]),
                     td(report["outcome"], report["outcome"]),
@@ -338,13 +347,13 @@ async def dashboard(request: Request) -> HTMLResponse:
                     td(outcome, "" if outcome == "consistent" else "err"),
                 ]
             )
-    url_rows = [[td(url), td(created)] for url, created in urls]
     day_bars = _days(arrivals, now)
 
     page = f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<title>wiscat {e(settings.gisc_name)}</title><style>{STYLE}</style></head>
+<title>wiscat {e(settings.gisc_name)}</title><link rel="icon" href="data:,">
+<style>{STYLE}</style></head>
 <body>
 <h1>wiscat node {e(settings.gisc_name)}</h1>
 <p>Own set <b>{e(settings.own_set)}</b> · <a href="/oai?verb=Identify">OAI-PMH</a> ·
@@ -357,8 +366,15 @@ async def dashboard(request: Request) -> HTMLResponse:
 <h2>Plots</h2>
 <div class="plots">
 {bar_plot("Records arriving per day (last 30 days)", day_bars, "records")}
-{line_plot("Harvest duration per link (last 7 days)", durations, "duration")}
-{line_plot("Lag per link: time since the previous successful run", lags, "lag")}
+{line_plot("Harvest duration per link (last 7 days)", durations, "duration", "no runs yet")}
+{
+        line_plot(
+            "Lag per link: time since the previous successful run",
+            lags,
+            "lag",
+            "no link has two successful runs yet",
+        )
+    }
 </div>
 
 <h2>Links</h2>
@@ -368,18 +384,12 @@ placeholder="WISCAT_ADMIN_TOKEN"> for "harvest now"<span id="answer"></span></p>
         table(
             [
                 "link",
-                "peer",
-                "set",
+                "peer and sets",
                 "enabled",
                 "last run",
                 "outcome",
                 "lag",
-                "added",
-                "updated",
-                "unchanged",
-                "deleted",
-                "refused",
-                "quar.",
+                "last run's records",
                 "last error",
                 "",
             ],
@@ -399,9 +409,7 @@ placeholder="WISCAT_ADMIN_TOKEN"> for "harvest now"<span id="answer"></span></p>
                 "started",
                 "took",
                 "pages",
-                "added",
-                "updated",
-                "deleted",
+                "records",
                 "error",
             ],
             run_rows,
@@ -422,10 +430,48 @@ placeholder="WISCAT_ADMIN_TOKEN"> for "harvest now"<span id="answer"></span></p>
     }
 
 <h2>Registry</h2>
-{table(["base URL", "accepted"], url_rows, "no registry URLs on this node")}
+{registry}
 <script>{SCRIPT}</script>
 </body></html>"""
     return HTMLResponse(page)
+
+
+async def registry_section(request: Request, pool: Pool) -> str:
+    """The registry network this node is in (if any): its chain, its peers, and the URLs."""
+    state: RegistryState | None = getattr(request.app.state, "registry", None)
+    node = state.node if state else None
+    urls = await registry_store.accepted_urls(pool)
+    url_rows = [[td(tx.base_url), td(tx.created_at, "time")] for tx in urls]
+    if node is None:
+        summary = (
+            '<p class="muted">This node is in no registry network '
+            "(<code>WISCAT_REGISTRY_KEY_FILE</code> is unset).</p>"
+        )
+        peers = ""
+    else:
+        tip = await registry_store.chain_tip(pool)
+        waiting = await registry_store.pool_size(pool)
+        summary = (
+            f"<p>Network <b>{e(node.network.name)}</b>: {tip.height if tip else 0} block(s) "
+            f"after genesis, {len(urls)} URL(s), {waiting} waiting for a block · "
+            '<a href="/urls/form">register a repository</a></p>'
+        )
+        peer_rows = [
+            [
+                td(peer.url),
+                td(peer.source),
+                stamp(peer.last_ok_at),
+                num(peer.failures),
+                td(peer.last_error or "", "err"),
+            ]
+            for peer in await registry_store.all_peers(pool)
+        ]
+        peers = table(
+            ["peer", "learnt from", "last answer", "failures", "last error"],
+            peer_rows,
+            "no peers yet: the key file lists none and no tracker answered",
+        )
+    return summary + peers + table(["base URL", "accepted"], url_rows, "no registry URLs yet")
 
 
 def _days(arrivals: list[dict[str, Any]], now: datetime) -> list[tuple[str, int]]:

@@ -11,6 +11,11 @@ from playwright.async_api import async_playwright
 from tests.e2e.mesh import Mesh
 
 CHROMIUM = "/usr/bin/chromium"
+LAPTOP_WIDTH = 1366
+TABLES_FIT = """[...document.querySelectorAll('table')].every(
+    t => t.getBoundingClientRect().right <= document.body.getBoundingClientRect().right)"""
+# named as the registry names a candidate link: long names must not widen the page
+DEAD = "registry-5f0e3c2a9b7d4e61"
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
 FLAGS = [
     "--headless",
@@ -39,28 +44,33 @@ async def test_dashboard_shows_links_plots_and_harvests_now(mesh: Mesh, tmp_path
         mesh.nodes["B"],
         "POST",
         "/admin/links",
-        json={"name": "dead", "url": dead, "set": "WIS-GISC-DEAD", "window_slices": 0},
+        json={"name": DEAD, "url": dead, "set": "WIS-GISC-DEAD", "window_slices": 0},
     )
     await mesh.round([("B", "alpha")])
     await mesh.round([("B", "alpha")])
-    failed = await mesh.harvest("B", "dead")
+    failed = await mesh.harvest("B", DEAD)
     assert failed["status"] == "failed"
     b = mesh.nodes["B"]
 
     async with async_playwright() as playwright:
         browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
         try:
-            page = await browser.new_page(viewport={"width": 1366, "height": 900})
+            page = await browser.new_page(viewport={"width": LAPTOP_WIDTH, "height": 900})
+            requested: list[str] = []
+            page.on("request", lambda request: requested.append(request.url))
             response = await page.goto(b.root + "/")
             assert response is not None and response.status == 200
             assert await page.title() == "wiscat B"
             alpha = page.locator("tr", has=page.locator("button[data-link=alpha]"))
-            dead_row = page.locator("tr", has=page.locator("button[data-link=dead]"))
+            dead_row = page.locator("tr", has=page.locator(f"button[data-link={DEAD}]"))
             assert "ok" in await alpha.locator("td.ok").inner_text()
             assert await dead_row.locator("td.failed").inner_text() == "failed"
             assert "cannot reach" in await dead_row.locator("td.err").inner_text()
             catalogue = page.locator("table").first
             assert "WIS-GISC-A" in await catalogue.inner_text()
+            # readable on a laptop: nothing to scroll sideways for, no table wider than the page
+            assert await page.evaluate("document.documentElement.scrollWidth") <= LAPTOP_WIDTH
+            assert await page.evaluate(TABLES_FIT), "a table is wider than the page"
 
             plots = page.locator("svg.plot")
             assert await plots.count() == 3
@@ -81,6 +91,8 @@ async def test_dashboard_shows_links_plots_and_harvests_now(mesh: Mesh, tmp_path
             assert await page.locator("button[data-link=alpha]").inner_text() == "requested"
             screenshot = tmp_path / "dashboard.png"
             await page.screenshot(path=str(screenshot), full_page=True)
+            # works offline: the page, its plots and the button ask the node alone
+            assert requested and all(url.startswith(b.root + "/") for url in requested)
         finally:
             await browser.close()
     ARTIFACTS.mkdir(exist_ok=True)
