@@ -75,7 +75,8 @@ def add_parsers(sub: Any) -> None:
 
 
 async def cmd_check(settings: Settings, args: argparse.Namespace) -> int:
-    from services.harvester.check import CheckRequest, run_check, table_lines, write_json
+    from services.harvester.check import CheckRequest, run_check
+    from services.harvester.check_output import table_lines, write_json
     from services.harvester.client import OAIClient
     from services.harvester.service import client_settings
 
