@@ -7,6 +7,7 @@ import json
 import re
 import sys
 from dataclasses import replace
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -17,10 +18,32 @@ from shared.settings import Settings
 
 
 def _url(value: str) -> str:
-    parts = urlsplit(value)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    try:
+        parts = urlsplit(value)
+        usable = parts.scheme in ("http", "https") and bool(parts.hostname) and parts.port != 0
+    except ValueError:  # e.g. "http://[::1/oai" or a port that is not a number
+        usable = False
+    if not usable:
         raise argparse.ArgumentTypeError(f"not an http(s) URL: {value!r}")
     return value
+
+
+def _count(value: str) -> int:
+    if not value.isdigit():
+        raise argparse.ArgumentTypeError(f"{value!r}: a whole number, 0 or more")
+    return int(value)
+
+
+def _every(value: str) -> timedelta:
+    try:
+        every = parse_duration(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+    if every < check_store.MIN_EVERY:
+        raise argparse.ArgumentTypeError(
+            f"{value!r}: at least {format_duration(check_store.MIN_EVERY)} between runs"
+        )
+    return every
 
 
 def _name(value: str) -> str:
@@ -31,38 +54,58 @@ def _name(value: str) -> str:
     return value
 
 
+PEERS_HELP = "the OAI-PMH base URL of each node that harvests the set"
+
+
 def add_parsers(sub: Any) -> None:
     p = sub.add_parser(
         "check",
         help="compare a set between its source and peers (ListIdentifiers); exit 0 consistent, "
         "1 inconsistent, 2 could not check",
     )
-    p.add_argument("--set", required=True, dest="set_spec", help="the set to compare")
-    p.add_argument("--source", required=True, type=_url, help="the authoritative provider")
-    p.add_argument("peers", nargs="+", type=_url, metavar="PEER_URL")
+    p.add_argument(
+        "--set", required=True, dest="set_spec", metavar="SET", help="the set to compare"
+    )
+    p.add_argument(
+        "--source",
+        required=True,
+        type=_url,
+        metavar="URL",
+        help="the OAI-PMH base URL of the set's authoritative provider",
+    )
+    p.add_argument("peers", nargs="+", type=_url, metavar="PEER_URL", help=PEERS_HELP)
     p.add_argument("--json", type=Path, metavar="FILE", help="write the whole report as JSON")
     p.add_argument("--details", action="store_true", help="list every item of every category")
     p.add_argument(
         "--sample",
-        type=int,
+        type=_count,
         default=0,
         metavar="N",
         help="also compare the content of N random records (GetRecord, canonical hash)",
     )
     p.add_argument("--prefix", default="iso19139", help="metadataPrefix (default iso19139)")
-    p.add_argument("--timeout", type=float, help="seconds to wait for a response")
-    p.add_argument("--retries", type=int, help="retries of a failing request")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        metavar="SECONDS",
+        help="seconds to wait for a response (default WISCAT_HARVEST_TIMEOUT_SECONDS, 120)",
+    )
+    p.add_argument(
+        "--retries",
+        type=_count,
+        help="retries of a failing request (default WISCAT_HARVEST_MAX_RETRIES, 5)",
+    )
 
     checks = sub.add_parser("checks", help="manage scheduled consistency checks").add_subparsers(
         dest="checks_command", required=True, metavar="ACTION"
     )
     p = checks.add_parser("add", help="add (or replace) a check the harvester runs on a schedule")
     p.add_argument("name", type=_name)
-    p.add_argument("--set", required=True, dest="set_spec")
-    p.add_argument("--source", required=True, type=_url)
-    p.add_argument("peers", nargs="+", type=_url, metavar="PEER_URL")
-    p.add_argument("--every", type=parse_duration, default="1d", help="interval (default 1d)")
-    p.add_argument("--sample", type=int, default=0, metavar="N")
+    p.add_argument("--set", required=True, dest="set_spec", metavar="SET")
+    p.add_argument("--source", required=True, type=_url, metavar="URL")
+    p.add_argument("peers", nargs="+", type=_url, metavar="PEER_URL", help=PEERS_HELP)
+    p.add_argument("--every", type=_every, default="1d", help="interval (default 1d, at least 1m)")
+    p.add_argument("--sample", type=_count, default=0, metavar="N")
     p.add_argument("--disabled", action="store_true")
     p = checks.add_parser("list", help="list scheduled checks and their latest outcome")
     p.add_argument("--json", action="store_true")
@@ -70,7 +113,7 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("name")
     p = checks.add_parser("reports", help="the latest stored reports")
     p.add_argument("name", nargs="?")
-    p.add_argument("--limit", type=int, default=10)
+    p.add_argument("--limit", type=_count, default=10)
     p.add_argument("--json", action="store_true")
 
 
@@ -80,9 +123,6 @@ async def cmd_check(settings: Settings, args: argparse.Namespace) -> int:
     from services.harvester.client import OAIClient
     from services.harvester.service import client_settings
 
-    if args.sample < 0:
-        print("wiscat: --sample must be 0 or more", file=sys.stderr)
-        return 2
     config = client_settings(settings)
     if args.timeout is not None:
         config = replace(config, read_timeout=args.timeout)

@@ -19,7 +19,7 @@ from services.provider.oai import ProviderState
 from shared import ingest
 from shared.db import checks as check_store
 from shared.db import links as link_store
-from shared.durations import parse_duration
+from shared.durations import format_duration, parse_duration
 from shared.iso19139 import RecordError, parse_record
 from shared.linkspec import build_link, set_kind
 
@@ -203,6 +203,9 @@ async def put_check(
     """Create or replace a scheduled check; it runs at the harvester's next poll."""
     try:
         every = parse_duration(body.every)
+        if every < check_store.MIN_EVERY:
+            least = format_duration(check_store.MIN_EVERY)
+            raise ValueError(f"every {body.every!r}: at least {least} between runs")
         for url in (body.source, *body.peers):
             parts = urlsplit(url)
             if parts.scheme not in ("http", "https") or not parts.hostname:

@@ -1,0 +1,75 @@
+"""What ``wiscat check`` and ``wiscat checks add`` refuse before anything is fetched or stored."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from services.cli import build_parser
+
+PEER = "http://127.0.0.1:8081/oai"
+
+
+def refusal(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    with pytest.raises(SystemExit) as stopped:
+        build_parser().parse_args(argv)
+    assert stopped.value.code == 2
+    return capsys.readouterr().err.splitlines()[-1]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["check", "--set", "S", PEER],
+            "wiscat check: error: the following arguments are required: --source",
+        ),
+        (
+            ["check", "--set", "S", "--source", PEER],
+            "wiscat check: error: the following arguments are required: PEER_URL",
+        ),
+        (
+            ["check", "--set", "S", "--source", "ftp://x/oai", PEER],
+            "wiscat check: error: argument --source: not an http(s) URL: 'ftp://x/oai'",
+        ),
+        (
+            ["check", "--set", "S", "--source", PEER, "http://[::1/oai"],
+            "wiscat check: error: argument PEER_URL: not an http(s) URL: 'http://[::1/oai'",
+        ),
+        (
+            ["check", "--set", "S", "--source", "http://host:port/oai", PEER],
+            "wiscat check: error: argument --source: not an http(s) URL: 'http://host:port/oai'",
+        ),
+        (
+            ["check", "--set", "S", "--source", PEER, PEER, "--sample", "-1"],
+            "wiscat check: error: argument --sample: '-1': a whole number, 0 or more",
+        ),
+        (
+            ["checks", "add", "c", "--set", "S", "--source", PEER, PEER, "--sample", "-3"],
+            "wiscat checks add: error: argument --sample: '-3': a whole number, 0 or more",
+        ),
+        (
+            ["checks", "add", "c", "--set", "S", "--source", PEER, PEER, "--every", "0s"],
+            "wiscat checks add: error: argument --every: '0s': at least 1m between runs",
+        ),
+        (
+            ["checks", "add", "c", "--set", "S", "--source", PEER, PEER, "--every", "soon"],
+            "wiscat checks add: error: argument --every: 'soon' is not a duration "
+            "(examples: 90s, 15m, 1h, 7d, 1h30m)",
+        ),
+    ],
+)
+def test_bad_arguments_are_refused_with_their_reason(
+    capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    assert refusal(capsys, *argv) == message
+
+
+def test_good_arguments_are_taken_as_given() -> None:
+    args = build_parser().parse_args(
+        ["checks", "add", "c", "--set", "S", "--source", PEER, PEER, "--every", "1h30m"]
+    )
+    assert (args.every, args.sample, args.peers) == (timedelta(hours=1, minutes=30), 0, [PEER])
+    args = build_parser().parse_args(["check", "--set", "S", "--source", PEER, PEER, PEER])
+    assert (args.source, args.peers, args.sample) == (PEER, [PEER, PEER], 0)
