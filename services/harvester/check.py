@@ -21,6 +21,10 @@ A peer that cannot be listed (HTTP or OAI-PMH errors, connection failures, timeo
 check" with the reason; it never stops the others. When one side gives day granularity only, two
 datestamps of the same day are taken as in step (neither outdated nor copied).
 
+A source that lists no identifier at all is asked for its ListSets: a set it does not have (a
+mistyped name, say) makes the check "could not check", where the empty list would otherwise find
+every peer consistent.
+
 The table and the JSON report are written by :mod:`services.harvester.check_output`.
 """
 
@@ -44,8 +48,9 @@ from typing import IO, Any
 from services.harvester.client import HarvestError, OAIClient, safe_url
 from shared.iso19139 import canonical_hash
 from shared.oaipmh.dates import format_datestamp
-from shared.oaipmh.errors import IdDoesNotExist, OAIError
+from shared.oaipmh.errors import IdDoesNotExist, NoSetHierarchy, OAIError
 from shared.oaipmh.pages import HeaderItem, ResponseError
+from shared.oaipmh.sets import read_sets_page
 
 log = logging.getLogger("wiscat.check")
 
@@ -60,6 +65,7 @@ Entry = tuple[str, str, bool]
 
 RUN_SIZE = 50_000  # entries sorted in memory per run, per list
 BLOCK = 1_000  # entries per marshal block in a run file (what a merge holds per run)
+MAX_SET_PAGES = 100  # ListSets pages read to find the checked set (a guard against endless lists)
 
 
 def compare_datestamps(peer: str, source: str) -> int:
@@ -298,6 +304,8 @@ class Checker:
             (listed - started).total_seconds(),
         )
         source, source_spill = listings[0], spills[0]
+        if source.status == "ok" and not source.identifiers:
+            await self._confirm_set(source)
         peers = [
             PeerResult(listing, url)
             for listing, url in zip(listings[1:], request.peers, strict=True)
@@ -359,6 +367,38 @@ class Checker:
         if result.status == "failed":
             log.warning("could not check %s: %s", result.url, result.reason)
         return result
+
+    async def _confirm_set(self, source: ListResult) -> None:
+        """The source listed nothing: it fails unless its ListSets names the set."""
+        wanted = self.request.set_spec
+        try:
+            named = await self._names_set(self.request.source, wanted)
+        except (HarvestError, OAIError, ResponseError) as exc:
+            # cannot tell: the empty list stands, as the source gave it
+            log.warning("ListSets of %s failed: %s", source.url, _reason(exc))
+            return
+        if named is False:
+            source.status = "failed"
+            source.reason = (
+                f"the source has no set {wanted!r} (it lists no identifier in it, and its "
+                "ListSets does not name it)"
+            )
+            log.warning("could not check %s: %s", source.url, source.reason)
+
+    async def _names_set(self, url: str, wanted: str) -> bool | None:
+        """Whether the ListSets of ``url`` names ``wanted``; None if it did not end in time."""
+        params = {"verb": "ListSets"}
+        for _ in range(MAX_SET_PAGES):
+            try:
+                page = read_sets_page(await self.client.fetch(url, params))
+            except NoSetHierarchy:
+                return False
+            if wanted in page.set_specs:
+                return True
+            if page.resumption_token is None:
+                return False
+            params = {"verb": "ListSets", "resumptionToken": page.resumption_token}
+        return None
 
     def _scan_source(self, source: ListResult, spill: SortedSpill) -> dict[str, str]:
         """Count the source's live and deleted identifiers and draw the sample (a reservoir of

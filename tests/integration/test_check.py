@@ -27,9 +27,14 @@ from shared.iso19139 import parse_record
 from tests import factories
 from tests.harvest_pair import sink_settings
 from tests.pg import clone_template, drop_database
-from tests.servers import RunningProvider, loopback_socket, running_provider
+from tests.servers import RunningProvider, loopback_socket, running_provider, serving
 
 SET = "WIS-GISC-TEST"
+FIXTURES = Path(__file__).parent.parent / "data" / "oai"
+
+
+def fixture(name: str) -> bytes:
+    return (FIXTURES / name).read_bytes()
 
 
 def _days_ago(days: int) -> str:
@@ -165,12 +170,19 @@ def found(peer: dict[str, object], category: str) -> set[str]:
     return {item["identifier"] for item in items}  # type: ignore[union-attr]
 
 
-async def check(mesh_urls: list[str], source: str, sample: int = 0) -> dict[str, object]:
-    config = ClientSettings(max_retries=0, read_timeout=10, connect_timeout=5)
+async def check(
+    mesh_urls: list[str],
+    source: str,
+    sample: int = 0,
+    *,
+    set_spec: str = SET,
+    timeout: float = 10,
+) -> dict[str, object]:
+    config = ClientSettings(max_retries=0, read_timeout=timeout, connect_timeout=5)
     async with OAIClient.session(config) as session:
         report, checker = await run_check(
             OAIClient(session, config),
-            CheckRequest(set_spec=SET, source=source, peers=tuple(mesh_urls), sample=sample),
+            CheckRequest(set_spec=set_spec, source=source, peers=tuple(mesh_urls), sample=sample),
         )
         with checker:
             return report.as_json()
@@ -240,6 +252,81 @@ async def test_consistent_and_unchecked_outcomes(mesh: Mesh) -> None:
     # every peer failing is "could not check" too
     none_listed = await check([mesh.failing, mesh.unreachable], mesh.source.oai)
     assert none_listed["outcome"] == "unchecked"
+    # one peer failing, the other in step: not consistent (exit 1), and the other is compared
+    partly = await check([mesh.good.oai, mesh.failing], mesh.source.oai)
+    assert partly["outcome"] == "inconsistent"
+    good, failing = partly["peers"]  # type: ignore[misc]
+    assert (good["status"], sum(good["counts"].values())) == ("ok", 0)
+    assert failing["status"] == "failed"
+
+
+@contextlib.asynccontextmanager
+async def silent_peer() -> AsyncIterator[str]:
+    """A peer that accepts connections and never answers."""
+
+    async def hold(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read()  # until the client gives up and closes
+        writer.close()
+
+    sock = loopback_socket()
+    server = await asyncio.start_server(hold, sock=sock)
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}/oai"
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+async def test_each_peer_that_cannot_be_checked_says_why(mesh: Mesh) -> None:
+    async with (
+        serving(fixture("error-cannotDisseminateFormat.xml")) as oai_error,
+        serving(fixture("not-oai-html-error.html"), content_type="text/html") as html,
+        serving(fixture("malformed-truncated.xml")) as truncated,
+        silent_peer() as silent,
+    ):
+        report = await check(
+            [oai_error, mesh.good.oai, html, truncated, silent], mesh.source.oai, timeout=1
+        )
+    assert report["outcome"] == "inconsistent"
+    reasons = {peer["url"]: peer["reason"] for peer in report["peers"]}  # type: ignore[attr-defined]
+    assert reasons == {
+        oai_error: "OAI-PMH error cannotDisseminateFormat: iso19115 is not supported",
+        mesh.good.oai: None,
+        html: f"the peer answered with an HTML page, not OAI-PMH XML (from {html})",
+        truncated: reasons[truncated],  # libxml2's words, below
+        silent: f"no answer from {silent} in time (after 1 attempts)",
+    }
+    assert reasons[truncated].startswith("not well-formed XML: Premature end of data")
+    assert reasons[truncated].endswith(f"(from {truncated})")
+    good = report["peers"][1]  # type: ignore[index]
+    assert (good["status"], sum(good["counts"].values())) == ("ok", 0)
+
+
+async def test_a_set_the_source_does_not_have_cannot_be_checked(mesh: Mesh) -> None:
+    # a mistyped set name: the source and the peer list nothing, which is no proof of anything
+    report = await check([mesh.good.oai], mesh.source.oai, set_spec="WIS-GISC-TSET")
+    assert report["outcome"] == "unchecked"
+    source = report["source"]
+    assert (source["status"], source["reason"]) == (  # type: ignore[index]
+        "failed",
+        "the source has no set 'WIS-GISC-TSET' (it lists no identifier in it, and its ListSets "
+        "does not name it)",
+    )
+
+    # a source whose set exists (named on the second page of its ListSets) and is empty
+    async def empty_set(request: web.Request) -> bytes:
+        if request.query.get("resumptionToken") == "sets-2":
+            return fixture("ListSets-page2.xml")
+        if request.query.get("verb") == "ListSets":
+            return fixture("ListSets-page1.xml")
+        return fixture("error-noRecordsMatch.xml")
+
+    async with serving(b"", pages=empty_set) as source_url:
+        report = await check([mesh.good.oai], source_url)
+    assert report["outcome"] == "inconsistent"
+    assert report["source"]["status"] == "ok"  # type: ignore[index]
+    (good,) = report["peers"]  # type: ignore[misc]
+    assert found(good, "extra") == set(mesh.ids[:28])  # every record the source no longer has
 
 
 async def wiscat(*args: str) -> tuple[int, str, str]:
@@ -301,6 +388,21 @@ async def test_the_command_prints_a_table_writes_json_and_exits_by_outcome(
     )
     assert code == 2
     assert "could not be listed: HTTP 500" in out
+
+    # a peer that could not be checked is not consistent
+    code, out, _ = await wiscat(
+        "check", "--set", SET, "--source", mesh.source.oai, mesh.good.oai, mesh.failing,
+        "--retries", "0",
+    )  # fmt: skip
+    assert code == 1
+    assert out.splitlines()[-1] == "outcome: inconsistent"
+
+    # a set the source does not have: nothing could be checked
+    code, out, _ = await wiscat(
+        "check", "--set", "WIS-GISC-TSET", "--source", mesh.source.oai, mesh.good.oai
+    )
+    assert code == 2
+    assert "could not be listed: the source has no set 'WIS-GISC-TSET'" in out
 
     code, _, err = await wiscat("check", "--set", SET, "--source", "ftp://x", mesh.good.oai)
     assert code == 2
@@ -366,6 +468,12 @@ async def test_scheduled_check_is_stored_exported_and_served(
         async with http.put("/admin/checks/x", json=body, headers=headers) as response:
             assert response.status == 400
             assert "not an http(s) URL" in (await response.json())["detail"]
+        body = {"set": SET, "source": mesh.source.oai, "peers": [mesh.good.oai], "every": "10s"}
+        async with http.put("/admin/checks/x", json=body, headers=headers) as response:
+            assert response.status == 400  # a whole-set audit back to back is no low-impact check
+            assert (await response.json())["detail"] == (
+                "check refused: every '10s': at least 1m between runs"
+            )
         async with http.post("/admin/checks/offenbach/run", headers=headers) as response:
             assert response.status == 202
         assert (await check_store.all_checks(db))[0][0].next_run_at <= datetime.now(UTC)
