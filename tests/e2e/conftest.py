@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator
 
 import aiohttp
@@ -31,11 +32,27 @@ async def make_node(template_ready: str) -> AsyncIterator[NodeFactory]:
             await drop_database(template_ready, node.database_url)
 
 
-@pytest.fixture
-async def mesh(template_ready: str) -> AsyncIterator[Mesh]:
+@contextlib.asynccontextmanager
+async def built_mesh(template_url: str, settle: float) -> AsyncIterator[Mesh]:
     async with aiohttp.ClientSession() as http:
-        built = Mesh(template_ready, http)
+        built = Mesh(template_url, http, settle=settle)
         try:
             yield built
         finally:
             await built.close()
+
+
+@pytest.fixture
+async def mesh(template_ready: str) -> AsyncIterator[Mesh]:
+    """Nodes that list a write at once (no settle window): quick rounds."""
+    async with built_mesh(template_ready, 0.0) as built:
+        yield built
+
+
+@pytest.fixture
+async def settled_mesh(template_ready: str) -> AsyncIterator[Mesh]:
+    """Nodes with a settle window of 1 s, so that, as in production, a list shows a second only
+    once all of it is visible (invariant 2), Identify says so, and a quiet incremental run
+    transfers nothing; rounds wait for the last write to be listable."""
+    async with built_mesh(template_ready, 1.0) as built:
+        yield built
