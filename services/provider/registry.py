@@ -18,7 +18,6 @@ import logging
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from datetime import timedelta
 
 from fastapi import APIRouter, FastAPI, Query, Request
 from fastapi.responses import HTMLResponse, PlainTextResponse, Response
@@ -30,6 +29,7 @@ from shared.db.pool import Pool
 from shared.registry.chain import ChainError, InvalidBlock, NotAMember, UnknownParent, url_problem
 from shared.registry.keyfile import NETWORK_NAME, load_network, load_private_key
 from shared.registry.node import (
+    TRACKER_MEMBER_TTL,
     NodeConfig,
     RegistryNode,
     SubmitError,
@@ -45,7 +45,6 @@ log = logging.getLogger("wiscat.registry")
 XML = "application/xml"
 MAX_BLOCKS_BODY = 16 * 1024 * 1024
 MAX_FORM_BODY = 64 * 1024
-TRACKER_MEMBER_TTL = timedelta(hours=1)
 
 
 class RateLimiter:
@@ -108,7 +107,11 @@ async def start(app: FastAPI, provider: ProviderState) -> None:
             auto_enable_links=settings.registry_auto_enable_links,
         )
         state.node = RegistryNode(provider.pool, network, key, state.fetcher, config)
-        await state.node.start()
+        try:
+            await state.node.start()
+        except BaseException:  # the provider does not start (another network's chain, say)
+            await state.fetcher.close()
+            raise
         log.info("registry node of network %s at %s", network.name, config.node_url)
     app.state.registry = state
 
@@ -303,7 +306,7 @@ async def announce(request: Request) -> Response:
     if not isinstance(url, str) or url_problem(url):
         return _text(400, "url: this node's root URL (http or https) is required")
     public_key = key if isinstance(key, str) and len(key) <= 100 else None
-    await store.announce(_state(request).pool, network, url, public_key)
+    await store.announce(_state(request).pool, network, url, public_key, TRACKER_MEMBER_TTL)
     return await _members(request, network)
 
 

@@ -205,6 +205,17 @@ async def pool_add(db: Executor, tx: Transaction) -> bool:
     return await db.fetchval(_SQL["pool_add"], tx.tx_hash, tx.created_at, tx.base_url) is not None
 
 
+async def pool_add_new(db: Pool, tx: Transaction) -> bool:
+    """Put a newly submitted transaction in the pool; False if its URL is in the main chain or
+    the pool already. Under the chain's lock, so of two submissions of one URL (at two replicas
+    of a node, say) one only gets in, and none while a block that holds it is being stored."""
+    async with db.acquire() as conn, conn.transaction():
+        await conn.execute(_SQL["lock_chain"])
+        if await url_status(conn, tx.tx_hash):
+            return False
+        return await pool_add(conn, tx)
+
+
 async def pool_take(db: Executor, limit: int) -> list[Transaction]:
     return [_tx(row) for row in await db.fetch(_SQL["pool_take"], limit)]
 
@@ -270,8 +281,13 @@ async def peer_failed(db: Executor, url: str, reason: str) -> None:
     await db.execute(_SQL["peer_failed"], url, reason[:500])
 
 
-async def announce(db: Executor, network: str, url: str, public_key: str | None) -> None:
-    """Tracker side: remember that ``url`` is a node of ``network``."""
+async def announce(
+    db: Executor, network: str, url: str, public_key: str | None, max_age: timedelta
+) -> None:
+    """Tracker side: remember that ``url`` is a node of ``network``, and forget the nodes of any
+    network not heard from within ``max_age`` (anyone may announce anything: the table holds
+    only what the tracker still answers)."""
+    await db.execute(_SQL["forget_silent_members"], max_age)
     await db.execute(_SQL["announce"], network, url, public_key)
 
 

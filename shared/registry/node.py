@@ -16,6 +16,7 @@ import contextlib
 import logging
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -51,6 +52,8 @@ from shared.registry.safe_fetch import FetchError, ForbiddenAddress, SafeFetcher
 log = logging.getLogger("wiscat.registry")
 
 BLOCKS_PER_PAGE = 500
+# a tracker answers the nodes that announced themselves within this time
+TRACKER_MEMBER_TTL = timedelta(hours=1)
 MAX_PULL_BLOCKS = 1_000_000
 MAX_BLOCKS_PAGE_BYTES = 64 * 1024 * 1024
 FORGET_AFTER_FAILURES = 20
@@ -257,10 +260,8 @@ class RegistryNode:
             raise UrlExists(f"{url} is in the registry already")
         await self.validate(url)
         tx = Transaction.new(url)
-        async with self.pool.acquire() as conn, conn.transaction():
-            await conn.execute("select pg_advisory_xact_lock(7213902)")
-            if await store.url_status(conn, tx.tx_hash) or not await store.pool_add(conn, tx):
-                raise UrlExists(f"{url} is in the registry already")
+        if not await store.pool_add_new(self.pool, tx):
+            raise UrlExists(f"{url} is in the registry already")
         log.info("accepted %s into the pool", url)
         self._mint_wanted.set()
         return tx
@@ -406,15 +407,29 @@ class RegistryNode:
 
     async def announce(self) -> list[str]:
         """Announce this node to the network's tracker and remember the members it answers."""
-        if not self.network.tracker:
+        tracker = self.network.tracker
+        if not tracker:
             return []
-        form = {"network": self.network.name, "url": self.config.node_url}
-        if self.public_key:
-            form["public_key"] = self.public_key
-        response = await self.fetcher.post(self.network.tracker, data=form)
-        if response.status != 200:
-            raise FetchError(f"the tracker answered HTTP {response.status}")
-        learnt = [url for url in parse_peers(response.body) if not self._is_self(url)]
+        if tracker == self.config.node_url.rstrip("/") + "/registry/announce":
+            # this node is the network's tracker: its members are in this database already (an
+            # HTTP call to itself would also fail while the node starts, before it listens)
+            await store.announce(
+                self.pool,
+                self.network.name,
+                self.config.node_url,
+                self.public_key,
+                TRACKER_MEMBER_TTL,
+            )
+            answered = await store.network_members(self.pool, self.network.name, TRACKER_MEMBER_TTL)
+        else:
+            form = {"network": self.network.name, "url": self.config.node_url}
+            if self.public_key:
+                form["public_key"] = self.public_key
+            response = await self.fetcher.post(tracker, data=form)
+            if response.status != 200:
+                raise FetchError(f"the tracker answered HTTP {response.status}")
+            answered = parse_peers(response.body)
+        learnt = [url for url in answered if not self._is_self(url)]
         for url in learnt:
             if await store.add_peer(self.pool, url, "tracker"):
                 log.info("learnt peer %s from the tracker", url)

@@ -1,15 +1,12 @@
-"""The distributed registry (seed 004, issue 6) on loopback: a tracker and member nodes, each a
+"""The distributed registry (seed 004) on loopback: a tracker and member nodes, each a
 real provider on its own fresh database, syncing over real HTTP; no mocks."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import hashlib
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
@@ -26,114 +23,20 @@ from shared.registry.chain import (
     blocks_to_xml,
     meets_difficulty,
     mine,
-    public_key_text,
     verify_chain,
 )
-from shared.registry.keyfile import Network, new_network, write_private_key
-from tests import pg
+from tests.registry_network import (
+    DIFFICULTY,
+    eventually,
+    fresh_databases,
+    make_network,
+    member_nodes,
+    node_overrides,
+    post_url,
+    status_of,
+    urls_of,
+)
 from tests.servers import RunningProvider, running_provider
-
-DIFFICULTY = 4
-SYNC_SECONDS = 0.3
-
-
-@dataclass
-class NetworkFiles:
-    network: Network
-    key_file: Path
-    keys: list[Ed25519PrivateKey]
-    key_files: list[Path]
-
-
-def make_network(
-    folder: Path, members: int, *, tracker: str | None = None, peers: tuple[str, ...] = ()
-) -> NetworkFiles:
-    """A network of ``members`` member keys (the first founds it), written under ``folder``."""
-    keys = [Ed25519PrivateKey.generate() for _ in range(members)]
-    network = new_network("wis-test", DIFFICULTY, keys[0], tracker=tracker, peers=peers)
-    for n, key in enumerate(keys[1:], start=2):
-        network = network.with_member(public_key_text(key.public_key()), f"NODE{n}")
-    key_file = folder / "network.xml"
-    key_file.write_bytes(network.to_xml())
-    key_files = []
-    for n, key in enumerate(keys, start=1):
-        path = folder / f"node{n}.pem"
-        write_private_key(path, key)
-        key_files.append(path)
-    return NetworkFiles(network, key_file, keys, key_files)
-
-
-@contextlib.asynccontextmanager
-async def fresh_databases(server_url: str, count: int) -> AsyncIterator[list[str]]:
-    urls = [await pg.clone_template(server_url) for _ in range(count)]
-    try:
-        yield urls
-    finally:
-        for url in urls:
-            await pg.drop_database(server_url, url)
-
-
-def node_overrides(net: NetworkFiles, member: int | None, **extra: object) -> dict[str, object]:
-    values: dict[str, object] = {
-        "registry_key_file": net.key_file,
-        "registry_private_key_file": net.key_files[member] if member is not None else None,
-        "allow_private_fetch": True,
-        "registry_sync_seconds": SYNC_SECONDS,
-        "registry_submit_wait_seconds": 5.0,
-        "registry_fetch_timeout_seconds": 5.0,
-    }
-    values.update(extra)
-    return values
-
-
-@contextlib.asynccontextmanager
-async def member_nodes(
-    net: NetworkFiles, database_urls: list[str], **extra: object
-) -> AsyncIterator[list[RunningProvider]]:
-    """One provider per database, node ``n`` holding member key ``n``."""
-    async with contextlib.AsyncExitStack() as stack:
-        nodes = [
-            await stack.enter_async_context(
-                running_provider(url, gisc_name=f"NODE{n + 1}", **node_overrides(net, n, **extra))
-            )
-            for n, url in enumerate(database_urls)
-        ]
-        yield nodes
-
-
-async def urls_of(session: aiohttp.ClientSession, node: RunningProvider) -> list[str]:
-    async with session.get(node.root + "/urls") as response:
-        assert response.status == 200, await response.text()
-        root = etree.fromstring(await response.read())
-    assert root.tag == "BaseURLs"
-    return [element.text or "" for element in root]
-
-
-async def status_of(session: aiohttp.ClientSession, node: RunningProvider) -> tuple[int, str]:
-    async with session.get(node.root + "/registry/status") as response:
-        assert response.status == 200
-        root = etree.fromstring(await response.read())
-    return int(root.get("height", "")), root.get("tip", "")
-
-
-async def post_url(
-    session: aiohttp.ClientSession, node: RunningProvider, url: str
-) -> tuple[int, str]:
-    async with session.post(node.root + "/urls", data={"baseURL": url}) as response:
-        return response.status, await response.text()
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], seconds: float = 30.0) -> None:
-    """Wait until ``check()`` is true (the nodes sync in the background)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + seconds
-    while not await check():
-        if loop.time() > deadline:
-            raise AssertionError("the nodes did not converge in time")
-        await asyncio.sleep(0.1)
-
-
-# -- the tests ------------------------------------------------------------------------------------
 
 
 async def test_three_nodes_share_a_posted_url(tmp_path: Path, template_ready: str) -> None:
@@ -240,15 +143,32 @@ async def test_a_private_address_is_refused_before_any_connection(
         listener.close()
 
 
-async def test_rate_limit_on_submissions(tmp_path: Path, database_url: str) -> None:
+async def test_rate_limit_on_submissions_per_client(tmp_path: Path, database_url: str) -> None:
     net = make_network(tmp_path, 1)
     overrides = node_overrides(net, 0, registry_rate_limit_per_minute=3)
     async with (
         running_provider(database_url, **overrides) as node,
         aiohttp.ClientSession() as session,
     ):
-        statuses = [(await post_url(session, node, "ftp://x"))[0] for _ in range(5)]
-    assert statuses == [400, 400, 400, 429, 429]
+
+        async def statuses(client: str | None, count: int) -> list[int]:
+            # behind a reverse proxy on the same host the client is the one it forwards for
+            # (uvicorn trusts X-Forwarded-For from FORWARDED_ALLOW_IPS, loopback by default)
+            headers = {"X-Forwarded-For": client} if client else {}
+            found = []
+            for _ in range(count):
+                async with session.post(
+                    node.root + "/urls", data={"baseURL": "ftp://x"}, headers=headers
+                ) as response:
+                    found.append(response.status)
+                    if response.status == 429:
+                        assert response.headers["Retry-After"] == "60"
+            return found
+
+        assert await statuses(None, 5) == [400, 400, 400, 429, 429]
+        assert await statuses("203.0.113.7", 4) == [400, 400, 400, 429]
+        assert await statuses("198.51.100.2", 1) == [400]
+        assert await statuses(None, 1) == [429]
 
 
 async def test_altered_and_foreign_blocks_are_refused(tmp_path: Path, database_url: str) -> None:

@@ -1,9 +1,11 @@
 """The registry's outbound fetcher against real servers on loopback: redirects are checked again
-at connect time, redirect loops and oversized bodies end cleanly."""
+at connect time, redirect loops, slow servers and oversized bodies end cleanly."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -21,7 +23,7 @@ class Server:
 
 @pytest.fixture
 async def server() -> AsyncIterator[Server]:
-    """A small server on 127.0.0.1 that redirects, loops and sends too much."""
+    """A small server on 127.0.0.1 that redirects, loops, dawdles and sends too much."""
     served = Server("")
 
     async def redirect(request: web.Request) -> web.Response:
@@ -36,11 +38,16 @@ async def server() -> AsyncIterator[Server]:
     async def small(request: web.Request) -> web.Response:
         return web.Response(text="<ok/>", content_type="application/xml")
 
+    async def slow(request: web.Request) -> web.Response:
+        await asyncio.sleep(2)
+        return web.Response(text="<late/>", content_type="application/xml")
+
     app = web.Application()
     app.router.add_get("/redirect", redirect)
     app.router.add_get("/loop", loop)
     app.router.add_get("/big", big)
     app.router.add_get("/small", small)
+    app.router.add_get("/slow", slow)
     runner = web.AppRunner(app)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -85,3 +92,11 @@ async def test_redirect_loops_and_oversized_bodies_end_cleanly(server: Server) -
         assert (await fetcher.get(server.root + "/big", max_bytes=300_000)).status == 200
         with pytest.raises(FetchFailed, match="http"):
             await fetcher.get("file:///etc/passwd")
+
+
+async def test_a_server_that_does_not_answer_in_time_is_given_up(server: Server) -> None:
+    async with SafeFetcher(allow_private=True, timeout=0.3) as fetcher:
+        started = time.monotonic()
+        with pytest.raises(FetchFailed, match="no answer"):
+            await fetcher.get(server.root + "/slow")
+    assert time.monotonic() - started < 1.5

@@ -163,6 +163,10 @@ insert into registry_members (network, url, public_key) values ($1, $2, $3)
 on conflict (network, url) do update
     set last_announce = now(), public_key = coalesce(excluded.public_key, registry_members.public_key)
 
+-- name: forget_silent_members --
+-- Tracker side: nodes not heard from for longer than the members' lifetime.
+delete from registry_members where last_announce < now() - $1::interval
+
 -- name: network_members --
 -- The nodes that announced themselves for a network recently, newest first.
 select url from registry_members
