@@ -10,8 +10,10 @@ COPY services ./services
 COPY migrations ./migrations
 # Editable, so the code runs from /app: shared/db/migrate.py finds migrations/ next to its package
 # (a plain install would import it from site-packages, where no migrations/ is installed).
+# A fixed uid, so that a file mounted into the container (the registry's private key, readable by
+# its owner only) can be given to this user on the host: chown 10001 node.pem.
 RUN pip install --no-compile -e . \
-    && useradd --system --home /app wiscat
+    && useradd --system --uid 10001 --home /app wiscat
 USER wiscat
 
 EXPOSE 8080 8081

@@ -1,4 +1,4 @@
-"""compose.yaml, .env.example and the Dockerfile agree with the code.
+"""compose.yaml, .env.example, the Dockerfile and .dockerignore agree with the code.
 
 Static checks: nothing is built or started. Each aspect is a function that returns the problems
 it finds; the tests run them on the real files, and the mutation tests at the end feed each one
@@ -36,6 +36,7 @@ ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "compose.yaml"
 ENV_EXAMPLE = ROOT / ".env.example"
 DOCKERFILE = ROOT / "Dockerfile"
+DOCKERIGNORE = ROOT / ".dockerignore"
 PYPROJECT = ROOT / "pyproject.toml"
 
 WISCAT_SERVICES = {"migrate": "migrate", "provider": "provider", "harvester": "harvester"}
@@ -415,6 +416,26 @@ def dockerfile_problems(dockerfile: str, pyproject: str) -> list[str]:
     return problems
 
 
+def dockerignore_problems(dockerignore: str, dockerfile: str) -> list[str]:
+    """The build context leaves out secrets and the embedded database, and keeps what is copied."""
+    patterns = [
+        line.strip().rstrip("/")
+        for line in dockerignore.splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
+    problems = [
+        f".dockerignore does not leave out {name}"
+        for name in (".env", "var", ".venv")
+        if name not in patterns
+    ]
+    for word, rest in dockerfile_instructions(dockerfile):
+        if word == "COPY":
+            for source in [t for t in shlex.split(rest) if not t.startswith("--")][:-1]:
+                if any(fnmatch(source.removeprefix("./"), p) for p in patterns):
+                    problems.append(f".dockerignore leaves out {source}, which the image copies")
+    return problems
+
+
 def migrations_problems(dockerfile: str, pyproject: str) -> list[str]:
     """The image holds migrations/ where shared/db/migrate.py looks for it.
 
@@ -479,6 +500,7 @@ def files() -> dict[str, str]:
         "compose": COMPOSE.read_text(),
         "env": ENV_EXAMPLE.read_text(),
         "dockerfile": DOCKERFILE.read_text(),
+        "dockerignore": DOCKERIGNORE.read_text(),
         "pyproject": PYPROJECT.read_text(),
     }
 
@@ -533,6 +555,10 @@ def test_image_holds_the_migrations(files: dict[str, str]) -> None:
     assert migrations_problems(files["dockerfile"], files["pyproject"]) == []
 
 
+def test_build_context_leaves_out_secrets_and_data(files: dict[str, str]) -> None:
+    assert dockerignore_problems(files["dockerignore"], files["dockerfile"]) == []
+
+
 # --- each check fails on a broken copy ------------------------------------------------------
 
 
@@ -577,6 +603,7 @@ def _run_all(files: dict[str, str]) -> list[str]:
         + database_problems(compose, files["env"])
         + dockerfile_problems(files["dockerfile"], files["pyproject"])
         + migrations_problems(files["dockerfile"], files["pyproject"])
+        + dockerignore_problems(files["dockerignore"], files["dockerfile"])
     )
 
 
@@ -651,6 +678,8 @@ MUTATIONS: dict[str, Callable[[dict[str, str]], dict[str, str]]] = {
         "dockerfile", "pip install --no-compile -e .", "pip install --no-compile ."
     ),
     "image without migrations": _text("dockerfile", "COPY migrations ./migrations\n", ""),
+    "build context with the secrets": _text("dockerignore", "\n.env\n", "\n"),
+    "build context without migrations": _text("dockerignore", "\nvar\n", "\nvar\nmigrations\n"),
     "migrations copied elsewhere": _text(
         "dockerfile", "COPY migrations ./migrations", "COPY migrations /srv/migrations"
     ),
