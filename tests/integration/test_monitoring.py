@@ -43,3 +43,18 @@ async def test_monitor_json_counts_todays_changes(db: Pool, database_url: str) -
     assert document["metrics"]["services"]["oaipmh"] == {"status": True}
     stamp = datetime.strptime(document["timestamp"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
     assert abs((datetime.now(UTC) - stamp).total_seconds()) < 60
+
+
+async def test_monitor_json_reports_the_service_down(db: Pool, database_url: str) -> None:
+    async with running_provider(database_url) as provider, aiohttp.ClientSession() as http:
+        # the schema no longer matches the code (an upgrade half done): OAI-PMH is not served
+        await db.execute(
+            "delete from schema_migrations "
+            "where version = (select max(version) from schema_migrations)"
+        )
+        async with http.get(provider.root + "/wis/monitor.json") as response:
+            assert response.status == 200
+            document = await response.json()
+    assert document["metrics"]["services"]["oaipmh"] == {"status": False}
+    assert set(document["metrics"]["metadata_catalogue"].values()) == {None}
+    assert document["remarks"] == "the catalogue database cannot be read"
