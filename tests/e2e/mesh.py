@@ -6,7 +6,9 @@ through HTTP (records through the admin API, links through the admin API, runs t
 now") and the ``wiscat`` command; it reads each node's database only to compare catalogues.
 
 A *round* asks every link of every node (or the ones given, in the order given) to run once and
-waits until each has finished.
+waits until each has finished. With a settle window, a round first waits until the last write (a
+record put or deleted, or stored by a harvest) is listable, as rounds spaced by the nodes'
+schedules would.
 """
 
 from __future__ import annotations
@@ -35,6 +37,18 @@ def record(n: int, centre: str, version: int = 0, md: datetime | None = None) ->
     """A generated record: its identifier and bytes."""
     data = generate_record(n, centre=centre, version=version, md_datestamp=md)
     return parse_record(data).identifier, data
+
+
+def expected(
+    n: int, centre: str, set_spec: str, version: int = 0, md: datetime | None = None
+) -> tuple[str, Entry]:
+    """The catalogue entry of a generated record held live in ``set_spec``: its identifier and
+    (content hash, sets, deleted), to compare with :meth:`Mesh.catalogue`."""
+    parsed = parse_record(generate_record(n, centre=centre, version=version, md_datestamp=md))
+    return parsed.identifier, (parsed.content_hash, frozenset({set_spec}), False)
+
+
+TOMBSTONE: Entry = (None, frozenset(), True)  # a deletion, as catalogue() shows it
 
 
 @dataclass
@@ -151,7 +165,11 @@ class Mesh:
                 self.nodes[node], "GET", "/admin/runs", params={"link": link, "limit": 1}
             )
             if runs and runs[0]["id"] > after and runs[0]["status"] != "running":
-                return dict(runs[0])
+                run = dict(runs[0])
+                if run["added"] or run["updated"] or run["deleted"]:
+                    # a harvest wrote: what it wrote is listable once past the settle window
+                    self.last_write = time.monotonic()
+                return run
             await asyncio.sleep(0.05)
         raise AssertionError(f"the run of {link} at {node} did not finish")
 
@@ -187,11 +205,7 @@ class Mesh:
         shuffle: random.Random | None = None,
     ) -> list[dict[str, Any]]:
         """Run every link once (``order``: (node, link) pairs; default all, node by node)."""
-        if self.settle:
-            # a list shows the last write once it is past the window and its whole second
-            wait = self.last_write + self.settle + 1.05 - time.monotonic()
-            if wait > 0:
-                await asyncio.sleep(wait)
+        await self.settled()
         pairs = list(order) if order is not None else self.all_links()
         if shuffle is not None:
             shuffle.shuffle(pairs)
@@ -202,6 +216,14 @@ class Mesh:
         for (node, link), run in zip(pairs, runs, strict=True):
             assert run["status"] == "ok", f"{node}/{link}: {run}"
         return runs
+
+    async def settled(self) -> None:
+        """Wait until the last write (put, delete, or a harvest that stored something) is
+        listable: past the settle window and its whole second."""
+        if self.settle:
+            wait = self.last_write + self.settle + 1.05 - time.monotonic()
+            if wait > 0:
+                await asyncio.sleep(wait)
 
     def all_links(self) -> list[tuple[str, str]]:
         return [(node.name, link) for node in self.nodes.values() for link in node.links]
