@@ -44,6 +44,26 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def server_running(pg_dir: Path) -> bool:
+    """Whether a PostgreSQL server runs from ``pg_dir`` (its postmaster.pid names a live
+    process); a stale file left by a crash does not count."""
+    try:
+        pid = int((pg_dir / "postgres" / "postmaster.pid").read_text().split()[0])
+        os.kill(pid, 0)
+    except (OSError, ValueError, IndexError):
+        return False
+    return True
+
+
+def port_in_use(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False
+
+
 @dataclass
 class DemoNode:
     name: str
@@ -151,13 +171,29 @@ def table(nodes: list[DemoNode], found: dict[str, dict[str, int]], elapsed: floa
 
 
 async def run(args: argparse.Namespace, stop: asyncio.Event) -> int:
+    names = NAMES[: args.nodes]
+    if args.port_base:
+        # A node whose port is taken exits at once, but another demo's node on that port would
+        # answer its /readyz first: this demo would then drive the other one's nodes.
+        wanted = [args.port_base + offset + n for offset in (1, 51) for n in range(len(names))]
+        taken = [port for port in wanted if port_in_use(port)]
+        if taken:
+            print(
+                f"demo: port {taken[0]} is in use (another demo running?); stop it, or pass "
+                "--port-base 0 for free ports",
+                file=sys.stderr,
+            )
+            return 1
     data_dir = args.data_dir
+    if server_running(data_dir / "pg"):
+        # the demo starts from a fresh server: removing the data of one in use would wreck it
+        print(f"demo: another demo is running in {data_dir}; stop it first", file=sys.stderr)
+        return 1
     logs = data_dir / "logs"
     shutil.rmtree(data_dir / "pg", ignore_errors=True)
     logs.mkdir(parents=True, exist_ok=True)
     server = EmbeddedPostgres(data_dir / "pg")
     server_url = server.start()
-    names = NAMES[: args.nodes]
     nodes: list[DemoNode] = []
     try:
         await create_databases(server_url, [f"demo_{n.lower()}" for n in names])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import socket
 import sys
 from pathlib import Path
 
@@ -67,3 +68,30 @@ async def test_demo_converges_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> Non
     rows = {line.split()[0]: line.split()[1:] for line in table[1:] if line.strip()}
     assert rows == {name: ["5", "5", "5"] for name in ("ALPHA", "BRAVO", "CHARLIE")}
     assert output.count("/oai?verb=Identify") == 3
+
+
+async def test_demo_refuses_ports_in_use_before_starting_anything(tmp_path: Path) -> None:
+    # another demo's node on the port would answer this demo's readiness check in its stead
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        base = taken.getsockname()[1] - 1  # the first node's provider port is base + 1
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "tools.demo",
+            "--port-base",
+            str(base),
+            "--data-dir",
+            str(tmp_path / "demo"),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        out, err = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode == 1
+    assert err.decode().splitlines()[-1] == (
+        f"demo: port {base + 1} is in use (another demo running?); stop it, or pass "
+        "--port-base 0 for free ports"
+    )
+    assert out == b""
+    assert not (tmp_path / "demo").exists()  # no server was started
