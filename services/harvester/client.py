@@ -369,8 +369,7 @@ class OAIClient:
                     return
                 if token in seen_tokens:
                     raise RepeatedResumptionToken(
-                        f"{safe_url(base_url)} sent the resumptionToken {token!r} twice in "
-                        "one list"
+                        f"{safe_url(base_url)} sent the resumptionToken {token!r} twice in one list"
                     )
                 seen_tokens.add(token)
                 empty_pages = empty_pages + 1 if page.reader.items_seen == 0 else 0

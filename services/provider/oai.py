@@ -248,7 +248,7 @@ def _header_sets(stored: store.StoredRecord) -> list[str]:
     return sorted({*stored.set_specs, UNION_SET})
 
 
-def _metadata(prefix: str, stored: store.StoredRecord) -> str | bytes | None:
+def _metadata(prefix: str, stored: store.StoredRecord) -> bytes | None:
     if stored.deleted or stored.xml is None:
         return None
     if prefix == "oai_dc":
@@ -405,28 +405,30 @@ async def _page_stream(
     token_xml: bytes,
 ) -> AsyncGenerator[bytes, None]:
     try:
-        buffer = [render.response_start(response_date, state.settings.base_url, req.echo, req.verb)]
-        size = 0
+        writer = render.PageWriter()
+        writer.add(
+            render.response_start(response_date, state.settings.base_url, req.echo, req.verb)
+        )
+        header_sets: dict[tuple[tuple[str, ...], bool], list[str]] = {}
         for stored in rows:
+            key = (stored.set_specs, stored.deleted)
+            sets = header_sets.get(key)
+            if sets is None:
+                sets = header_sets[key] = _header_sets(stored)
             if req.verb == "ListIdentifiers":
-                piece = render.header(
-                    stored.identifier, stored.datestamp, _header_sets(stored), stored.deleted
-                )
+                writer.add_header(stored.identifier, stored.datestamp, sets, stored.deleted)
             else:
-                piece = render.record(
+                writer.add_record(
                     stored.identifier,
                     stored.datestamp,
-                    _header_sets(stored),
+                    sets,
                     stored.deleted,
                     _metadata(prefix, stored),
                 )
-            buffer.append(piece)
-            size += len(piece)
-            if size >= CHUNK:
-                yield b"".join(buffer)
-                buffer, size = [], 0
-        buffer.append(token_xml)
-        buffer.append(render.response_end(req.verb))
-        yield b"".join(buffer)
+            if writer.size >= CHUNK:
+                yield writer.take()
+        writer.add(token_xml)
+        writer.add(render.response_end(req.verb))
+        yield writer.take()
     finally:
         state.lists_in_progress -= 1

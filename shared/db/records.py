@@ -36,13 +36,13 @@ class IncomingRecord:
 
 @dataclass(frozen=True, slots=True)
 class StoredRecord:
-    """A record (or tombstone) as the provider lists it."""
+    """A record (or tombstone) as the provider lists it; ``xml`` is the document in UTF-8."""
 
     identifier: str
     datestamp: datetime
     deleted: bool
     set_specs: tuple[str, ...]
-    xml: str | None
+    xml: bytes | None
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,6 +34,7 @@ __all__ = [
     "OAI_NS",
     "SCHEMA_LOCATION",
     "VERBS",
+    "PageWriter",
     "clean",
     "escape_text",
     "get_record",
@@ -172,24 +173,90 @@ def render_error(
     return response_start(response_date, base_url, echo, None) + _content(holder) + b"</OAI-PMH>\n"
 
 
-def _header_text(
-    identifier: str, datestamp: datetime, set_specs: Iterable[str], deleted: bool
-) -> str:
-    status = ' status="deleted"' if deleted else ""
-    specs = "".join(f"<setSpec>{escape_text(spec)}</setSpec>" for spec in set_specs)
-    return (
-        f"<header{status}><identifier>{escape_text(identifier)}</identifier>"
-        f"<datestamp>{format_datestamp(datestamp)}</datestamp>{specs}</header>"
-    )
+class PageWriter:
+    """Writes the headers and records of one list page into a buffer of pieces.
+
+    Within a page datestamps and setSpec runs repeat (a harvested batch shares one datestamp and
+    one set), so each distinct value is formatted and escaped once per page. A record's stored
+    document goes into the buffer as it is and is copied once, when :meth:`take` joins the
+    pieces.
+    """
+
+    __slots__ = ("_parts", "_sets", "_stamps", "size")
+
+    def __init__(self) -> None:
+        self._stamps: dict[datetime, str] = {}
+        self._sets: dict[tuple[str, ...], str] = {}
+        self._parts: list[bytes] = []
+        self.size = 0  # bytes in the buffer
+
+    def add(self, piece: bytes) -> None:
+        """Append bytes already rendered (the envelope, a resumptionToken)."""
+        self._parts.append(piece)
+        self.size += len(piece)
+
+    def take(self) -> bytes:
+        """The buffer's bytes, joined; the buffer starts again empty."""
+        joined = b"".join(self._parts)
+        self._parts, self.size = [], 0
+        return joined
+
+    def _header(
+        self, identifier: str, datestamp: datetime, set_specs: tuple[str, ...], deleted: bool
+    ) -> str:
+        stamp = self._stamps.get(datestamp)
+        if stamp is None:
+            stamp = self._stamps[datestamp] = format_datestamp(datestamp)
+        specs = self._sets.get(set_specs)
+        if specs is None:
+            specs = self._sets[set_specs] = "".join(
+                f"<setSpec>{escape_text(spec)}</setSpec>" for spec in set_specs
+            )
+        status = ' status="deleted"' if deleted else ""
+        return (
+            f"<header{status}><identifier>{escape_text(identifier)}</identifier>"
+            f"<datestamp>{stamp}</datestamp>{specs}</header>"
+        )
+
+    def add_header(
+        self, identifier: str, datestamp: datetime, set_specs: Iterable[str], deleted: bool
+    ) -> None:
+        """One ``<header>``, a child of ``<ListIdentifiers>`` (§4.5).
+
+        §2.5: a header holds the unique identifier, the datestamp and the setSpecs of the item;
+        deleted items carry ``status="deleted"``.
+        """
+        self.add(self._header(identifier, datestamp, tuple(set_specs), deleted).encode())
+
+    def add_record(
+        self,
+        identifier: str,
+        datestamp: datetime,
+        set_specs: Iterable[str],
+        deleted: bool,
+        metadata_xml: str | bytes | None,
+    ) -> None:
+        """One ``<record>``, a child of ``<ListRecords>`` (§4.5) or ``<GetRecord>`` (§4.1).
+
+        §2.5: a record is a header and the metadata, "a single manifestation of the metadata
+        from an item"; a deleted record (``status="deleted"``) has no metadata element.
+        ``metadata_xml`` is one serialized UTF-8 element (no document type declaration); it is
+        inserted verbatim.
+        """
+        head = self._header(identifier, datestamp, tuple(set_specs), deleted)
+        if deleted or metadata_xml is None:
+            self.add(f"<record>{head}</record>".encode())
+            return
+        self.add(f"<record>{head}<metadata>".encode())
+        self.add(_payload(metadata_xml))
+        self.add(b"</metadata></record>")
 
 
 def header(identifier: str, datestamp: datetime, set_specs: Iterable[str], deleted: bool) -> bytes:
-    """One ``<header>``, a child of ``<ListIdentifiers>`` (§4.5).
-
-    §2.5: a header holds the unique identifier, the datestamp and the setSpecs of the item;
-    deleted items carry ``status="deleted"``.
-    """
-    return _header_text(identifier, datestamp, set_specs, deleted).encode("utf-8")
+    """One ``<header>`` on its own; see :meth:`PageWriter.add_header`."""
+    writer = PageWriter()
+    writer.add_header(identifier, datestamp, set_specs, deleted)
+    return writer.take()
 
 
 def _payload(metadata: str | bytes) -> bytes:
@@ -208,16 +275,10 @@ def record(
     deleted: bool,
     metadata_xml: str | bytes | None,
 ) -> bytes:
-    """One ``<record>``, a child of ``<ListRecords>`` (§4.5) or ``<GetRecord>`` (§4.1).
-
-    §2.5: a record is a header and the metadata, "a single manifestation of the metadata from an
-    item"; a deleted record (``status="deleted"``) has no metadata element. ``metadata_xml`` is
-    one serialized UTF-8 element (no document type declaration); it is inserted verbatim.
-    """
-    head = _header_text(identifier, datestamp, set_specs, deleted).encode("utf-8")
-    if deleted or metadata_xml is None:
-        return b"<record>" + head + b"</record>"
-    return b"<record>" + head + b"<metadata>" + _payload(metadata_xml) + b"</metadata></record>"
+    """One ``<record>`` on its own; see :meth:`PageWriter.add_record`."""
+    writer = PageWriter()
+    writer.add_record(identifier, datestamp, set_specs, deleted, metadata_xml)
+    return writer.take()
 
 
 def get_record(

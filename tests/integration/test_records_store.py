@@ -55,7 +55,7 @@ async def test_unchanged_record_keeps_its_datestamp(db: asyncpg.Pool) -> None:
     assert first and again and changed
     assert again.datestamp == first.datestamp
     assert changed.datestamp > first.datestamp
-    assert changed.xml and "changed" in changed.xml
+    assert changed.xml and b"changed" in changed.xml
 
 
 async def test_older_md_datestamp_is_refused(db: asyncpg.Pool) -> None:
@@ -65,7 +65,7 @@ async def test_older_md_datestamp_is_refused(db: asyncpg.Pool) -> None:
     result = await upsert(db, REMOTE, rec("a", "old", new - timedelta(days=1)))
     assert result.outcomes == {"a": "refused_older"}
     stored = await store.get_record(db, "a")
-    assert stored and stored.xml and "new" in stored.xml
+    assert stored and stored.xml and b"new" in stored.xml
 
 
 async def test_protected_own_set_is_not_changed_by_a_gisc_link(db: asyncpg.Pool) -> None:

@@ -124,8 +124,9 @@ membership as (
 select identifier, outcome from classified
 
 -- name: list_all --
--- One keyset page of the whole catalogue, oldest datestamp first.
-select identifier, datestamp, deleted, set_specs, case when $6::boolean then xml end as xml
+-- One keyset page of the whole catalogue, oldest datestamp first; the documents as UTF-8 bytes,
+-- ready to be sent.
+select identifier, datestamp, deleted, set_specs, case when $6::boolean then convert_to(xml, 'UTF8') end as xml
 from records
 where (datestamp, identifier) > ($1::timestamptz, $2::text)
   and datestamp >= $3::timestamptz and datestamp < $4::timestamptz and datestamp <= $5::timestamptz
@@ -141,7 +142,7 @@ where datestamp >= $1::timestamptz and datestamp < $2::timestamptz and datestamp
 -- name: list_set --
 -- One keyset page of one set, oldest datestamp first; a record that left the set is deleted here.
 select m.identifier, m.datestamp, m.deleted, r.set_specs,
-       case when $7::boolean and not m.deleted then r.xml end as xml
+       case when $7::boolean and not m.deleted then convert_to(r.xml, 'UTF8') end as xml
 from set_members m
 join records r using (identifier)
 where m.set_spec = $1::text
@@ -158,8 +159,8 @@ where m.set_spec = $1::text
   and m.datestamp >= $2::timestamptz and m.datestamp < $3::timestamptz and m.datestamp <= $4::timestamptz
 
 -- name: get_record --
--- One record (or tombstone) by identifier.
-select identifier, datestamp, deleted, set_specs, xml
+-- One record (or tombstone) by identifier; the document as UTF-8 bytes.
+select identifier, datestamp, deleted, set_specs, convert_to(xml, 'UTF8') as xml
 from records
 where identifier = $1
 
