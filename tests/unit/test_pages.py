@@ -310,3 +310,22 @@ def test_announced_token(tail: bytes, expected: str | None) -> None:
 def test_announced_token_is_the_last_one() -> None:
     body = b"<a><resumptionToken>first</resumptionToken><resumptionToken>last</resumptionToken></a>"
     assert announced_token(body) == "last"
+
+
+def test_indentation_between_elements_is_dropped_and_content_kept() -> None:
+    body = (
+        b'<OAI-PMH xmlns="http://www.openarchives.org/OAI/2.0/">'
+        b"<responseDate>2024-03-05T10:00:00Z</responseDate><request>x</request><ListRecords>"
+        b"<record><header><identifier>a</identifier><datestamp>2024-03-01T00:00:00Z</datestamp>"
+        b'</header><metadata><m:r xmlns:m="urn:m">\n  <m:space> </m:space>\n  '
+        b"<m:mixed>x <m:i>y</m:i> <m:i>z</m:i></m:mixed>\n</m:r></metadata></record>"
+        b"</ListRecords></OAI-PMH>"
+    )
+    (item,) = PageReader(body).items()
+    assert isinstance(item, RecordItem) and item.metadata is not None
+    payload = item.metadata
+    payload.getparent().remove(payload)  # as the harvester takes it, without the envelope
+    assert etree.tostring(payload, with_tail=False) == (
+        b'<m:r xmlns:m="urn:m"><m:space> </m:space>'
+        b"<m:mixed>x <m:i>y</m:i> <m:i>z</m:i></m:mixed></m:r>"
+    )
