@@ -106,8 +106,9 @@ async def run(template_url: str) -> list[str]:
         "",
         "- The nodes run with a settle window of 4 s, so each provider states in Identify that "
         "its lists show a datestamp second only once all of it is visible; the harvesters then "
-        "ask `from = HWM + 1 s`. In a quiet round each link makes two small requests, Identify "
-        "(read once per run) and one list request answered `noRecordsMatch`; nothing is "
+        "ask `from = HWM + 1 s`. In a quiet round each link makes one small request, a list "
+        "request answered `noRecordsMatch` (the peer's Identify, read on the link's first run, "
+        "is read again after an hour, on a full run or after a failure); nothing is "
         "re-sent or stored, and no datestamp changes (asserted in `tests/e2e/test_mesh.py` and "
         "`tests/integration/test_harvest_provider.py`). "
         "Against a provider without that guarantee the harvester asks `from = HWM` (DESIGN §1) "

@@ -33,7 +33,7 @@ from shared.db.links import Link, PageCounts
 from shared.db.pool import Pool
 from shared.iso19139 import RecordError, record_from_element
 from shared.oaipmh.errors import OAIError
-from shared.oaipmh.pages import HeaderItem, RecordItem
+from shared.oaipmh.pages import HeaderItem, IdentifyInfo, RecordItem
 from shared.settings import Settings
 
 log = logging.getLogger("wiscat.harvester")
@@ -50,8 +50,8 @@ class HarvestContext:
     client: OAIClient
     metrics: HarvesterMetrics = field(default_factory=HarvesterMetrics)
     worker: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
-    # each peer's earliestDatestamp, as its Identify said on the link's last run
-    peer_earliest: dict[str, datetime] = field(default_factory=dict)
+    # each peer's Identify (by base URL) and when it was read: see _identify
+    identified: dict[str, tuple[float, IdentifyInfo]] = field(default_factory=dict)
 
 
 @dataclass
@@ -144,9 +144,9 @@ async def harvest_link(
     )
     if report.status == "ok" and mode == "incremental" and window:
         fresh = await link_store.get_link(ctx.pool, link.name)
-        earliest = ctx.peer_earliest.get(link.name)
-        if fresh is not None and earliest is not None:
-            piece = window_slice(fresh, earliest, now=now)
+        known = ctx.identified.get(link.base_url)
+        if fresh is not None and known is not None:
+            piece = window_slice(fresh, known[1].earliest_datestamp, now=now)
             if piece is not None:
                 start, stop, next_index = piece
                 await run_list(
@@ -230,6 +230,7 @@ async def _finish(ctx: HarvestContext, link: Link, report: RunReport, started: f
         refused=report.counts["refused_deletions"],
     )
     if report.status != "ok":
+        ctx.identified.pop(link.base_url, None)  # the peer may have changed: ask it again
         await link_store.fail_link(ctx.pool, link.name, report.run_id, report.error or "")
         ctx.metrics.errors.labels(link.name, report.error_kind or "unknown").inc()
         log.warning("harvest %s", report.summary())
@@ -238,6 +239,24 @@ async def _finish(ctx: HarvestContext, link: Link, report: RunReport, started: f
         log.info("harvest %s", report.summary())
     ctx.metrics.runs.labels(link.name, report.mode, report.status).inc()
     ctx.metrics.duration.labels(link.name, report.mode).observe(report.seconds)
+
+
+# How long a peer's Identify is trusted between runs. An Identify rarely changes (a new
+# granularity, earliestDatestamp or list guarantee comes with a new software release), and
+# reading it once per run would double the requests of a quiet incremental run.
+IDENTIFY_MAX_AGE_SECONDS = 3600.0
+
+
+async def _identify(ctx: HarvestContext, link: Link, mode: str) -> IdentifyInfo:
+    """The peer's Identify: read on a full run, when this process has not read it in the last
+    hour, and after a failed run of a link to that peer (``_finish`` forgets it); otherwise the
+    copy an earlier run read."""
+    known = ctx.identified.get(link.base_url)
+    now = time.monotonic()
+    if mode == "full" or known is None or now - known[0] > IDENTIFY_MAX_AGE_SECONDS:
+        known = (now, await ctx.client.identify(link.base_url))
+        ctx.identified[link.base_url] = known
+    return known[1]
 
 
 def _raw(element: Any) -> bytes:
@@ -255,8 +274,7 @@ async def _harvest(
 ) -> None:
     settings = ctx.settings
     protected = _protected_set(link, settings.own_set)
-    identify = await ctx.client.identify(link.base_url)
-    ctx.peer_earliest[link.name] = identify.earliest_datestamp
+    identify = await _identify(ctx, link, report.mode)
     if (
         report.mode == "incremental"
         and identify.whole_seconds

@@ -6,6 +6,9 @@ from __future__ import annotations
 import asyncio
 from datetime import timedelta
 
+import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
+
 from services.harvester.service import harvest_context
 from shared.db import links as link_store
 from shared.db.pool import Pool
@@ -76,6 +79,16 @@ async def test_mass_deletion_stops_the_run_until_allowed(pair: Pair) -> None:
     assert await content(pair.sink, SOURCE_SET) == await content(pair.source, SOURCE_SET)
 
 
+async def identify_requests(root: str) -> float:
+    """How many Identify requests the provider has answered, from its /metrics."""
+    async with aiohttp.ClientSession() as session, session.get(root + "/metrics") as response:
+        text = await response.text()
+    for family in text_string_to_metric_families(text):
+        if family.name == "wiscat_oai_requests":
+            return sum(s.value for s in family.samples if s.labels.get("verb") == "Identify")
+    return 0.0
+
+
 async def test_a_quiet_incremental_run_transfers_nothing_from_a_whole_seconds_provider(
     db: Pool, database_url: str, template_ready: str
 ) -> None:
@@ -99,6 +112,7 @@ async def test_a_quiet_incremental_run_transfers_nothing_from_a_whole_seconds_pr
             stored = await link_store.get_link(ctx.pool, link.name)
             assert stored is not None and stored.high_water_mark is not None
 
+            identify_asked = await identify_requests(provider.root)
             quiet = await run(pair)
             assert quiet.mode == "incremental"
             assert quiet.from_ == stored.high_water_mark + timedelta(seconds=1)
@@ -111,5 +125,7 @@ async def test_a_quiet_incremental_run_transfers_nothing_from_a_whole_seconds_pr
             fresh = await run(pair)
             assert (fresh.counts["added"], fresh.counts["unchanged"]) == (1, 0)
             assert await content(ctx.pool, SOURCE_SET) == await content(db, SOURCE_SET)
+            # the incremental runs used the Identify the full run read: one request each
+            assert await identify_requests(provider.root) == identify_asked
     finally:
         await drop_database(template_ready, sink_url)
