@@ -87,6 +87,11 @@ class MassDeletion(Exception):
     """A run would delete more of a link's records than the circuit breaker allows."""
 
 
+def _run_log(report: RunReport) -> logging.LoggerAdapter[logging.Logger]:
+    # link and run as fields of their own in JSON logs (WISCAT_LOG_FORMAT=json)
+    return logging.LoggerAdapter(log, {"link": report.link, "run": report.run_id})
+
+
 def choose_mode(link: Link, *, now: datetime, requested: str | None, full: bool) -> str:
     """Full when asked, when the link has no high-water mark yet, or when its full re-harvest
     is due; incremental otherwise."""
@@ -179,7 +184,7 @@ async def run_list(
         )
     run_id = await link_store.start_run(ctx.pool, link.name, mode, from_, until, ctx.worker)
     report = RunReport(link.name, run_id, mode, from_=from_, until=until)
-    log.info(
+    _run_log(report).info(
         "harvest %s (%s) from %s until %s: started run %d",
         link.name,
         mode,
@@ -208,7 +213,7 @@ async def run_list(
         await _finish(ctx, link, report, started)
         raise
     except Exception as exc:  # a bug of ours must not take the other links down
-        log.exception("harvest %s run %d: unexpected error", link.name, run_id)
+        _run_log(report).exception("harvest %s run %d: unexpected error", link.name, run_id)
         report.status, report.error_kind, report.error = (
             "failed",
             type(exc).__name__,
@@ -233,10 +238,10 @@ async def _finish(ctx: HarvestContext, link: Link, report: RunReport, started: f
         ctx.identified.pop(link.base_url, None)  # the peer may have changed: ask it again
         await link_store.fail_link(ctx.pool, link.name, report.run_id, report.error or "")
         ctx.metrics.errors.labels(link.name, report.error_kind or "unknown").inc()
-        log.warning("harvest %s", report.summary())
+        _run_log(report).warning("harvest %s", report.summary())
     else:
         ctx.metrics.last_success.labels(link.name).set(time.time())
-        log.info("harvest %s", report.summary())
+        _run_log(report).info("harvest %s", report.summary())
     ctx.metrics.runs.labels(link.name, report.mode, report.status).inc()
     ctx.metrics.duration.labels(link.name, report.mode).observe(report.seconds)
 
@@ -407,7 +412,7 @@ async def _backup(ctx: HarvestContext, link: Link, report: RunReport) -> None:
         for outcome in ("taken_new", "taken"):
             for identifier in result.identifiers(outcome):
                 report.taken.append(identifier)
-                log.info(
+                _run_log(report).info(
                     "backup sync %s: took %s (%s)",
                     link.name,
                     identifier,
@@ -551,7 +556,7 @@ async def _store_page(
         if value:
             ctx.metrics.records.labels(link.name, name).inc(value)
     for identifier in result.identifiers("refused_protected"):
-        log.warning(
+        _run_log(report).warning(
             "harvest %s: refused %s: it belongs to the own set %s and a link into %s "
             "may not change it",
             link.name,
@@ -560,13 +565,13 @@ async def _store_page(
             link.local_set,
         )
     for identifier in result.identifiers("refused_older"):
-        log.info(
+        _run_log(report).info(
             "harvest %s: refused %s: gmd:dateStamp older than the stored copy's",
             link.name,
             identifier,
         )
     for held, reason, _ in quarantined:
-        log.warning("harvest %s: quarantined %s: %s", link.name, held, reason)
+        _run_log(report).warning("harvest %s: quarantined %s: %s", link.name, held, reason)
 
 
 async def _complete(
@@ -606,7 +611,7 @@ async def _complete(
             )
             counts.update(result.counts)
             for identifier in result.identifiers("refused_protected"):
-                log.warning(
+                _run_log(report).warning(
                     "harvest %s: refused the deletion of %s: it belongs to the own set",
                     link.name,
                     identifier,

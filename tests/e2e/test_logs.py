@@ -98,3 +98,6 @@ async def test_harvest_logs_say_why_in_json_lines(make_node: NodeFactory, tmp_pa
         code, found = await harvest(node, "broken")
     assert code == 1
     assert said(found, "warning", "harvest broken full run", ": failed", "BadResponse", "HTML")
+    # a run's events name its link and run as fields of their own
+    runs = [e for e in found if e["logger"] == "wiscat.harvester" and "link" in e]
+    assert runs and all(e["link"] == "broken" and isinstance(e["run"], int) for e in runs)
