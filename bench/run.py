@@ -37,7 +37,7 @@ from services.harvester.harvest import harvest_link
 from services.harvester.service import harvest_context
 from shared.db import links as link_store
 from shared.db.embedded import EmbeddedPostgres
-from shared.db.pool import create_pool
+from shared.db.pool import Pool, create_pool
 from shared.oaipmh.pages import announced_token
 from shared.settings import Settings
 from tests import factories, pg
@@ -205,27 +205,30 @@ async def both_clients(
     return minimal, parsing
 
 
-async def export_sqlite(pool: object, path: Path) -> None:
+async def export_sqlite(pool: Pool, path: Path) -> None:
+    """The catalogue as pyoai's server reads it, streamed by a cursor (a million records would
+    not fit in memory at once)."""
     path.unlink(missing_ok=True)
     db = sqlite3.connect(path)
     db.execute(
         "create table records (identifier text primary key, datestamp text, deleted int, xml text)"
     )
-    rows = await pool.fetch(  # type: ignore[attr-defined]
-        "select identifier, datestamp, deleted, xml from records order by datestamp, identifier"
-    )
-    db.executemany(
-        "insert into records values (?, ?, ?, ?)",
-        [
-            (
-                r["identifier"],
-                r["datestamp"].replace(tzinfo=None).isoformat(),
-                int(r["deleted"]),
-                r["xml"],
+    query = "select identifier, datestamp, deleted, xml from records order by datestamp, identifier"
+    batch: list[tuple[str, str, int, str | None]] = []
+    async with pool.acquire() as conn, conn.transaction():
+        async for r in conn.cursor(query, prefetch=1000):
+            batch.append(
+                (
+                    r["identifier"],
+                    r["datestamp"].replace(tzinfo=None).isoformat(),
+                    int(r["deleted"]),
+                    r["xml"],
+                )
             )
-            for r in rows
-        ],
-    )
+            if len(batch) == 1000:
+                db.executemany("insert into records values (?, ?, ?, ?)", batch)
+                batch = []
+    db.executemany("insert into records values (?, ?, ?, ?)", batch)
     db.commit()
     db.close()
 
