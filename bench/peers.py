@@ -24,6 +24,7 @@ from shared.iso19139 import parse_record
 from shared.linkspec import build_link
 from shared.oaipmh import render
 from shared.settings import Settings
+from tests.servers import identify_document
 
 PAGE = 100
 
@@ -57,19 +58,7 @@ async def start_peer(pages: list[bytes], delay: float) -> tuple[web.AppRunner, s
     async def handler(request: web.Request) -> web.Response:
         verb = request.query.get("verb")
         if verb == "Identify":
-            url = str(request.url.with_query(None))
-            body = (
-                render.response_start(now, url, {"verb": "Identify"}, "Identify")
-                + render.identify(
-                    repository_name="peer",
-                    base_url=url,
-                    admin_emails=["a@b.c"],
-                    earliest_datestamp=now,
-                    deleted_record="transient",
-                )
-                + render.response_end("Identify")
-            )
-            return web.Response(body=body, content_type="text/xml")
+            return web.Response(body=identify_document(request, now), content_type="text/xml")
         token = request.query.get("resumptionToken")
         index = int(token[1:]) if token else 0
         if delay:

@@ -78,6 +78,22 @@ async def running_provider(
         sock.close()
 
 
+def identify_document(request: web.Request, earliest: datetime) -> bytes:
+    """A plain peer's Identify answer, its baseURL the URL the request came to."""
+    url = str(request.url.with_query(None))
+    return (
+        render.response_start(datetime.now(UTC), url, {"verb": "Identify"}, "Identify")
+        + render.identify(
+            repository_name="peer",
+            base_url=url,
+            admin_emails=["a@b.c"],
+            earliest_datestamp=earliest,
+            deleted_record="transient",
+        )
+        + render.response_end("Identify")
+    )
+
+
 @contextlib.asynccontextmanager
 async def serving(
     body: bytes,
@@ -90,19 +106,7 @@ async def serving(
 
     async def handler(request: web.Request) -> web.Response:
         if request.query.get("verb") == "Identify":
-            url = str(request.url.with_query(None))
-            document = (
-                render.response_start(now, url, {"verb": "Identify"}, "Identify")
-                + render.identify(
-                    repository_name="peer",
-                    base_url=url,
-                    admin_emails=["a@b.c"],
-                    earliest_datestamp=now,
-                    deleted_record="transient",
-                )
-                + render.response_end("Identify")
-            )
-            return web.Response(body=document, content_type="text/xml")
+            return web.Response(body=identify_document(request, now), content_type="text/xml")
         answer = await pages(request) if pages else body
         return web.Response(body=answer, content_type=content_type)
 
