@@ -21,17 +21,14 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
-from lxml import etree
-
-from services.harvester.client import HarvestError, OAIClient, Page
+from services.harvester.client import HarvestError, OAIClient
 from services.harvester.metrics import HarvesterMetrics
+from services.harvester.page_records import PageSorter, read_page
 from shared.db import links as link_store
 from shared.db import records as store
 from shared.db.links import Link, PageCounts
 from shared.db.pool import Pool
-from shared.iso19139 import RecordError, record_from_element
 from shared.oaipmh.errors import OAIError
 from shared.oaipmh.pages import HeaderItem, IdentifyInfo, RecordItem
 from shared.settings import Settings
@@ -264,12 +261,6 @@ async def _identify(ctx: HarvestContext, link: Link, mode: str) -> IdentifyInfo:
     return known[1]
 
 
-def _raw(element: Any) -> bytes:
-    if element is None:
-        return b""
-    return bytes(etree.tostring(element))
-
-
 async def _harvest(
     ctx: HarvestContext,
     link: Link,
@@ -310,7 +301,7 @@ async def _harvest(
         ):
             # Parsing and hashing run in a thread (libxml2 lets go of the GIL for much of it),
             # so that this loop meanwhile receives the next page and writes the previous one.
-            content = await asyncio.to_thread(_read_page, page)
+            content = await asyncio.to_thread(read_page, page)
             sorter = content.sorter
             deletions += content.deletions
             if content.greatest is not None and (greatest is None or content.greatest > greatest):
@@ -371,7 +362,7 @@ async def _backup(ctx: HarvestContext, link: Link, report: RunReport) -> None:
         metadata_prefix=link.metadata_prefix,
         set_spec=link.remote_set,
     ):
-        sorter = _PageSorter()
+        sorter = PageSorter()
         stamps: dict[str, datetime] = {}
         for item in page.items():
             if isinstance(item, RecordItem) and not item.header.deleted:
@@ -420,72 +411,11 @@ async def _backup(ctx: HarvestContext, link: Link, report: RunReport) -> None:
                 )
 
 
-@dataclass
-class _PageSorter:
-    """Turns a page's items into records to store and records to quarantine."""
-
-    batch: list[store.IncomingRecord] = field(default_factory=list)
-    quarantined: list[tuple[str | None, str, bytes]] = field(default_factory=list)
-
-    def take(self, header: HeaderItem, metadata: Any) -> None:
-        # Called while the payload element is alive (the page parser frees it afterwards).
-        if metadata is None:
-            self.quarantined.append((header.identifier, "record without metadata", b""))
-            return
-        try:
-            record = record_from_element(metadata, safe_parsed=True)
-        except RecordError as exc:
-            self.quarantined.append((header.identifier, str(exc), _raw(metadata)))
-            return
-        if record.identifier != header.identifier:
-            # WIS guidelines (seed 002): the OAI identifier MUST equal gmd:fileIdentifier.
-            self.quarantined.append(
-                (
-                    header.identifier,
-                    f"gmd:fileIdentifier {record.identifier!r} differs from the OAI identifier",
-                    _raw(metadata),
-                )
-            )
-            return
-        self.batch.append(
-            store.IncomingRecord(
-                record.identifier, record.md_datestamp, record.content_hash, record.xml
-            )
-        )
-
-
-@dataclass
-class _PageContent:
-    """What one page brings: records sorted, deleted identifiers, headers whose records are
-    still to get (ListIdentifiers + GetRecord), and the page's greatest datestamp."""
-
-    sorter: _PageSorter = field(default_factory=_PageSorter)
-    deletions: list[str] = field(default_factory=list)
-    wanted: list[HeaderItem] = field(default_factory=list)
-    greatest: datetime | None = None
-
-
-def _read_page(page: Page) -> _PageContent:
-    content = _PageContent()
-    for item in page.items():
-        header = item.header if isinstance(item, RecordItem) else item
-        stamp = header.datestamp_parsed
-        if content.greatest is None or stamp > content.greatest:
-            content.greatest = stamp
-        if header.deleted:
-            content.deletions.append(header.identifier)
-        elif isinstance(item, RecordItem):
-            content.sorter.take(header, item.metadata)
-        else:
-            content.wanted.append(header)
-    return content
-
-
 GET_RECORD_CONCURRENCY = 4
 
 
 async def _get_records(
-    ctx: HarvestContext, link: Link, headers: list[HeaderItem], sorter: _PageSorter
+    ctx: HarvestContext, link: Link, headers: list[HeaderItem], sorter: PageSorter
 ) -> None:
     """The ListIdentifiers + GetRecord strategy (seed 002): fetch a page's records, a few at
     a time, and sort each as it arrives."""
