@@ -356,8 +356,12 @@ class OAIClient:
             while True:
                 page = Page(safe_url(base_url), len(body), PageReader(body))
                 guess = announced_token(body)
-                if guess is not None and guess not in seen_tokens:
-                    count_request()
+                if (
+                    guess is not None
+                    and guess not in seen_tokens
+                    and requests < self.settings.max_requests_per_list
+                ):
+                    requests += 1  # (at the limit no request goes ahead: the list may be done)
                     ahead = asyncio.create_task(
                         self.fetch(base_url, {"verb": verb, "resumptionToken": guess})
                     )

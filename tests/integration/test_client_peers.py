@@ -233,6 +233,25 @@ async def test_a_misleading_tail_is_not_followed(serve: Serve, client: OAIClient
     assert [q.get("resumptionToken") for q in peer.queries] == [None, "decoy", "page-2-token"]
 
 
+async def test_no_request_goes_ahead_past_the_request_limit(
+    serve: Serve, client_for: ClientFactory
+) -> None:
+    # A one-page list whose tail announces a token (a decoy in a comment): at a limit of one
+    # request, the list is complete, and nothing is sent ahead that the limit would refuse.
+    decoy = fixture("ListRecords-page2.xml").rstrip() + (
+        b"\n<!-- <resumptionToken>decoy</resumptionToken> -->\n"
+    )
+
+    async def handler(request: web.Request, peer: Peer) -> web.Response:
+        return xml(decoy)
+
+    peer = await serve(handler)
+    assert await identifiers(client_for(max_requests_per_list=1), peer.url) == [
+        "urn:x-wmo:md:int.wmo.wis::C"
+    ]
+    assert peer.count == 1
+
+
 async def test_gzip_responses_are_decompressed(serve: Serve, client: OAIClient) -> None:
     async def handler(request: web.Request, peer: Peer) -> web.Response:
         response = two_pages(request)
