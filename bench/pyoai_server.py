@@ -54,10 +54,13 @@ class Repository:
         return []
 
     def _rows(self, cursor: int, batch_size: int) -> Any:
+        # pyoai's server continues a list by cursor (an offset). The export writes rowids 1..N
+        # in list order, so "rowid > cursor" is that offset found through the index: an OFFSET
+        # would step over every earlier row, and a million-record list would take hours.
         return self.db.execute(
-            "select identifier, datestamp, deleted, xml from records order by rowid "
-            "limit ? offset ?",
-            (batch_size, cursor),
+            "select identifier, datestamp, deleted, xml from records where rowid > ? "
+            "order by rowid limit ?",
+            (cursor, batch_size),
         )
 
     def listRecords(
