@@ -361,7 +361,7 @@ class OAIClient:
                     and guess not in seen_tokens
                     and requests < self.settings.max_requests_per_list
                 ):
-                    requests += 1  # (at the limit no request goes ahead: the list may be done)
+                    count_request()  # (at the limit none goes ahead: the list may be done)
                     ahead = asyncio.create_task(
                         self.fetch(base_url, {"verb": verb, "resumptionToken": guess})
                     )
