@@ -157,13 +157,13 @@ def record_from_element(root: etree._Element, *, safe_parsed: bool = False) -> R
 
 def file_identifier(root: etree._Element) -> str:
     """The trimmed ``gmd:fileIdentifier/gco:CharacterString`` of a record; RecordError if none."""
-    found = root.findall("gmd:fileIdentifier", NAMESPACES)
+    found = _children(root, _FILE_IDENTIFIER)
     if not found:
         raise RecordError("no gmd:fileIdentifier")
     if len(found) > 1:
         # ISO 19115 allows at most one; two would make the record's identity ambiguous.
         raise RecordError("more than one gmd:fileIdentifier")
-    text = found[0].find("gco:CharacterString", NAMESPACES)
+    text = _child(found[0], _CHARACTER_STRING)
     if text is None:
         raise RecordError("gmd:fileIdentifier has no gco:CharacterString")
     identifier = _text(text)
@@ -180,13 +180,13 @@ def md_datestamp(root: etree._Element) -> datetime | None:
     readable date raises :class:`RecordError`: the "older never overwrites newer" guard must not
     silently lose its input.
     """
-    stamp = root.find("gmd:dateStamp", NAMESPACES)
+    stamp = _child(root, _DATE_STAMP)
     if stamp is None:
         return None
-    value = stamp.find("gco:DateTime", NAMESPACES)
+    value = _child(stamp, _DATE_TIME)
     parse = _parse_datetime
     if value is None:
-        value = stamp.find("gco:Date", NAMESPACES)
+        value = _child(stamp, _DATE_ONLY)
         parse = _parse_date
     if value is None:
         raise RecordError("gmd:dateStamp holds neither gco:DateTime nor gco:Date")
@@ -240,8 +240,8 @@ def canonical_hash(root: etree._Element) -> bytes:
         # on ancestors carried by a detached copy.
         if root.getparent() is not None:
             root = copy.deepcopy(root)
-        canonical = _canonicalize(root, strip_text=True)
-    return hashlib.sha256(canonical.encode("utf-8")).digest()
+        canonical = _canonicalize(root, strip_text=True).encode("utf-8")
+    return hashlib.sha256(canonical).digest()
 
 
 # How C14N writes a carriage return (only ever there from a character reference), which
@@ -253,18 +253,23 @@ _BLANK_TEXT = re.compile(r">\s+<")
 # A text run (after a tag's ">") that starts with whitespace or ends with whitespace before the
 # next "<". A ">" inside an attribute value can make it match falsely, which only costs time.
 _PADDED_TEXT = re.compile(r">(?:\s|&#xD;|[^<]*+(?:(?<=\s)|(?<=&#xD;))<)")
+# The same test on ASCII bytes (the usual record), where \s is the whitespace str.strip removes
+# from ASCII text that XML allows: space, tab, LF and CR (which C14N writes as "&#xD;").
+_PADDED_ASCII = re.compile(rb">(?:\s|&#xD;|[^<]*+(?:(?<=\s)|(?<=&#xD;))<)")
 
 
-def _native_canonical(root: etree._Element) -> str | None:
+def _native_canonical(root: etree._Element) -> bytes | None:
     """The canonical form by libxml2 plus trimming, or None where only C14N 2.0 gives it."""
     raw = etree.tostring(root, method="c14n", exclusive=True, with_comments=False)
     # "?" alone first: searching for it is much cheaper than for "<?", and usually settles it.
     if (b"?" in raw and b"<?" in raw) or b'xml:space="preserve"' in raw:
         return None
+    if raw.isascii() and not _PADDED_ASCII.search(raw):
+        return raw  # nothing to trim: hashed as it is, with no decoding or copy
     canonical = _BLANK_TEXT.sub("><", raw.decode("utf-8"))
     if _PADDED_TEXT.search(canonical):
         canonical = _trim_text_runs(canonical)
-    return canonical
+    return canonical.encode("utf-8")
 
 
 def _trim_text_runs(canonical: str) -> str:
@@ -347,6 +352,22 @@ def _refuse_dtd(root: etree._Element) -> None:
     # entity references, which would serialize into XML that no longer parses on its own.
     for _ in root.iter(etree.Entity):
         raise RecordError("document holds entity references")
+
+
+_FILE_IDENTIFIER = f"{{{GMD}}}fileIdentifier"
+_DATE_STAMP = f"{{{GMD}}}dateStamp"
+_CHARACTER_STRING = f"{{{GCO}}}CharacterString"
+_DATE_TIME = f"{{{GCO}}}DateTime"
+_DATE_ONLY = f"{{{GCO}}}Date"
+
+
+def _children(element: etree._Element, tag: str) -> list[etree._Element]:
+    # libxml2 walks the children (find() with a path runs lxml's ElementPath in Python)
+    return list(element.iterchildren(tag))
+
+
+def _child(element: etree._Element, tag: str) -> etree._Element | None:
+    return next(element.iterchildren(tag), None)
 
 
 def _text(element: etree._Element) -> str:
