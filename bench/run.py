@@ -63,6 +63,31 @@ def peak_rss_mb(pid: int) -> float:
     return float("nan")
 
 
+def _status(pid: int, field: str) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def _descendants(pid: int) -> list[int]:
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            found += [int(child), *_descendants(int(child))]
+    return found
+
+
+def tree_rss_mb(pid: int) -> float:
+    """The resident memory of ``pid`` and every process under it (a harvester's page workers
+    and their fork server), added up: shared pages count once per process, so this overstates."""
+    total = 0.0
+    for member in [pid, *_descendants(pid)]:
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError, ValueError):
+            total += _status(member, "VmRSS:")
+    return total
+
+
 def machine() -> str:
     cpu = "unknown cpu"
     for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -432,8 +457,10 @@ def timed_command(
 ) -> tuple[float, float, int, str]:
     """Run ``args`` to the end: wall seconds, peak memory (MB), exit code and stdout.
 
-    The peak is the process's own VmHWM, sampled while it runs: the ru_maxrss that wait4
-    reports would carry this benchmark's own peak, which a child inherits at fork.
+    The peak is the largest sum of resident memory over the process and its descendants (its
+    page workers), sampled while it runs, and never below the process's own VmHWM: the
+    ru_maxrss that wait4 reports would carry this benchmark's own peak, which a child inherits
+    at fork, and would leave out the workers.
     """
     started = time.perf_counter()
     with tempfile.TemporaryFile() as out:
@@ -441,7 +468,7 @@ def timed_command(
         peak = 0.0
         while proc.poll() is None:
             with contextlib.suppress(FileNotFoundError, ProcessLookupError, ValueError):
-                peak = max(peak, peak_rss_mb(proc.pid))
+                peak = max(peak, tree_rss_mb(proc.pid), peak_rss_mb(proc.pid))
             time.sleep(0.02)
         seconds = time.perf_counter() - started
         out.seek(0)

@@ -6,6 +6,7 @@ reads them at import time. Names follow the interface contract (DESIGN §8).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Literal
 
@@ -49,6 +50,11 @@ class Settings(BaseSettings):
     harvest_timeout_seconds: float = Field(default=120, gt=0, description="per response")
     harvest_max_retries: int = Field(default=5, ge=0)
     harvest_max_page_bytes: int = Field(default=64 * 1024 * 1024, gt=0)
+    harvest_page_workers: int = Field(
+        default_factory=lambda: min(4, os.cpu_count() or 1),
+        ge=0,
+        description="processes that parse and hash harvested pages; 0: a thread",
+    )
     mass_delete_share: float = Field(default=0.10, ge=0, le=1)
     mass_delete_min: int = Field(default=50, ge=0)
     registry_key_file: Path | None = Field(

@@ -24,10 +24,12 @@ import contextlib
 import logging
 import random
 import zlib
-from collections.abc import AsyncIterator, Iterator
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
+from typing import Any, Generic, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
@@ -48,6 +50,8 @@ from shared.oaipmh.pages import (
 
 log = logging.getLogger("wiscat.harvester.client")
 
+T = TypeVar("T")
+
 RETRYABLE = frozenset({408, 429, *range(500, 600)})
 
 
@@ -63,6 +67,10 @@ class PeerHTTPError(HarvestError):
     def __init__(self, status: int, url: str) -> None:
         super().__init__(f"HTTP {status} from {url}")
         self.status = status
+        self.url = url
+
+    def __reduce__(self) -> tuple[type[PeerHTTPError], tuple[int, str]]:
+        return type(self), (self.status, self.url)
 
 
 class PeerTimeout(HarvestError):
@@ -140,6 +148,12 @@ class Page:
     def summary(self) -> PageSummary:
         return self.reader.summary
 
+    def adopt(self, summary: PageSummary, items_seen: int) -> None:
+        """Take the outcome of reading this page elsewhere (a worker process read a copy)."""
+        self.consumed = True
+        self.reader.summary = summary
+        self.reader.items_seen = items_seen
+
 
 def safe_url(url: str) -> str:
     """``url`` without user:password, for logs and stored reasons."""
@@ -167,14 +181,29 @@ def _retry_after(value: str | None, cap: float) -> float | None:
     return None
 
 
-def _drop(request: asyncio.Task[bytes] | None) -> None:
+class _Slot(Generic[T]):
+    """One request of a list under way: the token it was made with, the token its page
+    announces (once fetched), and the task that fetches and reads the page."""
+
+    def __init__(self, asked_with: str | None) -> None:
+        self.asked_with = asked_with
+        self.announced: str | None = None
+        self.fetched = False
+        self.task: asyncio.Task[tuple[Page, T]]
+
+
+async def _left_to_caller(page: Page) -> None:
+    return None
+
+
+def _drop(request: asyncio.Task[Any] | None) -> None:
     """Cancel a request sent ahead that is no longer wanted (its outcome is of no interest)."""
     if request is not None:
         request.cancel()
         request.add_done_callback(_forget)
 
 
-def _forget(request: asyncio.Task[bytes]) -> None:
+def _forget(request: asyncio.Task[Any]) -> None:
     if not request.cancelled():
         request.exception()  # retrieved, so that asyncio does not report it as lost
 
@@ -319,14 +348,48 @@ class OAIClient:
         until: datetime | None = None,
         day_granularity: bool = False,
     ) -> AsyncIterator[Page]:
-        """Every page of a list, following resumptionTokens. noRecordsMatch is an empty,
-        complete list.
+        """Every page of a list, following resumptionTokens, for the caller to read (the page's
+        items, then its summary). noRecordsMatch is an empty, complete list.
 
-        While the consumer reads a page, the next one is already asked for with the token the
-        page's tail announces (:func:`announced_token`), so the peer and this process work at
-        the same time; the token the page's parse finds decides, and a request made with a
-        guess that differs from it is dropped. Read a page's items off the event loop (in a
-        thread) to let that request run meanwhile.
+        While the caller reads a page, the next one is already asked for (see
+        :meth:`read_pages`); read the items off the event loop (in a thread) to let that
+        request run meanwhile.
+        """
+        async for page, _ in self.read_pages(
+            base_url,
+            verb,
+            _left_to_caller,
+            metadata_prefix=metadata_prefix,
+            set_spec=set_spec,
+            from_=from_,
+            until=until,
+            day_granularity=day_granularity,
+        ):
+            yield page
+
+    async def read_pages(
+        self,
+        base_url: str,
+        verb: str,
+        read: Callable[[Page], Awaitable[T]],
+        *,
+        metadata_prefix: str,
+        set_spec: str | None = None,
+        from_: datetime | None = None,
+        until: datetime | None = None,
+        day_granularity: bool = False,
+        ahead: int = 1,
+    ) -> AsyncIterator[tuple[Page, T]]:
+        """Every page of a list with what ``read`` made of it, in list order.
+
+        Up to ``ahead`` pages are asked for and read ahead of the one the caller holds: as soon
+        as a page arrives, the next is asked for with the token the page's tail announces
+        (:func:`announced_token`), and the page is read (``read`` may run it in another process,
+        so several pages are read at once). Each such guess is checked against the token the
+        page's reading found before the next page is handed over; a request made with a wrong
+        guess is dropped with all that came after it, and its outcome, failure included, is
+        never seen. ``read`` must leave the page consumed (:meth:`Page.adopt`, or its items
+        read), or leave its items to the caller, which reads them before asking for the next.
         """
         params = {"verb": verb, "metadataPrefix": metadata_prefix}
         if set_spec:
@@ -335,62 +398,73 @@ class OAIClient:
             params["from"] = self._format(from_, day_granularity)
         if until is not None:
             params["until"] = self._format(until, day_granularity)
+        shown = safe_url(base_url)
+        limit = self.settings.max_requests_per_list
         seen_tokens: set[str] = set()
         empty_pages = 0
         requests = 0
-        ahead: asyncio.Task[bytes] | None = None
-        guess: str | None = None
+        # requests under way, in list order: the first is the next page the caller gets
+        slots: deque[_Slot[T]] = deque()
+        newest: _Slot[T] | None = None  # the last request sent (it may be handed over already)
 
-        def count_request() -> None:
-            nonlocal requests
+        def send(asked_with: str | None, query: dict[str, str]) -> None:
+            nonlocal requests, newest
             requests += 1
-            if requests > self.settings.max_requests_per_list:
-                raise TooManyRequests(
-                    f"the list from {safe_url(base_url)} needed more than "
-                    f"{self.settings.max_requests_per_list} requests"
-                )
+            if requests > limit:
+                raise TooManyRequests(f"the list from {shown} needed more than {limit} requests")
+            newest = _Slot(asked_with)
+            newest.task = asyncio.create_task(fetch_and_read(newest, query))
+            slots.append(newest)
+
+        def go_ahead() -> None:
+            # the newest page fetched announced its successor: ask for it if there is room
+            # (at the request limit none goes ahead: the list may be done)
+            if newest is None or not newest.fetched or len(slots) >= ahead or requests >= limit:
+                return
+            guess = newest.announced
+            if guess is None or guess in seen_tokens or any(s.asked_with == guess for s in slots):
+                return
+            send(guess, {"verb": verb, "resumptionToken": guess})
+
+        async def fetch_and_read(slot: _Slot[T], query: dict[str, str]) -> tuple[Page, T]:
+            body = await self.fetch(base_url, query)
+            slot.announced = announced_token(body)
+            slot.fetched = True
+            if slot is newest:
+                go_ahead()
+            page = Page(shown, len(body), PageReader(body))
+            return page, await read(page)
 
         try:
-            count_request()
-            body = await self.fetch(base_url, params)
-            while True:
-                page = Page(safe_url(base_url), len(body), PageReader(body))
-                guess = announced_token(body)
-                if (
-                    guess is not None
-                    and guess not in seen_tokens
-                    and requests < self.settings.max_requests_per_list
-                ):
-                    count_request()  # (at the limit none goes ahead: the list may be done)
-                    ahead = asyncio.create_task(
-                        self.fetch(base_url, {"verb": verb, "resumptionToken": guess})
-                    )
-                yield page
-                for _ in page.items():  # whatever the consumer left unread
+            send(None, params)
+            while slots:
+                page, result = await slots[0].task
+                slots.popleft()
+                go_ahead()
+                yield page, result
+                for _ in page.items():  # whatever the caller left unread
                     pass
                 token = page.summary.resumption_token
                 if token is None:
                     return
                 if token in seen_tokens:
                     raise RepeatedResumptionToken(
-                        f"{safe_url(base_url)} sent the resumptionToken {token!r} twice in one list"
+                        f"{shown} sent the resumptionToken {token!r} twice in one list"
                     )
                 seen_tokens.add(token)
                 empty_pages = empty_pages + 1 if page.reader.items_seen == 0 else 0
                 if empty_pages > self.settings.max_empty_pages:
                     raise TooManyEmptyPages(
-                        f"{safe_url(base_url)} sent {empty_pages} pages in a row with a token "
-                        "and no item"
+                        f"{shown} sent {empty_pages} pages in a row with a token and no item"
                     )
-                if ahead is not None and guess == token:
-                    body, ahead = await ahead, None
-                else:
-                    _drop(ahead)
-                    ahead = None
-                    count_request()
-                    body = await self.fetch(base_url, {"verb": verb, "resumptionToken": token})
+                if slots and slots[0].asked_with == token:
+                    continue  # the request sent ahead was the right one
+                while slots:
+                    _drop(slots.pop().task)
+                send(token, {"verb": verb, "resumptionToken": token})
         finally:
-            _drop(ahead)
+            while slots:
+                _drop(slots.pop().task)
 
     async def get_record(self, base_url: str, identifier: str, metadata_prefix: str) -> RecordItem:
         """One record by GetRecord (the ListIdentifiers + GetRecord strategy)."""

@@ -24,7 +24,7 @@ from datetime import UTC, datetime, timedelta
 
 from services.harvester.client import HarvestError, OAIClient
 from services.harvester.metrics import HarvesterMetrics
-from services.harvester.page_records import PageSorter, read_page
+from services.harvester.page_records import PageReaders, PageSorter
 from shared.db import links as link_store
 from shared.db import records as store
 from shared.db.links import Link, PageCounts
@@ -49,6 +49,8 @@ class HarvestContext:
     worker: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
     # each peer's Identify (by base URL) and when it was read: see _identify
     identified: dict[str, tuple[float, IdentifyInfo]] = field(default_factory=dict)
+    # where pages are parsed and hashed (worker processes, or a thread)
+    pages: PageReaders = field(default_factory=lambda: PageReaders(0))
 
 
 @dataclass
@@ -290,18 +292,19 @@ async def _harvest(
     # most one write is in flight, and the pages commit in order.
     writing: asyncio.Task[None] | None = None
     try:
-        async for page in ctx.client.list_pages(
+        # Pages are parsed and hashed in worker processes (or a thread), several at once, while
+        # this loop writes the one before.
+        async for page, content in ctx.client.read_pages(
             link.base_url,
             "ListIdentifiers" if by_identifiers else "ListRecords",
+            ctx.pages.read,
             metadata_prefix=link.metadata_prefix,
             set_spec=link.remote_set,
             from_=report.from_,
             until=report.until,
             day_granularity=identify.day_granularity,
+            ahead=ctx.pages.ahead,
         ):
-            # Parsing and hashing run in a thread (libxml2 lets go of the GIL for much of it),
-            # so that this loop meanwhile receives the next page and writes the previous one.
-            content = await asyncio.to_thread(read_page, page)
             sorter = content.sorter
             deletions += content.deletions
             if content.greatest is not None and (greatest is None or content.greatest > greatest):

@@ -1,23 +1,36 @@
 """What one harvested page brings: records to store, records to quarantine, deletions.
 
 :func:`read_page` does all the per-record work of a page (parsing, checks, canonical hash,
-serialization) and touches neither the network nor the database, so a harvest runs it in a
-thread while its event loop receives the next page and writes the previous one. Every lxml
-object it makes stays inside it: what it returns is plain values.
+serialization) and touches neither the network nor the database. Every lxml object it makes
+stays inside it: what it returns is plain values. That work is most of a harvest's CPU, so
+:class:`PageReaders` runs it in worker processes, where pages are read on every core while the
+harvest's event loop receives the next page and writes the previous one; small pages, and every
+page when no worker is configured, are read in a thread instead.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
+import multiprocessing
+import os
+import threading
+import time
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from lxml import etree
 
-from services.harvester.client import Page
+from services.harvester.client import BadResponse, Page
 from shared.db import records as store
 from shared.iso19139 import RecordError, record_from_element
-from shared.oaipmh.pages import HeaderItem, RecordItem
+from shared.oaipmh.pages import HeaderItem, PageReader, PageSummary, RecordItem
+
+log = logging.getLogger("wiscat.harvester.pages")
 
 
 def _raw(element: Any) -> bytes:
@@ -86,3 +99,97 @@ def read_page(page: Page) -> PageContent:
         else:
             content.wanted.append(header)
     return content
+
+
+def read_copy(url: str, body: bytes) -> tuple[PageContent, PageSummary, int]:
+    """:func:`read_page` in a worker process: the page's content, its summary and its item count
+    (for :meth:`Page.adopt`)."""
+    page = Page(url, len(body), PageReader(body))
+    content = read_page(page)
+    return content, page.summary, page.reader.items_seen
+
+
+def _watch(harvester: int) -> None:
+    """Worker initializer: end this worker when the harvester process that started it is gone
+    (killed with SIGKILL, it cannot stop its workers itself; they would wait forever)."""
+
+    def watch() -> None:
+        while True:
+            time.sleep(1.0)
+            try:
+                os.kill(harvester, 0)
+            except (ProcessLookupError, PermissionError):  # gone (its pid free, or reused)
+                os._exit(0)
+
+    threading.Thread(target=watch, name="harvester-watch", daemon=True).start()
+
+
+# Below this size a page is read in a thread: sending it to a worker and its records back would
+# cost more than it saves (an empty or one-record page, a quiet incremental run).
+WORKER_MIN_BYTES = 256 * 1024
+
+
+class PageReaders:
+    """Where a harvester process reads its pages: ``workers`` processes shared by all its runs
+    (started on the first page big enough to need them), or a thread when ``workers`` is 0.
+
+    A worker that dies (killed, out of memory, a crash in libxml2) fails the run whose page it
+    was reading, with that reason, and the next page gets a fresh set of workers: other runs,
+    and this process, carry on.
+    """
+
+    def __init__(self, workers: int, *, min_bytes: int = WORKER_MIN_BYTES) -> None:
+        self.workers = workers
+        self.min_bytes = min_bytes
+        self._executor: ProcessPoolExecutor | None = None
+
+    @property
+    def ahead(self) -> int:
+        """How many pages a list should fetch and read ahead: one per worker, and one more
+        being fetched."""
+        return max(1, self.workers) + 1
+
+    async def read(self, page: Page) -> PageContent:
+        body = page.reader.body
+        if self.workers == 0 or len(body) < self.min_bytes or page.consumed:
+            return await asyncio.to_thread(read_page, page)
+        executor = self._start()
+        try:
+            content, summary, items_seen = await asyncio.wrap_future(
+                executor.submit(read_copy, page.url, body)
+            )
+        except BrokenProcessPool as exc:
+            if self._executor is executor:
+                self._executor = None
+                executor.shutdown(wait=False, cancel_futures=True)
+            log.error("a page reader process died reading a page from %s", page.url)
+            raise BadResponse(
+                f"the process reading a page from {page.url} died (killed, out of memory, "
+                "or a crash in the XML parser)"
+            ) from exc
+        page.adopt(summary, items_seen)
+        return content
+
+    def _start(self) -> ProcessPoolExecutor:
+        if self._executor is None:
+            # forkserver: each worker is forked from a small server process that has imported
+            # this module once, never from this (threaded, connected) process
+            context = multiprocessing.get_context("forkserver")
+            context.set_forkserver_preload([__name__])
+            self._executor = ProcessPoolExecutor(
+                self.workers, mp_context=context, initializer=_watch, initargs=(os.getpid(),)
+            )
+        return self._executor
+
+    def worker_pids(self) -> list[int]:
+        """The worker processes' ids (monitoring, tests)."""
+        if self._executor is None:
+            return []
+        processes = getattr(self._executor, "_processes", None) or {}
+        return [process.pid for process in processes.values() if process.pid is not None]
+
+    def close(self) -> None:
+        if self._executor is not None:
+            with contextlib.suppress(Exception):
+                self._executor.shutdown(wait=True, cancel_futures=True)
+            self._executor = None

@@ -13,6 +13,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from services.harvester.client import ClientSettings, OAIClient
 from services.harvester.harvest import HarvestContext
+from services.harvester.page_records import PageReaders
 from services.harvester.scheduled_checks import export_check_metrics, run_due_checks
 from services.harvester.scheduler import Scheduler
 from shared.db import links as link_store
@@ -40,7 +41,9 @@ async def harvest_context(settings: Settings, database_url: str) -> AsyncIterato
             client_config = client_settings(settings)
             session = await stack.enter_async_context(OAIClient.session(client_config))
             client = OAIClient(session, client_config)
-            yield HarvestContext(settings, pool, client)
+            pages = PageReaders(settings.harvest_page_workers)
+            stack.callback(pages.close)
+            yield HarvestContext(settings, pool, client, pages=pages)
     finally:
         await pool.close()
 

@@ -30,6 +30,10 @@ class OAIError(Exception):
         super().__init__(message or self.__doc__ or self.code)
         self.message = message or (self.__doc__ or self.code).strip()
 
+    def __reduce__(self) -> tuple[type[OAIError], tuple[str]]:
+        # pickled as what it was made from (a page read in a worker process may raise one)
+        return type(self), (self.message,)
+
 
 class BadArgument(OAIError):
     """The request includes illegal arguments, is missing required arguments, includes a repeated

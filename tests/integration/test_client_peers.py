@@ -28,6 +28,7 @@ from services.harvester.client import (
     BadResponse,
     ClientSettings,
     OAIClient,
+    Page,
     PeerHTTPError,
     PeerTimeout,
     PeerUnreachable,
@@ -250,6 +251,85 @@ async def test_no_request_goes_ahead_past_the_request_limit(
         "urn:x-wmo:md:int.wmo.wis::C"
     ]
     assert peer.count == 1
+
+
+def numbered_page(number: int, last: int, *, tail: bytes = b"") -> bytes:
+    """Page ``number`` of a list of ``last`` pages, two headers each, tokens "p2", "p3"..."""
+    token = f"<resumptionToken>p{number + 1}</resumptionToken>" if number < last else ""
+    headers = "".join(
+        f"<header><identifier>id-{number}-{i}</identifier>"
+        "<datestamp>2024-01-01T00:00:00Z</datestamp></header>"
+        for i in (1, 2)
+    )
+    return (
+        '<?xml version="1.0" encoding="UTF-8"?>'
+        '<OAI-PMH xmlns="http://www.openarchives.org/OAI/2.0/">'
+        "<responseDate>2024-01-02T00:00:00Z</responseDate>"
+        '<request verb="ListIdentifiers">http://peer/oai</request>'
+        f"<ListIdentifiers>{headers}{token}</ListIdentifiers></OAI-PMH>"
+    ).encode() + tail
+
+
+async def test_several_pages_are_read_at_once_and_handed_over_in_order(
+    serve: Serve, client: OAIClient
+) -> None:
+    async def handler(request: web.Request, peer: Peer) -> web.Response:
+        token = request.query.get("resumptionToken")
+        return xml(numbered_page(int(token[1:]) if token else 1, 6))
+
+    peer = await serve(handler)
+    reading = 0
+    most_at_once = 0
+
+    async def read(page: Page) -> list[str]:
+        nonlocal reading, most_at_once
+        reading += 1
+        most_at_once = max(most_at_once, reading)
+        await asyncio.sleep(0.1)  # a read in another process: the loop runs meanwhile
+        reading -= 1
+        return [identifier_of(item) for item in page.items()]
+
+    seen: list[str] = []
+    async for page, ids in client.read_pages(
+        peer.url, "ListIdentifiers", read, metadata_prefix="iso19139", ahead=3
+    ):
+        assert page.consumed
+        seen += ids
+    assert seen == [f"id-{n}-{i}" for n in range(1, 7) for i in (1, 2)]
+    assert most_at_once == 3
+    # every page asked for once, each with the token its predecessor announced
+    assert [q.get("resumptionToken") for q in peer.queries] == [None, "p2", "p3", "p4", "p5", "p6"]
+
+
+async def test_pages_read_ahead_on_a_wrong_guess_are_dropped_unseen(
+    serve: Serve, client: OAIClient
+) -> None:
+    # Page 2's tail announces "decoy" (in a comment): the request made ahead with it gets an
+    # HTML page, which cannot be read, but the list goes on with the token page 2 really holds
+    # and that failure is never seen.
+    decoy = b"<!-- <resumptionToken>decoy</resumptionToken> -->"
+
+    async def handler(request: web.Request, peer: Peer) -> web.Response:
+        token = request.query.get("resumptionToken")
+        if token == "decoy":
+            return xml(b"<html>not a page</html>")
+        number = int(token[1:]) if token else 1
+        return xml(numbered_page(number, 4, tail=decoy if number == 2 else b""))
+
+    peer = await serve(handler)
+
+    async def read(page: Page) -> list[str]:
+        await asyncio.sleep(0.05)
+        return [identifier_of(item) for item in page.items()]  # BadResponse for the decoy's
+
+    seen: list[str] = []
+    async for _, ids in client.read_pages(
+        peer.url, "ListIdentifiers", read, metadata_prefix="iso19139", ahead=3
+    ):
+        seen += ids
+    assert seen == [f"id-{n}-{i}" for n in range(1, 5) for i in (1, 2)]
+    asked = [q.get("resumptionToken") for q in peer.queries]
+    assert asked == [None, "p2", "decoy", "p3", "p4"]
 
 
 async def test_gzip_responses_are_decompressed(serve: Serve, client: OAIClient) -> None:
