@@ -12,6 +12,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import NamedTuple
 
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
@@ -24,9 +25,12 @@ _SQL = load("records.sql")
 Executor = asyncpg.Connection | PoolConnectionProxy | asyncpg.Pool
 
 
-@dataclass(frozen=True, slots=True)
-class IncomingRecord:
-    """A record ready to store: identifier, gmd:dateStamp, canonical hash and serialized XML."""
+class IncomingRecord(NamedTuple):
+    """A record ready to store: identifier, gmd:dateStamp, canonical hash and serialized XML.
+
+    A named tuple, not a dataclass: a harvester's page workers send pages of these back to
+    the harvester, and a tuple unpickles about four times faster than a frozen dataclass.
+    """
 
     identifier: str
     md_datestamp: datetime | None
