@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -130,7 +130,7 @@ async def oai_endpoint(request: Request) -> Response:
     if isinstance(body, list):
         observe()
         return _respond(request, body)
-    return await _respond_stream(request, body, observe)
+    return await _respond_page(request, body, observe)
 
 
 def _gzip(request: Request) -> bool:
@@ -159,33 +159,47 @@ def _respond(request: Request, chunks: list[bytes]) -> Response:
     return Response(body, media_type=XML_TYPE)
 
 
-async def _respond_stream(
-    request: Request, chunks: AsyncGenerator[bytes, None], on_done: Callable[[], None]
-) -> Response:
-    """A list page, streamed. Its first chunk is taken here: a started generator is always
-    closed by the event loop, even when the client goes away before the body is sent, so the
-    page's ``finally`` (which frees its list slot) always runs."""
-    first = await anext(chunks)
+async def _respond_page(request: Request, page: ListPage, on_done: Callable[[], None]) -> Response:
+    """A list page, sent with its length (no chunked framing to copy it through) in pieces of
+    about CHUNK bytes. Its list slot is freed once the page is sent, or the client has gone."""
     gzip = _gzip(request)
+    pieces: Iterator[bytes] = page.writer.chunks(CHUNK)
+    size = page.writer.size
+    if gzip:
+        # compressed whole first, to know its length (a tenth of the page, or less)
+        compressor = _compressor()
+        packed = [compressor.compress(piece) for piece in pieces]
+        packed.append(compressor.flush())
+        pieces, size = iter(packed), sum(map(len, packed))
 
-    async def body() -> AsyncIterator[bytes]:
-        compressor = _compressor() if gzip else None
+    async def body() -> AsyncGenerator[bytes, None]:
         try:
-            yield compressor.compress(first) if compressor else first
-            async for chunk in chunks:
-                yield compressor.compress(chunk) if compressor else chunk
-            if compressor:
-                yield compressor.flush()
+            for piece in pieces:
+                yield piece
         finally:
-            await chunks.aclose()
+            page.release()
             on_done()
 
-    return StreamingResponse(body(), media_type=XML_TYPE, headers=_GZIP_HEADERS if gzip else {})
+    # The first piece is taken here: a started generator is always closed by the event loop,
+    # even when the client goes away before the body is sent, so the slot is always freed.
+    stream = body()
+    first = await anext(stream)
+
+    async def whole() -> AsyncIterator[bytes]:
+        try:
+            yield first
+            async for piece in stream:
+                yield piece
+        finally:
+            await stream.aclose()
+
+    headers = {"Content-Length": str(size), **(_GZIP_HEADERS if gzip else {})}
+    return StreamingResponse(whole(), media_type=XML_TYPE, headers=headers)
 
 
 async def answer(
     state: ProviderState, req: OAIRequest, response_date: datetime
-) -> list[bytes] | AsyncGenerator[bytes, None]:
+) -> list[bytes] | ListPage:
     if req.verb == "Identify":
         return [await identify(state, req, response_date)]
     if req.verb == "ListMetadataFormats":
@@ -318,9 +332,22 @@ async def _start_position(
     )
 
 
-async def list_records(
-    state: ProviderState, req: OAIRequest, response_date: datetime
-) -> AsyncGenerator[bytes, None]:
+@dataclass
+class ListPage:
+    """A rendered list page on its way to the client; it holds one of the provider's list
+    slots until :meth:`release` (once the page is sent, or the client gone)."""
+
+    writer: render.PageWriter
+    state: ProviderState
+    released: bool = False
+
+    def release(self) -> None:
+        if not self.released:
+            self.released = True
+            self.state.lists_in_progress -= 1
+
+
+async def list_records(state: ProviderState, req: OAIRequest, response_date: datetime) -> ListPage:
     if req.resumption_token is not None:
         position = state.codec.decode(req.resumption_token, now=response_date)
         if position.verb != req.verb:
@@ -393,43 +420,41 @@ async def list_records(
             complete_list_size=max(complete_list_size, cursor + len(rows)),
             expiration=expiration,
         )
+    try:
+        writer = _render_page(state, req, response_date, rows, position.metadata_prefix, token_xml)
+    except BaseException:
+        state.lists_in_progress -= 1
+        raise
     state.metrics.records_served.labels(req.verb).inc(len(rows))
-    return _page_stream(state, req, response_date, rows, position.metadata_prefix, token_xml)
+    return ListPage(writer, state)
 
 
-async def _page_stream(
+def _render_page(
     state: ProviderState,
     req: OAIRequest,
     response_date: datetime,
     rows: Sequence[store.StoredRecord],
     prefix: str,
     token_xml: bytes,
-) -> AsyncGenerator[bytes, None]:
-    try:
-        writer = render.PageWriter()
-        writer.add(
-            render.response_start(response_date, state.settings.base_url, req.echo, req.verb)
-        )
-        header_sets: dict[tuple[tuple[str, ...], bool], list[str]] = {}
-        for stored in rows:
-            key = (stored.set_specs, stored.deleted)
-            sets = header_sets.get(key)
-            if sets is None:
-                sets = header_sets[key] = _header_sets(stored)
-            if req.verb == "ListIdentifiers":
-                writer.add_header(stored.identifier, stored.datestamp, sets, stored.deleted)
-            else:
-                writer.add_record(
-                    stored.identifier,
-                    stored.datestamp,
-                    sets,
-                    stored.deleted,
-                    _metadata(prefix, stored),
-                )
-            if writer.size >= CHUNK:
-                yield writer.take()
-        writer.add(token_xml)
-        writer.add(render.response_end(req.verb))
-        yield writer.take()
-    finally:
-        state.lists_in_progress -= 1
+) -> render.PageWriter:
+    writer = render.PageWriter()
+    writer.add(render.response_start(response_date, state.settings.base_url, req.echo, req.verb))
+    header_sets: dict[tuple[tuple[str, ...], bool], list[str]] = {}
+    for stored in rows:
+        key = (stored.set_specs, stored.deleted)
+        sets = header_sets.get(key)
+        if sets is None:
+            sets = header_sets[key] = _header_sets(stored)
+        if req.verb == "ListIdentifiers":
+            writer.add_header(stored.identifier, stored.datestamp, sets, stored.deleted)
+        else:
+            writer.add_record(
+                stored.identifier,
+                stored.datestamp,
+                sets,
+                stored.deleted,
+                _metadata(prefix, stored),
+            )
+    writer.add(token_xml)
+    writer.add(render.response_end(req.verb))
+    return writer

@@ -286,6 +286,28 @@ async def test_list_records_with_gzip(provider: RunningProvider) -> None:
     assert body.count(b"<record>") == 100
 
 
+async def test_list_pages_are_sent_with_their_length(db: Pool, database_url: str) -> None:
+    await factories.load_records(db, OWN, range(260))
+    # one page of 250 records: over 2 MiB, so sent in more than one piece
+    async with (
+        running_provider(database_url, page_size=250) as running,
+        aiohttp.ClientSession(auto_decompress=False) as session,
+    ):
+        for encoding in ("identity", "gzip"):
+            async with session.get(
+                running.oai,
+                params={"verb": "ListRecords", "metadataPrefix": "iso19139"},
+                headers={"Accept-Encoding": encoding},
+            ) as response:
+                raw = await response.read()
+                assert "Transfer-Encoding" not in response.headers
+                assert int(response.headers["Content-Length"]) == len(raw)
+            body = gzip.decompress(raw) if encoding == "gzip" else raw
+            assert len(body) > 2 * 1024 * 1024
+            check(body)
+            assert body.count(b"<record>") == 250
+
+
 async def test_overload_gets_503_with_retry_after(db: Pool, database_url: str) -> None:
     await factories.load_records(db, OWN, range(3000))
     async with running_provider(database_url, max_concurrent_lists=1, page_size=3000) as running:
