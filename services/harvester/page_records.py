@@ -17,6 +17,7 @@ import multiprocessing
 import os
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
@@ -133,14 +134,22 @@ class PageReaders:
     """Where a harvester process reads its pages: ``workers`` processes shared by all its runs
     (started on the first page big enough to need them), or a thread when ``workers`` is 0.
 
-    A worker that dies (killed, out of memory, a crash in libxml2) fails the run whose page it
-    was reading, with that reason, and the next page gets a fresh set of workers: other runs,
-    and this process, carry on.
+    A worker that dies (killed, out of memory) is replaced, and the page it held is read again
+    once by fresh workers; a page that kills its reader twice fails its run with that reason,
+    and other runs, and this process, carry on. Where this system cannot run worker processes
+    at all, pages are read in a thread. ``reader`` is what a worker runs (:func:`read_copy`).
     """
 
-    def __init__(self, workers: int, *, min_bytes: int = WORKER_MIN_BYTES) -> None:
+    def __init__(
+        self,
+        workers: int,
+        *,
+        min_bytes: int = WORKER_MIN_BYTES,
+        reader: Callable[[str, bytes], tuple[PageContent, PageSummary, int]] = read_copy,
+    ) -> None:
         self.workers = workers
         self.min_bytes = min_bytes
+        self.reader = reader
         self._executor: ProcessPoolExecutor | None = None
 
     @property
@@ -153,22 +162,34 @@ class PageReaders:
         body = page.reader.body
         if self.workers == 0 or len(body) < self.min_bytes or page.consumed:
             return await asyncio.to_thread(read_page, page)
-        executor = self._start()
-        try:
-            content, summary, items_seen = await asyncio.wrap_future(
-                executor.submit(read_copy, page.url, body)
-            )
-        except BrokenProcessPool as exc:
-            if self._executor is executor:
-                self._executor = None
-                executor.shutdown(wait=False, cancel_futures=True)
-            log.error("a page reader process died reading a page from %s", page.url)
-            raise BadResponse(
-                f"the process reading a page from {page.url} died (killed, out of memory, "
-                "or a crash in the XML parser)"
-            ) from exc
-        page.adopt(summary, items_seen)
-        return content
+        for attempt in (1, 2):
+            try:
+                executor = self._start()
+                future = executor.submit(self.reader, page.url, body)
+            except BrokenProcessPool:
+                # broken while idle (a worker died between pages): start afresh
+                self._discard(executor)
+                executor = self._start()
+                future = executor.submit(self.reader, page.url, body)
+            except OSError as exc:  # no process support here (no /dev/shm, seccomp, ...)
+                log.warning("no page worker processes (%s): pages are read in a thread", exc)
+                self.workers = 0
+                return await asyncio.to_thread(read_page, page)
+            try:
+                content, summary, items_seen = await asyncio.wrap_future(future)
+            except BrokenProcessPool as exc:
+                self._discard(executor)
+                if attempt == 2:
+                    log.error("a page from %s killed its reader process twice", page.url)
+                    raise BadResponse(
+                        f"the process reading a page from {page.url} died, twice (out of "
+                        "memory, or a crash in the XML parser)"
+                    ) from exc
+                log.warning("a page reader process died; the page from %s is read again", page.url)
+                continue
+            page.adopt(summary, items_seen)
+            return content
+        raise AssertionError("unreachable")
 
     def _start(self) -> ProcessPoolExecutor:
         if self._executor is None:
@@ -180,6 +201,12 @@ class PageReaders:
                 self.workers, mp_context=context, initializer=_watch, initargs=(os.getpid(),)
             )
         return self._executor
+
+    def _discard(self, executor: ProcessPoolExecutor) -> None:
+        # (other reads on the same broken pool may have replaced it already)
+        if self._executor is executor:
+            self._executor = None
+            executor.shutdown(wait=False, cancel_futures=True)
 
     def worker_pids(self) -> list[int]:
         """The worker processes' ids (monitoring, tests)."""
