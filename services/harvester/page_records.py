@@ -159,37 +159,41 @@ class PageReaders:
         return max(1, self.workers) + 1
 
     async def read(self, page: Page) -> PageContent:
-        body = page.reader.body
-        if self.workers == 0 or len(body) < self.min_bytes or page.consumed:
+        if self.workers == 0 or len(page.reader.body) < self.min_bytes:
             return await asyncio.to_thread(read_page, page)
-        for attempt in (1, 2):
-            try:
-                executor = self._start()
-                future = executor.submit(self.reader, page.url, body)
-            except BrokenProcessPool:
-                # broken while idle (a worker died between pages): start afresh
-                self._discard(executor)
-                executor = self._start()
-                future = executor.submit(self.reader, page.url, body)
-            except OSError as exc:  # no process support here (no /dev/shm, seccomp, ...)
-                log.warning("no page worker processes (%s): pages are read in a thread", exc)
-                self.workers = 0
-                return await asyncio.to_thread(read_page, page)
-            try:
-                content, summary, items_seen = await asyncio.wrap_future(future)
-            except BrokenProcessPool as exc:
-                self._discard(executor)
-                if attempt == 2:
-                    log.error("a page from %s killed its reader process twice", page.url)
-                    raise BadResponse(
-                        f"the process reading a page from {page.url} died, twice (out of "
-                        "memory, or a crash in the XML parser)"
-                    ) from exc
-                log.warning("a page reader process died; the page from %s is read again", page.url)
-                continue
-            page.adopt(summary, items_seen)
-            return content
-        raise AssertionError("unreachable")
+        try:
+            return await self._in_worker(page)
+        except OSError as exc:  # no process support here (no /dev/shm, seccomp, ...)
+            log.warning("no page worker processes (%s): pages are read in a thread", exc)
+            self.workers = 0
+            return await asyncio.to_thread(read_page, page)
+        except BrokenProcessPool:
+            log.warning("a page reader process died; the page from %s is read again", page.url)
+        try:
+            return await self._in_worker(page)
+        except BrokenProcessPool as exc:
+            log.error("a page from %s killed its reader process twice", page.url)
+            raise BadResponse(
+                f"the process reading a page from {page.url} died, twice (out of memory, or a "
+                "crash in the XML parser)"
+            ) from exc
+
+    async def _in_worker(self, page: Page) -> PageContent:
+        executor = self._start()
+        try:
+            future = executor.submit(self.reader, page.url, page.reader.body)
+        except BrokenProcessPool:
+            # broken while idle (a worker died between pages): start afresh
+            self._discard(executor)
+            executor = self._start()
+            future = executor.submit(self.reader, page.url, page.reader.body)
+        try:
+            content, summary, items_seen = await asyncio.wrap_future(future)
+        except BrokenProcessPool:
+            self._discard(executor)
+            raise
+        page.adopt(summary, items_seen)
+        return content
 
     def _start(self) -> ProcessPoolExecutor:
         if self._executor is None:
