@@ -22,6 +22,7 @@ from shared.db import migrate as migrations
 from shared.db.errors import DatabaseError
 from shared.db.pool import Pool, connect, create_pool, database_url
 from shared.durations import format_duration, parse_duration
+from shared.heap import tune_heap
 from shared.linkspec import LinkSpecError, build_link, set_kind
 from shared.logs import configure
 from shared.settings import Settings
@@ -452,6 +453,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"wiscat: bad settings: {exc}", file=sys.stderr)
         return 2
     configure(settings.log_level, settings.log_format)
+    tune_heap()
     try:
         command = args.command
         if command == "link":
