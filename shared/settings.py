@@ -43,6 +43,9 @@ class Settings(BaseSettings):
     harvester_port: int = 8081
     allow_private_fetch: bool = False
     max_concurrent_lists: int = Field(default=16, ge=1)
+    read_ahead_pages: int = Field(
+        default=8, ge=0, description="list pages read ahead for the tokens just sent; 0: none"
+    )
     harvest_concurrency: int = Field(default=16, ge=1, description="links harvested at once")
     harvest_per_host: int = Field(default=2, ge=1, description="links at once per peer host")
     harvest_lease_seconds: float = Field(default=300, gt=0)

@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 
 import uvicorn
 from aiohttp import web
+from fastapi import FastAPI
 
 from services.provider.app import create_app
 from shared.oaipmh import render
@@ -29,6 +30,7 @@ def loopback_socket() -> socket.socket:
 class RunningProvider:
     root: str  # http://127.0.0.1:PORT
     settings: Settings
+    app: FastAPI
 
     @property
     def oai(self) -> str:
@@ -71,7 +73,7 @@ async def running_provider(
             await asyncio.sleep(0.01)
         else:
             raise RuntimeError("provider did not start")
-        yield RunningProvider(f"http://127.0.0.1:{port}", settings)
+        yield RunningProvider(f"http://127.0.0.1:{port}", settings, app)
     finally:
         server.should_exit = True
         await asyncio.wait_for(task, 15)

@@ -72,6 +72,7 @@ def create_app(settings: Settings, database_url: str) -> FastAPI:
             log.info("provider ready: %s (own set %s)", settings.base_url, settings.own_set)
             yield
             await registry.stop(app)
+            await state.read_ahead.close()
             if purge:
                 purge.cancel()
                 with contextlib.suppress(asyncio.CancelledError):

@@ -46,6 +46,13 @@ class ProviderMetrics:
             "List requests answered 503 because too many were in progress",
             registry=self.registry,
         )
+        self.read_ahead = Counter(
+            "wiscat_oai_pages_read_ahead",
+            "List pages asked for by resumptionToken, by whether the page had been read ahead "
+            "(used, missed, expired, failed), and pages read ahead that nobody asked for (dropped)",
+            ["outcome"],
+            registry=self.registry,
+        )
         self.records = Gauge(
             "wiscat_records",
             "Records held, per set and status (live or deleted); set '*' is the whole catalogue",

@@ -9,6 +9,7 @@ it for flow control).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Sequence
@@ -22,6 +23,7 @@ from fastapi.responses import Response, StreamingResponse
 from isal import isal_zlib
 
 from services.provider.metrics import ProviderMetrics
+from services.provider.readahead import ListPageItems, PageKey, ReadAhead
 from shared import crosswalk
 from shared.db import records as store
 from shared.db.pool import Pool
@@ -43,7 +45,8 @@ log = logging.getLogger("wiscat.provider")
 router = APIRouter()
 
 XML_TYPE = "text/xml; charset=utf-8"
-CHUNK = 2 * 1024 * 1024
+# how long a page read ahead waits for its request (a client that stopped midway)
+READ_AHEAD_SECONDS = 60.0
 
 # prefix -> (schema, namespace); iso19139 is the stored record as is (WIS guidelines, seed 002),
 # oai_dc is the crosswalk every repository must offer (OAI-PMH 2.0 §3.4).
@@ -65,6 +68,15 @@ class ProviderState:
     codec: TokenCodec
     metrics: ProviderMetrics
     lists_in_progress: int = 0
+    read_ahead: ReadAhead = dataclasses.field(init=False)
+
+    def __post_init__(self) -> None:
+        self.read_ahead = ReadAhead(
+            functools.partial(_read_page, self),
+            capacity=self.settings.read_ahead_pages,
+            ttl=READ_AHEAD_SECONDS,
+            observe=lambda outcome: self.metrics.read_ahead.labels(outcome).inc(),
+        )
 
 
 class Overloaded(Exception):
@@ -160,11 +172,12 @@ def _respond(request: Request, chunks: list[bytes]) -> Response:
 
 
 async def _respond_page(request: Request, page: ListPage, on_done: Callable[[], None]) -> Response:
-    """A list page, sent with its length (no chunked framing to copy it through) in pieces of
-    about CHUNK bytes. Its list slot is freed once the page is sent, or the client has gone."""
+    """A list page, sent with its length (no chunked framing to copy it through) in its few
+    pieces, none joined to another. Its list slot is freed once the page is sent, or the client
+    has gone."""
     gzip = _gzip(request)
-    pieces: Iterator[bytes] = page.writer.chunks(CHUNK)
-    size = page.writer.size
+    pieces: Iterator[bytes] = iter(page.pieces)
+    size = sum(map(len, page.pieces))
     if gzip:
         # compressed whole first, to know its length (a tenth of the page, or less)
         compressor = _compressor()
@@ -332,12 +345,56 @@ async def _start_position(
     )
 
 
+async def _read_page(state: ProviderState, key: PageKey) -> ListPageItems:
+    """Read the page at ``key`` (and one row more, to know whether the list goes on), and
+    render its items."""
+    page_size = state.settings.page_size
+    rows = await store.list_page(
+        state.pool,
+        set_spec=key.set_spec,
+        after=(key.last_datestamp, key.last_identifier) if key.last_datestamp else None,
+        from_=key.from_,
+        until_exclusive=key.until_exclusive,
+        upper_bound=key.upper_bound,
+        limit=page_size + 1,
+        with_xml=key.verb == "ListRecords",
+    )
+    following = None
+    if len(rows) > page_size:
+        rows = rows[:page_size]
+        following = key.after(rows[-1].datestamp, rows[-1].identifier)
+    return ListPageItems(_render_items(key, rows), len(rows), following)
+
+
+def _render_items(key: PageKey, rows: Sequence[store.StoredRecord]) -> bytes:
+    """A list page's headers (ListIdentifiers) or records (ListRecords), as one piece."""
+    writer = render.PageWriter()
+    header_sets: dict[tuple[tuple[str, ...], bool], list[str]] = {}
+    for stored in rows:
+        sets_key = (stored.set_specs, stored.deleted)
+        sets = header_sets.get(sets_key)
+        if sets is None:
+            sets = header_sets[sets_key] = _header_sets(stored)
+        if key.verb == "ListIdentifiers":
+            writer.add_header(stored.identifier, stored.datestamp, sets, stored.deleted)
+        else:
+            writer.add_record(
+                stored.identifier,
+                stored.datestamp,
+                sets,
+                stored.deleted,
+                _metadata(key.metadata_prefix, stored),
+            )
+    return writer.take()
+
+
 @dataclass
 class ListPage:
-    """A rendered list page on its way to the client; it holds one of the provider's list
-    slots until :meth:`release` (once the page is sent, or the client gone)."""
+    """A list page on its way to the client, in a few pieces (the envelope, the items, the
+    resumptionToken and the end); it holds one of the provider's list slots until
+    :meth:`release` (once the page is sent, or the client gone)."""
 
-    writer: render.PageWriter
+    pieces: list[bytes]
     state: ProviderState
     released: bool = False
 
@@ -358,29 +415,25 @@ async def list_records(state: ProviderState, req: OAIRequest, response_date: dat
         position = await _start_position(state, req, response_date)
     if state.lists_in_progress >= state.settings.max_concurrent_lists:
         raise Overloaded()
-    with_xml = req.verb == "ListRecords"
-    page_size = state.settings.page_size
-    after = (
-        (position.last_datestamp, position.last_identifier)
-        if position.last_datestamp is not None
-        else None
+    key = PageKey(
+        position.verb,
+        position.metadata_prefix,
+        position.set_spec,
+        position.from_,
+        position.until_exclusive,
+        position.upper_bound,
+        position.last_datestamp,
+        position.last_identifier,
     )
     state.lists_in_progress += 1
     try:
-        rows = await store.list_page(
-            state.pool,
-            set_spec=position.set_spec,
-            after=after,
-            from_=position.from_,
-            until_exclusive=position.until_exclusive,
-            upper_bound=position.upper_bound,
-            limit=page_size + 1,
-            with_xml=with_xml,
-        )
-        if not rows:
+        page = None
+        if req.resumption_token is not None:
+            page = await state.read_ahead.take(key)
+        if page is None:
+            page = await _read_page(state, key)
+        if not page.count:
             raise NoRecordsMatch("no record matches these arguments")
-        more = len(rows) > page_size
-        rows = rows[:page_size]
         complete_list_size = position.complete_list_size
         if complete_list_size < 0:
             complete_list_size = (
@@ -391,70 +444,47 @@ async def list_records(state: ProviderState, req: OAIRequest, response_date: dat
                     until_exclusive=position.until_exclusive,
                     upper_bound=position.upper_bound,
                 )
-                if more
-                else len(rows)
+                if page.following
+                else page.count
             )
+        tail = _list_tail(state, position, page, complete_list_size, response_date)
+        start = render.response_start(response_date, state.settings.base_url, req.echo, req.verb)
     except BaseException:
         state.lists_in_progress -= 1
         raise
-    cursor = position.cursor
-    token_xml = b""
-    if more or position.cursor > 0:
-        token: str | None = None
-        expiration: datetime | None = None
-        if more:
-            last = rows[-1]
-            next_position = dataclasses.replace(
-                position,
-                last_datestamp=last.datestamp,
-                last_identifier=last.identifier,
-                cursor=cursor + len(rows),
-                complete_list_size=complete_list_size,
-                expires=response_date + timedelta(hours=state.settings.token_lifetime_hours),
-            )
-            token = state.codec.encode(next_position)
-            expiration = next_position.expires
-        token_xml = render.resumption_token(
-            token,
-            cursor=cursor,
-            complete_list_size=max(complete_list_size, cursor + len(rows)),
-            expiration=expiration,
-        )
-    try:
-        writer = _render_page(state, req, response_date, rows, position.metadata_prefix, token_xml)
-    except BaseException:
-        state.lists_in_progress -= 1
-        raise
-    state.metrics.records_served.labels(req.verb).inc(len(rows))
-    return ListPage(writer, state)
+    state.metrics.records_served.labels(req.verb).inc(page.count)
+    return ListPage([start, page.body, tail + render.response_end(req.verb)], state)
 
 
-def _render_page(
+def _list_tail(
     state: ProviderState,
-    req: OAIRequest,
+    position: ListPosition,
+    page: ListPageItems,
+    complete_list_size: int,
     response_date: datetime,
-    rows: Sequence[store.StoredRecord],
-    prefix: str,
-    token_xml: bytes,
-) -> render.PageWriter:
-    writer = render.PageWriter()
-    writer.add(render.response_start(response_date, state.settings.base_url, req.echo, req.verb))
-    header_sets: dict[tuple[tuple[str, ...], bool], list[str]] = {}
-    for stored in rows:
-        key = (stored.set_specs, stored.deleted)
-        sets = header_sets.get(key)
-        if sets is None:
-            sets = header_sets[key] = _header_sets(stored)
-        if req.verb == "ListIdentifiers":
-            writer.add_header(stored.identifier, stored.datestamp, sets, stored.deleted)
-        else:
-            writer.add_record(
-                stored.identifier,
-                stored.datestamp,
-                sets,
-                stored.deleted,
-                _metadata(prefix, stored),
-            )
-    writer.add(token_xml)
-    writer.add(render.response_end(req.verb))
-    return writer
+) -> bytes:
+    """The page's resumptionToken element (none for a list done in one page); the read of the
+    next page starts here, as its token leaves."""
+    cursor = position.cursor
+    if not page.following and cursor == 0:
+        return b""
+    token: str | None = None
+    expiration: datetime | None = None
+    if page.following:
+        next_position = dataclasses.replace(
+            position,
+            last_datestamp=page.following.last_datestamp,
+            last_identifier=page.following.last_identifier,
+            cursor=cursor + page.count,
+            complete_list_size=complete_list_size,
+            expires=response_date + timedelta(hours=state.settings.token_lifetime_hours),
+        )
+        token = state.codec.encode(next_position)
+        expiration = next_position.expires
+        state.read_ahead.start(page.following)
+    return render.resumption_token(
+        token,
+        cursor=cursor,
+        complete_list_size=max(complete_list_size, cursor + page.count),
+        expiration=expiration,
+    )

@@ -20,7 +20,7 @@ datestamp, setSpecs) are templated, each escaped by :func:`escape_text`. Datesta
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -200,21 +200,6 @@ class PageWriter:
         joined = b"".join(self._parts)
         self._parts, self.size = [], 0
         return joined
-
-    def chunks(self, limit: int) -> Iterator[bytes]:
-        """The buffer's bytes in pieces of about ``limit`` bytes (a piece ends after the part
-        that reaches it), each joined only when asked for; the buffer is left empty."""
-        parts, self._parts, self.size = self._parts, [], 0
-        group: list[bytes] = []
-        size = 0
-        for part in parts:
-            group.append(part)
-            size += len(part)
-            if size >= limit:
-                yield b"".join(group)
-                group, size = [], 0
-        if group:
-            yield b"".join(group)
 
     def _header(
         self, identifier: str, datestamp: datetime, set_specs: tuple[str, ...], deleted: bool
