@@ -23,7 +23,6 @@ import asyncio
 import contextlib
 import logging
 import random
-import zlib
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
@@ -33,6 +32,7 @@ from typing import Any, Generic, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
+from isal import isal_zlib
 
 from shared.oaipmh.dates import format_datestamp, format_day
 from shared.oaipmh.errors import NoRecordsMatch
@@ -47,6 +47,9 @@ from shared.oaipmh.pages import (
     read_errors,
     read_identify,
 )
+
+# isal's type stubs declare its error as an instance, not a class
+_INFLATE_ERROR: type[Exception] = isal_zlib.error  # type: ignore[assignment]
 
 log = logging.getLogger("wiscat.harvester.client")
 
@@ -235,7 +238,8 @@ class OAIClient:
         encoding = response.headers.get("Content-Encoding", "identity").lower().strip()
         decompressor = None
         if encoding in ("gzip", "x-gzip", "deflate"):
-            decompressor = zlib.decompressobj(47)  # gzip or zlib header, detected
+            # gzip or zlib header, detected; ISA-L inflates pages about twice as fast as zlib
+            decompressor = isal_zlib.decompressobj(47)
         elif encoding not in ("identity", ""):
             raise BadResponse(f"unsupported Content-Encoding {encoding!r}")
         parts: list[bytes] = []
@@ -246,7 +250,7 @@ class OAIClient:
             else:
                 try:
                     data = decompressor.decompress(chunk, cap - size + 1)
-                except zlib.error as exc:
+                except _INFLATE_ERROR as exc:
                     raise BadResponse(f"broken {encoding} stream: {exc}") from exc
                 if decompressor.unconsumed_tail:
                     raise ResponseTooLarge(

@@ -342,6 +342,21 @@ async def test_gzip_responses_are_decompressed(serve: Serve, client: OAIClient) 
     assert len(await identifiers(client, peer.url)) == 3
 
 
+async def test_a_broken_gzip_stream_fails_the_list(serve: Serve, client: OAIClient) -> None:
+    async def handler(request: web.Request, peer: Peer) -> web.Response:
+        whole = zlib.compress(two_pages(request).body, wbits=31)  # type: ignore[arg-type]
+        broken = whole[:20] + bytes(b ^ 0x5A for b in whole[20:60]) + whole[60:]
+        return web.Response(
+            body=broken, headers={"Content-Type": "text/xml", "Content-Encoding": "gzip"}
+        )
+
+    peer = await serve(handler)
+    with pytest.raises(BadResponse) as caught:
+        await identifiers(client, peer.url)
+    assert "broken gzip stream" in caught.value.reason
+    assert peer.count == 1  # the peer's answer, not a transient failure
+
+
 async def test_records_out_of_datestamp_order_are_all_delivered(
     serve: Serve, client: OAIClient
 ) -> None:
