@@ -345,25 +345,45 @@ async def _start_position(
     )
 
 
-async def _read_page(state: ProviderState, key: PageKey) -> ListPageItems:
-    """Read the page at ``key`` (and one row more, to know whether the list goes on), and
-    render its items."""
+async def _read_page(
+    state: ProviderState, key: PageKey, found: Callable[[PageKey], None] = lambda key: None
+) -> ListPageItems:
+    """Read the page at ``key`` and render its items.
+
+    A ListRecords page is read in two steps: its keys (and one more, to know whether the list
+    goes on), then its rows up to its last key. ``found`` is told the next page's key between
+    the two, so that its read can start while this page's documents are still coming.
+    """
     page_size = state.settings.page_size
-    rows = await store.list_page(
-        state.pool,
-        set_spec=key.set_spec,
-        after=(key.last_datestamp, key.last_identifier) if key.last_datestamp else None,
-        from_=key.from_,
-        until_exclusive=key.until_exclusive,
-        upper_bound=key.upper_bound,
-        limit=page_size + 1,
-        with_xml=key.verb == "ListRecords",
-    )
-    following = None
-    if len(rows) > page_size:
-        rows = rows[:page_size]
-        following = key.after(rows[-1].datestamp, rows[-1].identifier)
-    return ListPageItems(_render_items(key, rows), len(rows), following)
+    scope = key.scope
+    if key.verb == "ListIdentifiers":
+        rows = await store.list_page(
+            state.pool, scope, after=key.last, limit=page_size + 1, with_xml=False
+        )
+        following = None
+        if len(rows) > page_size:
+            rows = rows[:page_size]
+            following = key.after(rows[-1].datestamp, rows[-1].identifier)
+        return ListPageItems(_render_items(key, rows), len(rows), following)
+    while True:
+        keys = await store.list_keys(state.pool, scope, after=key.last, limit=page_size + 1)
+        if not keys:
+            return ListPageItems(b"", 0, None)
+        following = key.after(*keys[page_size - 1]) if len(keys) > page_size else None
+        if following:
+            found(following)
+        rows = await store.list_page(
+            state.pool,
+            scope,
+            after=key.last,
+            limit=page_size,
+            with_xml=True,
+            through=keys[min(len(keys), page_size) - 1],
+        )
+        if rows or following is None:
+            return ListPageItems(_render_items(key, rows), len(rows), following)
+        # every record of this page changed (and left the list's bound) between the two steps
+        key = following
 
 
 def _render_items(key: PageKey, rows: Sequence[store.StoredRecord]) -> bytes:
@@ -437,15 +457,7 @@ async def list_records(state: ProviderState, req: OAIRequest, response_date: dat
         complete_list_size = position.complete_list_size
         if complete_list_size < 0:
             complete_list_size = (
-                await store.count_list(
-                    state.pool,
-                    set_spec=position.set_spec,
-                    from_=position.from_,
-                    until_exclusive=position.until_exclusive,
-                    upper_bound=position.upper_bound,
-                )
-                if page.following
-                else page.count
+                await store.count_list(state.pool, key.scope) if page.following else page.count
             )
         tail = _list_tail(state, position, page, complete_list_size, response_date)
         start = render.response_start(response_date, state.settings.base_url, req.echo, req.verb)

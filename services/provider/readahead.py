@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple
 
+from shared.db.records import ListScope
+
 log = logging.getLogger("wiscat.provider")
 
 
@@ -48,6 +50,17 @@ class PageKey(NamedTuple):
     @property
     def list(self) -> tuple[Any, ...]:
         return self[:6]
+
+    @property
+    def scope(self) -> ListScope:
+        return ListScope(self.set_spec, self.from_, self.until_exclusive, self.upper_bound)
+
+    @property
+    def last(self) -> tuple[datetime, str] | None:
+        """The key of the record before this page, None for the first page."""
+        if self.last_datestamp is None:
+            return None
+        return self.last_datestamp, self.last_identifier
 
     def after(self, datestamp: datetime, identifier: str) -> PageKey:
         """The key of the page that follows the record (``datestamp``, ``identifier``)."""
@@ -72,7 +85,8 @@ class _Read(NamedTuple):
 class ReadAhead:
     """Pages being read (or read) ahead, by the key of the request that will ask for them.
 
-    ``read(key)`` reads and renders the page at ``key``.
+    ``read(key, found)`` reads and renders the page at ``key``; it may tell ``found`` the key of
+    the page after it as soon as it knows it, before the page is read whole.
     ``observe(outcome)`` is told what became of each request that could have had its page read
     ahead: ``used``, ``missed`` (none was read), ``expired`` or ``failed``; and of each page
     read ahead for nobody: ``dropped`` (it made room for another, or expired unasked).
@@ -80,7 +94,7 @@ class ReadAhead:
 
     def __init__(
         self,
-        read: Callable[[PageKey], Awaitable[ListPageItems]],
+        read: Callable[[PageKey, Callable[[PageKey], None]], Awaitable[ListPageItems]],
         *,
         capacity: int,
         depth: int = 2,
@@ -136,7 +150,7 @@ class ReadAhead:
             task = read.task
             finished = task.done() and not task.cancelled() and task.exception() is None
             if finished and held.list == key.list:
-                self._follow(held, task.result())
+                self._follow(held, task.result().following)
         return page
 
     def reading(self) -> int:
@@ -153,16 +167,15 @@ class ReadAhead:
 
     def _begin(self, key: PageKey) -> None:
         async def read() -> ListPageItems:
-            page = await self._read(key)
-            self._follow(key, page)
+            page = await self._read(key, lambda following: self._follow(key, following))
+            self._follow(key, page.following)
             return page
 
         self._reads[key] = _Read(time.monotonic() + self.ttl, asyncio.ensure_future(read()))
 
-    def _follow(self, key: PageKey, page: ListPageItems) -> None:
-        """Read the page after ``key``'s, while its list has fewer than ``depth`` pages held
-        and there is room (a page read ahead never pushes another out)."""
-        following = page.following
+    def _follow(self, key: PageKey, following: PageKey | None) -> None:
+        """Read the page at ``following``, after ``key``'s, while its list has fewer than
+        ``depth`` pages held and there is room (a page read ahead never pushes another out)."""
         if following is None or following in self._reads or len(self._reads) >= self.capacity:
             return
         if sum(1 for held in self._reads if held.list == key.list) < self.depth:

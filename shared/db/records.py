@@ -163,66 +163,66 @@ def _stored(row: asyncpg.Record) -> StoredRecord:
     )
 
 
+class ListScope(NamedTuple):
+    """What a list covers: one set (None: the whole catalogue), the datestamps ``from_ <=
+    datestamp < until_exclusive`` (None: unbounded), and none after ``upper_bound``, the bound
+    frozen when the list began."""
+
+    set_spec: str | None
+    from_: datetime | None
+    until_exclusive: datetime | None
+    upper_bound: datetime
+
+
+def _list_query(
+    name: str, scope: ListScope, after: tuple[datetime, str] | None
+) -> tuple[str, list[object]]:
+    """Query ``name`` for the whole catalogue or one set, and its first arguments."""
+    last_datestamp, last_identifier = after if after else (_MIN, "")
+    args: list[object] = [
+        last_datestamp,
+        last_identifier,
+        scope.from_ or _MIN,
+        scope.until_exclusive or _MAX,
+        scope.upper_bound,
+    ]
+    if scope.set_spec is None:
+        return _SQL[name + "_all"], args
+    return _SQL[name + "_set"], [scope.set_spec, *args]
+
+
 async def list_page(
     db: Executor,
+    scope: ListScope,
     *,
-    set_spec: str | None,
     after: tuple[datetime, str] | None,
-    from_: datetime | None,
-    until_exclusive: datetime | None,
-    upper_bound: datetime,
     limit: int,
     with_xml: bool,
+    through: tuple[datetime, str] | None = None,
 ) -> list[StoredRecord]:
-    """One keyset page ordered by (datestamp, identifier), strictly after ``after``.
-
-    ``set_spec`` None lists the whole catalogue. Only rows with ``from_ <= datestamp <
-    until_exclusive`` and ``datestamp <= upper_bound`` (the list's frozen bound) are listed.
-    """
-    last_datestamp, last_identifier = after if after else (_MIN, "")
-    low = from_ or _MIN
-    high = until_exclusive or _MAX
-    if set_spec is None:
-        rows = await db.fetch(
-            _SQL["list_all"],
-            last_datestamp,
-            last_identifier,
-            low,
-            high,
-            upper_bound,
-            with_xml,
-            limit,
-        )
-    else:
-        rows = await db.fetch(
-            _SQL["list_set"],
-            set_spec,
-            last_datestamp,
-            last_identifier,
-            low,
-            high,
-            upper_bound,
-            with_xml,
-            limit,
-        )
+    """One keyset page of ``scope`` ordered by (datestamp, identifier), strictly after ``after``
+    (None: from the start) and up to ``through`` included (None: up to ``limit`` rows)."""
+    query, args = _list_query("list", scope, after)
+    end = through or (_MAX, "")
+    rows = await db.fetch(query, *args, with_xml, limit, *end)
     return [_stored(row) for row in rows]
 
 
-async def count_list(
-    db: Executor,
-    *,
-    set_spec: str | None,
-    from_: datetime | None,
-    until_exclusive: datetime | None,
-    upper_bound: datetime,
-) -> int:
+async def list_keys(
+    db: Executor, scope: ListScope, *, after: tuple[datetime, str] | None, limit: int
+) -> list[tuple[datetime, str]]:
+    """The (datestamp, identifier) keys alone of the page :func:`list_page` would read."""
+    query, args = _list_query("list_keys", scope, after)
+    return [(row[0], row[1]) for row in await db.fetch(query, *args, limit)]
+
+
+async def count_list(db: Executor, scope: ListScope) -> int:
     """The size of the list :func:`list_page` pages through."""
-    low = from_ or _MIN
-    high = until_exclusive or _MAX
-    if set_spec is None:
-        value = await db.fetchval(_SQL["count_all"], low, high, upper_bound)
+    bounds = (scope.from_ or _MIN, scope.until_exclusive or _MAX, scope.upper_bound)
+    if scope.set_spec is None:
+        value = await db.fetchval(_SQL["count_all"], *bounds)
     else:
-        value = await db.fetchval(_SQL["count_set"], set_spec, low, high, upper_bound)
+        value = await db.fetchval(_SQL["count_set"], scope.set_spec, *bounds)
     return int(value)
 
 

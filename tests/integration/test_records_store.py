@@ -91,14 +91,7 @@ async def test_deletion_leaves_a_tombstone_in_the_set_and_catalogue(db: asyncpg.
     assert b and not b.deleted and b.set_specs == (REMOTE,)
     bound = datetime.now(UTC) + timedelta(seconds=1)
     own = await store.list_page(
-        db,
-        set_spec=OWN,
-        after=None,
-        from_=None,
-        until_exclusive=None,
-        upper_bound=bound,
-        limit=10,
-        with_xml=True,
+        db, store.ListScope(OWN, None, None, bound), after=None, limit=10, with_xml=True
     )
     assert [(r.identifier, r.deleted, r.xml is None) for r in own] == [
         ("a", True, True),
@@ -121,29 +114,42 @@ async def test_keyset_pages_cover_every_record_once(db: asyncpg.Pool) -> None:
     for start in range(0, 50, 10):
         await upsert(db, OWN, *(rec(f"r{n:03d}") for n in range(start, start + 10)))
     bound = datetime.now(UTC) + timedelta(seconds=1)
+    everything = store.ListScope(None, None, None, bound)
     seen: list[str] = []
     after = None
     while True:
-        page = await store.list_page(
-            db,
-            set_spec=None,
-            after=after,
-            from_=None,
-            until_exclusive=None,
-            upper_bound=bound,
-            limit=7,
-            with_xml=False,
-        )
+        page = await store.list_page(db, everything, after=after, limit=7, with_xml=False)
         if not page:
             break
         seen += [r.identifier for r in page]
         after = (page[-1].datestamp, page[-1].identifier)
     assert sorted(seen) == [f"r{n:03d}" for n in range(50)]
     assert len(seen) == len(set(seen))
-    count = await store.count_list(
-        db, set_spec=OWN, from_=None, until_exclusive=None, upper_bound=bound
-    )
-    assert count == 50
+    assert await store.count_list(db, store.ListScope(OWN, None, None, bound)) == 50
+
+
+async def test_a_page_read_by_its_keys_first_is_the_same_page(db: asyncpg.Pool) -> None:
+    await setup_sets(db)
+    for start in range(0, 50, 10):
+        await upsert(db, OWN, *(rec(f"r{n:03d}") for n in range(start, start + 10)))
+        await upsert(db, REMOTE, rec(f"s{start:03d}"))  # in the catalogue, not in OWN
+    bound = datetime.now(UTC) + timedelta(seconds=1)
+    for scope in (
+        store.ListScope(None, None, None, bound),
+        store.ListScope(OWN, None, None, bound),
+    ):
+        after = None
+        while True:
+            whole = await store.list_page(db, scope, after=after, limit=7, with_xml=True)
+            keys = await store.list_keys(db, scope, after=after, limit=7)
+            assert keys == [(r.datestamp, r.identifier) for r in whole]
+            if not keys:
+                break
+            through = await store.list_page(
+                db, scope, after=after, limit=100, with_xml=True, through=keys[-1]
+            )
+            assert through == whole
+            after = keys[-1]
 
 
 async def test_purge_drops_only_old_tombstones(db: asyncpg.Pool) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 import pytest
@@ -27,7 +28,11 @@ def key(page: int, set_spec: str = "A") -> PageKey:
 
 
 class Catalogue:
-    """Pages 0 .. pages - 1 of any list; each read is logged, and may be made to wait or fail."""
+    """Pages 0 .. pages - 1 of any list; each read is logged, and may be made to wait or fail.
+
+    As the provider's reads do, a read tells the next page's key first, then waits for the
+    page itself (``gate``).
+    """
 
     def __init__(self, pages: int) -> None:
         self.pages = pages
@@ -36,13 +41,15 @@ class Catalogue:
         self.gate.set()
         self.failing: set[str] = set()
 
-    async def read(self, at: PageKey) -> ListPageItems:
+    async def read(self, at: PageKey, found: Callable[[PageKey], None]) -> ListPageItems:
         self.reads.append(at)
-        await self.gate.wait()
         page = int(at.last_identifier)
+        following = at.after(STAMP, str(page + 1)) if page + 1 < self.pages else None
+        if following:
+            found(following)
+        await self.gate.wait()
         if at.last_identifier in self.failing:
             raise ConnectionError("the database went away")
-        following = at.after(STAMP, str(page + 1)) if page + 1 < self.pages else None
         return ListPageItems(f"<page {page} of {at.set_spec}>".encode(), 10, following)
 
 
@@ -112,6 +119,8 @@ async def test_a_client_waits_for_its_page_while_it_is_being_read() -> None:
     catalogue = Catalogue(5)
     ahead, seen, taking = await asking_during_the_read(catalogue)
     assert not taking.done()
+    # the pages after it are being read meanwhile: the next page's key is known first
+    assert catalogue.reads == [key(1), key(2), key(3)]
     catalogue.gate.set()
     page = await taking
     assert page is not None and page.body == b"<page 1 of A>"
@@ -175,13 +184,13 @@ async def test_close_cancels_the_reads_in_progress() -> None:
     catalogue.gate.clear()
     ahead, _ = read_ahead(catalogue)
     ahead.start(key(1))
-    await asyncio.sleep(0)
-    assert ahead.reading() == 1
+    await asyncio.sleep(0.01)
+    assert ahead.reading() == 2
     await ahead.close()
     assert len(ahead) == 0 and ahead.reading() == 0
     catalogue.gate.set()
     await asyncio.sleep(0.01)
-    assert catalogue.reads == [key(1)]
+    assert catalogue.reads == [key(1), key(2)]
 
 
 async def test_no_capacity_reads_nothing_ahead() -> None:

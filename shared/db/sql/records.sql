@@ -124,14 +124,24 @@ membership as (
 select identifier, outcome from classified
 
 -- name: list_all --
--- One keyset page of the whole catalogue, oldest datestamp first; the documents as UTF-8 bytes,
--- ready to be sent.
+-- One keyset page of the whole catalogue, oldest datestamp first, up to the key ($8, $9)
+-- included; the documents as UTF-8 bytes, ready to be sent.
 select identifier, datestamp, deleted, set_specs, case when $6::boolean then convert_to(xml, 'UTF8') end as xml
+from records
+where (datestamp, identifier) > ($1::timestamptz, $2::text)
+  and (datestamp, identifier) <= ($8::timestamptz, $9::text)
+  and datestamp >= $3::timestamptz and datestamp < $4::timestamptz and datestamp <= $5::timestamptz
+order by datestamp, identifier
+limit $7
+
+-- name: list_keys_all --
+-- The keys alone of list_all's page.
+select datestamp, identifier
 from records
 where (datestamp, identifier) > ($1::timestamptz, $2::text)
   and datestamp >= $3::timestamptz and datestamp < $4::timestamptz and datestamp <= $5::timestamptz
 order by datestamp, identifier
-limit $7
+limit $6
 
 -- name: count_all --
 -- How many records list_all would list in all.
@@ -140,16 +150,28 @@ from records
 where datestamp >= $1::timestamptz and datestamp < $2::timestamptz and datestamp <= $3::timestamptz
 
 -- name: list_set --
--- One keyset page of one set, oldest datestamp first; a record that left the set is deleted here.
+-- One keyset page of one set, oldest datestamp first, up to the key ($9, $10) included; a record
+-- that left the set is deleted here.
 select m.identifier, m.datestamp, m.deleted, r.set_specs,
        case when $7::boolean and not m.deleted then convert_to(r.xml, 'UTF8') end as xml
 from set_members m
 join records r using (identifier)
 where m.set_spec = $1::text
   and (m.datestamp, m.identifier) > ($2::timestamptz, $3::text)
+  and (m.datestamp, m.identifier) <= ($9::timestamptz, $10::text)
   and m.datestamp >= $4::timestamptz and m.datestamp < $5::timestamptz and m.datestamp <= $6::timestamptz
 order by m.datestamp, m.identifier
 limit $8
+
+-- name: list_keys_set --
+-- The keys alone of list_set's page.
+select m.datestamp, m.identifier
+from set_members m
+where m.set_spec = $1::text
+  and (m.datestamp, m.identifier) > ($2::timestamptz, $3::text)
+  and m.datestamp >= $4::timestamptz and m.datestamp < $5::timestamptz and m.datestamp <= $6::timestamptz
+order by m.datestamp, m.identifier
+limit $7
 
 -- name: count_set --
 -- How many records list_set would list in all.
