@@ -126,6 +126,7 @@ class ReadAhead:
         """The page read ahead for ``key``, or None: none was started, it expired, or the read
         failed (then the caller reads the page itself, and meets any failure there)."""
         entry = self._reads.pop(key, None)
+        self._expire()  # what nobody will ask for goes, even when no list starts
         if entry is None:
             self._observe("missed")
             return None

@@ -143,16 +143,24 @@ async def test_capacity_bounds_the_pages_held_and_the_oldest_list_gives_way() ->
 
 
 async def test_a_page_unasked_for_too_long_expires() -> None:
-    catalogue = Catalogue(5)
-    ahead, seen = read_ahead(catalogue, ttl=0.05)
+    ahead, seen = read_ahead(Catalogue(5), ttl=0.05)
     ahead.start(key(1))
     await settle(ahead)
     await asyncio.sleep(0.1)
     assert await ahead.take(key(1)) is None
-    assert seen == {"expired": 1}
-    # and starting another list clears what expired
+    # and the page read ahead after it went too
+    assert seen == {"expired": 1, "dropped": 1}
+    assert len(ahead) == 0
+
+
+async def test_pages_nobody_asks_for_go_when_another_list_starts() -> None:
+    ahead, seen = read_ahead(Catalogue(5), ttl=0.05)
+    ahead.start(key(1))
+    await settle(ahead)
+    await asyncio.sleep(0.1)
     ahead.start(key(1, "B"))
     assert len(ahead) == 1
+    assert seen == {"dropped": 2}
     await ahead.close()
 
 
