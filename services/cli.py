@@ -75,6 +75,7 @@ async def _serve_provider(
     from services.provider.app import create_app
 
     app = create_app(settings, url)
+    tune_heap()  # list pages of megabytes, built and sent many times a second
     config = uvicorn.Config(
         app,
         host=host,
@@ -453,7 +454,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"wiscat: bad settings: {exc}", file=sys.stderr)
         return 2
     configure(settings.log_level, settings.log_format)
-    tune_heap()
     try:
         command = args.command
         if command == "link":

@@ -9,6 +9,11 @@ unmappings (perf, during full harvests of 50,000 records). With both thresholds 
 blocks stay in the heap and are reused. The heap then keeps, at most, the trim threshold of free
 memory for the next page.
 
+The provider sets them at start (``wiscat provider``, ``wiscat run``). The harvester does not.
+With them, its peak memory, page workers included, went over 300 MB on a full harvest of
+1,000,000 records: 304 MB, against 287 MB without. Its rate was 3,366 records/s against 2,997
+without, in two runs on a machine whose speed drifts by up to 20%.
+
 Other C libraries, and an operator who set glibc's own ``MALLOC_*_`` variables or
 ``GLIBC_TUNABLES``, are left as they are.
 """

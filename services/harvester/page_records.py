@@ -28,7 +28,6 @@ from lxml import etree
 
 from services.harvester.client import BadResponse, Page
 from shared.db import records as store
-from shared.heap import tune_heap
 from shared.iso19139 import RecordError, record_from_element
 from shared.oaipmh.pages import HeaderItem, PageReader, PageSummary, RecordItem
 
@@ -111,16 +110,9 @@ def read_copy(url: str, body: bytes) -> tuple[PageContent, PageSummary, int]:
     return content, page.summary, page.reader.items_seen
 
 
-def _start_worker(harvester: int) -> None:
-    """Worker initializer: the heap set as the harvester's (:mod:`shared.heap`), and the watch
-    of :func:`_watch`."""
-    tune_heap()
-    _watch(harvester)
-
-
 def _watch(harvester: int) -> None:
-    """End this worker when the harvester process that started it is gone (killed with
-    SIGKILL, it cannot stop its workers itself; they would wait forever)."""
+    """Worker initializer: end this worker when the harvester process that started it is gone
+    (killed with SIGKILL, it cannot stop its workers itself; they would wait forever)."""
 
     def watch() -> None:
         while True:
@@ -210,7 +202,7 @@ class PageReaders:
             context = multiprocessing.get_context("forkserver")
             context.set_forkserver_preload([__name__])
             self._executor = ProcessPoolExecutor(
-                self.workers, mp_context=context, initializer=_start_worker, initargs=(os.getpid(),)
+                self.workers, mp_context=context, initializer=_watch, initargs=(os.getpid(),)
             )
         return self._executor
 
