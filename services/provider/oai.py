@@ -390,12 +390,13 @@ def _render_items(key: PageKey, rows: Sequence[store.StoredRecord]) -> bytes:
     """A list page's headers (ListIdentifiers) or records (ListRecords), as one piece."""
     writer = render.PageWriter()
     header_sets: dict[tuple[tuple[str, ...], bool], list[str]] = {}
+    headers_only = key.verb == "ListIdentifiers"
     for stored in rows:
         sets_key = (stored.set_specs, stored.deleted)
         sets = header_sets.get(sets_key)
         if sets is None:
             sets = header_sets[sets_key] = _header_sets(stored)
-        if key.verb == "ListIdentifiers":
+        if headers_only:
             writer.add_header(stored.identifier, stored.datestamp, sets, stored.deleted)
         else:
             writer.add_record(
@@ -435,16 +436,7 @@ async def list_records(state: ProviderState, req: OAIRequest, response_date: dat
         position = await _start_position(state, req, response_date)
     if state.lists_in_progress >= state.settings.max_concurrent_lists:
         raise Overloaded()
-    key = PageKey(
-        position.verb,
-        position.metadata_prefix,
-        position.set_spec,
-        position.from_,
-        position.until_exclusive,
-        position.upper_bound,
-        position.last_datestamp,
-        position.last_identifier,
-    )
+    key = PageKey.at(position)
     state.lists_in_progress += 1
     try:
         page = None

@@ -30,13 +30,15 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 from shared.db.records import ListScope
+from shared.oaipmh.tokens import ListPosition
 
 log = logging.getLogger("wiscat.provider")
 
 
 class PageKey(NamedTuple):
     """What a list page depends on: its list's verb, arguments and frozen bound, and the key of
-    the last record before it (``last_datestamp`` None for the first page)."""
+    the last record before it (``last_datestamp`` None for the first page). These are fields of
+    :class:`ListPosition`, by the same names; the counts and the expiry are left out."""
 
     verb: str
     metadata_prefix: str
@@ -50,6 +52,11 @@ class PageKey(NamedTuple):
     @property
     def list(self) -> tuple[Any, ...]:
         return self[:6]
+
+    @classmethod
+    def at(cls, position: ListPosition) -> PageKey:
+        """The key of the page a resumptionToken's ``position`` asks for."""
+        return cls(*(getattr(position, field) for field in cls._fields))
 
     @property
     def scope(self) -> ListScope:
