@@ -22,7 +22,7 @@ from shared.db import migrate as migrations
 from shared.db.errors import DatabaseError
 from shared.db.pool import Pool, connect, create_pool, database_url
 from shared.durations import format_duration, parse_duration
-from shared.heap import tune_heap
+from shared.heap import freeze_startup_objects, tune_heap
 from shared.linkspec import LinkSpecError, build_link, set_kind
 from shared.logs import configure
 from shared.settings import Settings
@@ -76,6 +76,7 @@ async def _serve_provider(
 
     app = create_app(settings, url)
     tune_heap()  # list pages of megabytes, built and sent many times a second
+    freeze_startup_objects()
     config = uvicorn.Config(
         app,
         host=host,

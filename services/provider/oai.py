@@ -270,10 +270,10 @@ async def list_sets(state: ProviderState, req: OAIRequest, response_date: dateti
     return _document(response_date, state, req, render.list_sets(sets))
 
 
-def _header_sets(stored: store.StoredRecord) -> list[str]:
+def _header_sets(stored: store.StoredRecord) -> tuple[str, ...]:
     if stored.deleted:
-        return []
-    return sorted({*stored.set_specs, UNION_SET})
+        return ()
+    return tuple(sorted({*stored.set_specs, UNION_SET}))
 
 
 def _metadata(prefix: str, stored: store.StoredRecord) -> bytes | None:
@@ -389,7 +389,7 @@ async def _read_page(
 def _render_items(key: PageKey, rows: Sequence[store.StoredRecord]) -> bytes:
     """A list page's headers (ListIdentifiers) or records (ListRecords), as one piece."""
     writer = render.PageWriter()
-    header_sets: dict[tuple[tuple[str, ...], bool], list[str]] = {}
+    header_sets: dict[tuple[tuple[str, ...], bool], tuple[str, ...]] = {}
     headers_only = key.verb == "ListIdentifiers"
     for stored in rows:
         sets_key = (stored.set_specs, stored.deleted)

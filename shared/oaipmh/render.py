@@ -61,8 +61,11 @@ _ROOT_NSMAP: Any = {None: OAI_NS, "xsi": XSI_NS}
 # XML 1.0 §2.2: characters outside these ranges cannot appear in a document at all.
 _NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 _NEEDS_ESCAPE = re.compile("[&<>\r]")
+# Either of the above: one search settles the usual text, which needs neither.
+_SPECIAL = re.compile("[^\t\n\x20-\x25\x27-\x3b\x3d\x3f-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 _ESCAPES = {"&": "&amp;", "<": "&lt;", ">": "&gt;", "\r": "&#13;"}
 _DECLARATION_END = b"?>"
+_RECORD_END = b"</metadata></record>"
 
 
 def clean(text: str) -> str:
@@ -77,6 +80,8 @@ def escape_text(text: str) -> str:
     would otherwise turn it into ``\\n`` (XML 1.0 §2.11); characters XML cannot carry become
     U+FFFD.
     """
+    if not _SPECIAL.search(text):
+        return text
     if _NOT_XML.search(text):
         text = clean(text)
     if _NEEDS_ESCAPE.search(text):
@@ -182,23 +187,21 @@ class PageWriter:
     pieces.
     """
 
-    __slots__ = ("_parts", "_sets", "_stamps", "size")
+    __slots__ = ("_parts", "_sets", "_stamps")
 
     def __init__(self) -> None:
         self._stamps: dict[datetime, str] = {}
         self._sets: dict[tuple[str, ...], str] = {}
         self._parts: list[bytes] = []
-        self.size = 0  # bytes in the buffer
 
     def add(self, piece: bytes) -> None:
         """Append bytes already rendered (the envelope, a resumptionToken)."""
         self._parts.append(piece)
-        self.size += len(piece)
 
     def take(self) -> bytes:
         """The buffer's bytes, joined; the buffer starts again empty."""
         joined = b"".join(self._parts)
-        self._parts, self.size = [], 0
+        self._parts = []
         return joined
 
     def _header(
@@ -247,9 +250,7 @@ class PageWriter:
         if deleted or metadata_xml is None:
             self.add(f"<record>{head}</record>".encode())
             return
-        self.add(f"<record>{head}<metadata>".encode())
-        self.add(_payload(metadata_xml))
-        self.add(b"</metadata></record>")
+        self._parts += (f"<record>{head}<metadata>".encode(), _payload(metadata_xml), _RECORD_END)
 
 
 def header(identifier: str, datestamp: datetime, set_specs: Iterable[str], deleted: bool) -> bytes:
