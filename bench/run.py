@@ -340,7 +340,7 @@ async def bench_provider(
         "(it costs almost nothing, so the server's own speed shows); the *parsing* client "
         "parses every page with lxml, as any real harvester must, and on this machine that "
         "parse costs more than serving the page, so it bounds every server alike. The wiscat "
-        "provider runs with its defaults, so it reads the next two pages of each list ahead of "
+        "provider runs with its defaults, so it reads the next four pages of each list ahead of "
         "the client (`WISCAT_READ_AHEAD_PAGES`), as it does for any harvester.",
         "",
         "| server | minimal client records/s | MB/s | p50 page ms | p99 page ms "
