@@ -47,11 +47,6 @@ router = APIRouter()
 XML_TYPE = "text/xml; charset=utf-8"
 # how long a page read ahead waits for its request (a client that stopped midway)
 READ_AHEAD_SECONDS = 60.0
-# how many pages of one list are read ahead of its client. Each read waits on PostgreSQL for most
-# of its time, so reads side by side keep both of a small machine's cores busy: with four, a
-# client that only fetches gets its pages about 8% faster than with two (medians of six
-# interleaved runs, 50,000 records, 2 cores).
-READ_AHEAD_DEPTH = 4
 
 # prefix -> (schema, namespace); iso19139 is the stored record as is (WIS guidelines, seed 002),
 # oai_dc is the crosswalk every repository must offer (OAI-PMH 2.0 §3.4).
@@ -79,7 +74,6 @@ class ProviderState:
         self.read_ahead = ReadAhead(
             functools.partial(_read_page, self),
             capacity=self.settings.read_ahead_pages,
-            depth=READ_AHEAD_DEPTH,
             ttl=READ_AHEAD_SECONDS,
             observe=lambda outcome: self.metrics.read_ahead.labels(outcome).inc(),
         )

@@ -84,6 +84,13 @@ class ListPageItems:
     following: PageKey | None
 
 
+# How many pages of one list are read ahead of its client. Each read waits on PostgreSQL for most
+# of its time, so reads side by side keep both of a small machine's cores busy: with four, a
+# client that only fetches gets its pages about 8% faster than with two (medians of six
+# interleaved runs, 50,000 records, 2 cores).
+DEPTH = 4
+
+
 class _Read(NamedTuple):
     deadline: float
     task: asyncio.Task[ListPageItems]
@@ -104,7 +111,7 @@ class ReadAhead:
         read: Callable[[PageKey, Callable[[PageKey], None]], Awaitable[ListPageItems]],
         *,
         capacity: int,
-        depth: int = 2,
+        depth: int = DEPTH,
         ttl: float = 60.0,
         observe: Callable[[str], None] = lambda outcome: None,
     ) -> None:

@@ -55,7 +55,7 @@ class Catalogue:
 
 def read_ahead(catalogue: Catalogue, **options: object) -> tuple[ReadAhead, Counter[str]]:
     seen: Counter[str] = Counter()
-    settings: dict[str, object] = {"capacity": 8, **options}
+    settings: dict[str, object] = {"capacity": 8, "depth": 2, **options}
     ahead = ReadAhead(catalogue.read, observe=lambda outcome: seen.update([outcome]), **settings)  # type: ignore[arg-type]
     return ahead, seen
 
