@@ -6,6 +6,11 @@ stays inside it: what it returns is plain values. That work is most of a harvest
 :class:`PageReaders` runs it in worker processes, where pages are read on every core while the
 harvest's event loop receives the next page and writes the previous one; small pages, and every
 page when no worker is configured, are read in a thread instead.
+
+A page goes to its worker as a file in a spool folder in memory (``/dev/shm`` where there is
+one), not through the pool's pipe. A pipe carries it in 64 KiB pieces, each a system call and a
+wake-up on both sides: for a page of 500 records (about 4.7 MB) that cost, measured, about
+17 ms of CPU against about 2 ms for writing and reading the file.
 """
 
 from __future__ import annotations
@@ -15,10 +20,12 @@ import contextlib
 import logging
 import multiprocessing
 import os
+import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -110,9 +117,20 @@ def read_copy(url: str, body: bytes) -> tuple[PageContent, PageSummary, int]:
     return content, page.summary, page.reader.items_seen
 
 
-def _watch(harvester: int) -> None:
+Reader = Callable[[str, bytes], tuple[PageContent, PageSummary, int]]
+
+
+def read_spooled(reader: Reader, url: str, path: str) -> tuple[PageContent, PageSummary, int]:
+    """What a worker runs for a page the harvester spooled to ``path``: ``reader`` on its bytes."""
+    with open(path, "rb") as file:
+        body = file.read()
+    return reader(url, body)
+
+
+def _watch(harvester: int, spool: str) -> None:
     """Worker initializer: end this worker when the harvester process that started it is gone
-    (killed with SIGKILL, it cannot stop its workers itself; they would wait forever)."""
+    (killed with SIGKILL, it cannot stop its workers itself; they would wait forever), and take
+    the spool folder with it, whose files would otherwise hold memory until the next boot."""
 
     def watch() -> None:
         while True:
@@ -120,9 +138,20 @@ def _watch(harvester: int) -> None:
             try:
                 os.kill(harvester, 0)
             except (ProcessLookupError, PermissionError):  # gone (its pid free, or reused)
+                shutil.rmtree(spool, ignore_errors=True)
                 os._exit(0)
 
     threading.Thread(target=watch, name="harvester-watch", daemon=True).start()
+
+
+def spool_root() -> str | None:
+    """Where spool folders go: ``/dev/shm`` (memory) where it is usable, else the temp folder.
+
+    Shared, like any temp folder; a spool folder in it is made by :func:`tempfile.mkdtemp`, so
+    its name cannot be guessed beforehand and only this user can read or write it.
+    """
+    shm = "/dev/shm"  # noqa: S108 (private folders made by mkdtemp, see above)
+    return shm if os.path.isdir(shm) and os.access(shm, os.W_OK | os.X_OK) else None
 
 
 # Below this size a page is read in a thread: sending it to a worker and its records back would
@@ -145,12 +174,13 @@ class PageReaders:
         workers: int,
         *,
         min_bytes: int = WORKER_MIN_BYTES,
-        reader: Callable[[str, bytes], tuple[PageContent, PageSummary, int]] = read_copy,
+        reader: Reader = read_copy,
     ) -> None:
         self.workers = workers
         self.min_bytes = min_bytes
         self.reader = reader
         self._executor: ProcessPoolExecutor | None = None
+        self._spool: str | None = None
 
     @property
     def ahead(self) -> int:
@@ -180,20 +210,53 @@ class PageReaders:
 
     async def _in_worker(self, page: Page) -> PageContent:
         executor = self._start()
+        path = await asyncio.to_thread(self._spool_page, page)
         try:
-            future = executor.submit(self.reader, page.url, page.reader.body)
-        except BrokenProcessPool:
-            # broken while idle (a worker died between pages): start afresh
-            self._discard(executor)
-            executor = self._start()
-            future = executor.submit(self.reader, page.url, page.reader.body)
-        try:
-            content, summary, items_seen = await asyncio.wrap_future(future)
-        except BrokenProcessPool:
-            self._discard(executor)
-            raise
+            try:
+                future = self._submit(executor, page, path)
+            except BrokenProcessPool:
+                # broken while idle (a worker died between pages): start afresh
+                self._discard(executor)
+                executor = self._start()
+                future = self._submit(executor, page, path)
+            try:
+                content, summary, items_seen = await asyncio.wrap_future(future)
+            except BrokenProcessPool:
+                self._discard(executor)
+                raise
+        finally:
+            if path is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
         page.adopt(summary, items_seen)
         return content
+
+    def _submit(
+        self, executor: ProcessPoolExecutor, page: Page, path: str | None
+    ) -> Future[tuple[PageContent, PageSummary, int]]:
+        if path is None:
+            return executor.submit(self.reader, page.url, page.reader.body)
+        return executor.submit(read_spooled, self.reader, page.url, path)
+
+    def _spool_page(self, page: Page) -> str | None:
+        """Write ``page`` to a new file in the spool folder; None (the page then goes through the
+        pipe) when that fails, a full ``/dev/shm`` most likely."""
+        if self._spool is None:
+            return None
+        try:
+            descriptor, path = tempfile.mkstemp(suffix=".xml", dir=self._spool)
+        except OSError as exc:
+            log.warning("cannot spool a page for a worker (%s): it goes through the pipe", exc)
+            return None
+        try:
+            with os.fdopen(descriptor, "wb") as file:
+                file.write(page.reader.body)
+        except OSError as exc:
+            log.warning("cannot spool a page for a worker (%s): it goes through the pipe", exc)
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+            return None
+        return path
 
     def _start(self) -> ProcessPoolExecutor:
         if self._executor is None:
@@ -201,8 +264,15 @@ class PageReaders:
             # this module once, never from this (threaded, connected) process
             context = multiprocessing.get_context("forkserver")
             context.set_forkserver_preload([__name__])
+            if self._spool is None:
+                # named after this process, so that an operator can tell whose it is
+                prefix = f"wiscat-pages-{os.getpid()}-"
+                self._spool = tempfile.mkdtemp(prefix=prefix, dir=spool_root())
             self._executor = ProcessPoolExecutor(
-                self.workers, mp_context=context, initializer=_watch, initargs=(os.getpid(),)
+                self.workers,
+                mp_context=context,
+                initializer=_watch,
+                initargs=(os.getpid(), self._spool),
             )
         return self._executor
 
@@ -211,6 +281,11 @@ class PageReaders:
         if self._executor is executor:
             self._executor = None
             executor.shutdown(wait=False, cancel_futures=True)
+
+    @property
+    def spool(self) -> str | None:
+        """The folder pages are spooled to for the workers, once they started (tests)."""
+        return self._spool
 
     def worker_pids(self) -> list[int]:
         """The worker processes' ids (monitoring, tests)."""
@@ -224,3 +299,6 @@ class PageReaders:
             with contextlib.suppress(Exception):
                 self._executor.shutdown(wait=True, cancel_futures=True)
             self._executor = None
+        if self._spool is not None:
+            shutil.rmtree(self._spool, ignore_errors=True)
+            self._spool = None

@@ -3,7 +3,9 @@ killed between pages is replaced; a page that kills its reader fails, and only i
 
 from __future__ import annotations
 
+import logging
 import os
+import shutil
 import signal
 from datetime import UTC, datetime
 
@@ -100,5 +102,38 @@ async def test_a_page_that_kills_its_reader_fails_and_the_next_page_is_read() ->
         assert len(content.sorter.batch) == 5 and not content.sorter.quarantined
         assert good.consumed and good.reader.items_seen == 5
         assert readers.worker_pids() and readers.workers == 1
+    finally:
+        readers.close()
+
+
+async def test_pages_reach_workers_through_a_spool_that_is_emptied_and_removed() -> None:
+    readers = PageReaders(1, min_bytes=0)
+    try:
+        first = await readers.read(page_of(range(4)))
+        spool = readers.spool
+        assert spool is not None and os.path.isdir(spool)
+        assert os.path.basename(spool).startswith(f"wiscat-pages-{os.getpid()}-")
+        assert len(first.sorter.batch) == 4
+        assert os.listdir(spool) == []  # each page's file goes once it is read
+    finally:
+        readers.close()
+    assert not os.path.exists(spool)
+
+
+async def test_a_page_that_cannot_be_spooled_goes_through_the_pipe(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    readers = PageReaders(1, min_bytes=0)
+    try:
+        await readers.read(page_of(range(2)))
+        assert readers.spool is not None
+        shutil.rmtree(readers.spool)  # as good as a full /dev/shm: no file can be made there
+        with caplog.at_level(logging.WARNING, logger="wiscat.harvester.pages"):
+            page = page_of(range(6))
+            content = await readers.read(page)
+        assert [r.identifier for r in content.sorter.batch] == [identifier_for(n) for n in range(6)]
+        assert page.consumed and page.reader.items_seen == 6
+        assert readers.workers == 1 and readers.worker_pids()  # still read by a worker
+        assert "cannot spool a page" in caplog.text and "goes through the pipe" in caplog.text
     finally:
         readers.close()
