@@ -20,6 +20,7 @@ import contextlib
 import logging
 import multiprocessing
 import os
+import secrets
 import shutil
 import tempfile
 import threading
@@ -147,10 +148,10 @@ def _watch(harvester: int, spool: str) -> None:
 def spool_root() -> str | None:
     """Where spool folders go: ``/dev/shm`` (memory) where it is usable, else the temp folder.
 
-    Shared, like any temp folder; a spool folder in it is made by :func:`tempfile.mkdtemp`, so
-    its name cannot be guessed beforehand and only this user can read or write it.
+    Shared, like any temp folder; a spool folder in it has a random name, cannot be guessed
+    beforehand, is made only if no such name exists, and only this user can read or write it.
     """
-    shm = "/dev/shm"  # noqa: S108 (private folders made by mkdtemp, see above)
+    shm = "/dev/shm"  # noqa: S108 (private folders with random names, see above)
     return shm if os.path.isdir(shm) and os.access(shm, os.W_OK | os.X_OK) else None
 
 
@@ -160,8 +161,14 @@ WORKER_MIN_BYTES = 256 * 1024
 
 
 class PageReaders:
-    """Where a harvester process reads its pages: ``workers`` processes shared by all its runs
-    (started on the first page big enough to need them), or a thread when ``workers`` is 0.
+    """Where a harvester process reads its pages: ``workers`` processes shared by all its runs,
+    or a thread when ``workers`` is 0.
+
+    The workers start on the first page big enough to need them, in the background: starting
+    them takes about a second (a fork server that imports this module, then the forks), which
+    neither the event loop nor that run should wait for. Until they are up, pages are read in a
+    thread; :meth:`warm` starts them and waits (tests, or wherever a caller knows it will need
+    them).
 
     A worker that dies (killed, out of memory) is replaced, and the page it held is read again
     once by fresh workers; a page that kills its reader twice fails its run with that reason,
@@ -180,7 +187,9 @@ class PageReaders:
         self.min_bytes = min_bytes
         self.reader = reader
         self._executor: ProcessPoolExecutor | None = None
+        self._warming: asyncio.Task[None] | None = None
         self._spool: str | None = None
+        self._closed = False
 
     @property
     def ahead(self) -> int:
@@ -191,14 +200,16 @@ class PageReaders:
     async def read(self, page: Page) -> PageContent:
         if self.workers == 0 or len(page.reader.body) < self.min_bytes:
             return await asyncio.to_thread(read_page, page)
+        if self._executor is None:
+            self._start_warming()
+            return await asyncio.to_thread(read_page, page)
         try:
             return await self._in_worker(page)
-        except OSError as exc:  # no process support here (no /dev/shm, seccomp, ...)
-            log.warning("no page worker processes (%s): pages are read in a thread", exc)
-            self.workers = 0
-            return await asyncio.to_thread(read_page, page)
         except BrokenProcessPool:
             log.warning("a page reader process died; the page from %s is read again", page.url)
+        await self.warm()
+        if self._executor is None:  # no worker processes any more
+            return await asyncio.to_thread(read_page, page)
         try:
             return await self._in_worker(page)
         except BrokenProcessPool as exc:
@@ -208,16 +219,80 @@ class PageReaders:
                 "crash in the XML parser)"
             ) from exc
 
+    async def warm(self) -> None:
+        """Start the worker processes, off the event loop, and wait until they are up; at once
+        when they are up already, or when there are none to start."""
+        if self._executor is None and self.workers > 0 and not self._closed:
+            # shielded: a run cancelled while waiting must not cancel the start others wait for
+            await asyncio.shield(self._start_warming())
+
+    def _start_warming(self) -> asyncio.Task[None]:
+        if self._warming is None:
+            self._warming = asyncio.get_running_loop().create_task(self._warm())
+        return self._warming
+
+    async def _warm(self) -> None:
+        try:
+            executor = await asyncio.to_thread(self._new_pool)
+        except OSError as exc:  # no process support here (no /dev/shm, seccomp, ...)
+            log.warning("no page worker processes (%s): pages are read in a thread", exc)
+            self.workers = 0
+            return
+        finally:
+            self._warming = None
+        if self._closed:  # closed while they started
+            executor.shutdown(wait=False, cancel_futures=True)
+            self.close()
+        else:
+            self._executor = executor
+
+    def _new_pool(self) -> ProcessPoolExecutor:
+        """A pool with all its workers running (in a thread: this blocks about a second)."""
+        # forkserver: each worker is forked from a small server process that has imported this
+        # module once, never from this (threaded, connected) process
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload([__name__])
+        # Named after this process, so that an operator can tell whose it is, and unguessable
+        # (as mkdtemp makes them). Made once the workers run, whose watch removes it if this
+        # process is killed: made before, it would outlive a kill during their start.
+        spool = self._spool or os.path.join(
+            spool_root() or tempfile.gettempdir(),
+            f"wiscat-pages-{os.getpid()}-{secrets.token_hex(8)}",
+        )
+        executor = ProcessPoolExecutor(
+            self.workers,
+            mp_context=context,
+            initializer=_watch,
+            initargs=(os.getpid(), spool),
+        )
+        try:
+            # a worker is forked for each task that finds none idle: one task each
+            for ready in [executor.submit(os.getpid) for _ in range(self.workers)]:
+                ready.result()
+            if self._spool is None:
+                os.mkdir(spool, 0o700)
+                self._spool = spool
+        except BaseException:
+            executor.shutdown(wait=False, cancel_futures=True)
+            raise
+        return executor
+
     async def _in_worker(self, page: Page) -> PageContent:
-        executor = self._start()
         path = await asyncio.to_thread(self._spool_page, page)
         try:
+            executor = self._executor
             try:
+                if executor is None:  # replaced since: by a broken pool, or none to run
+                    raise BrokenProcessPool("no worker processes")
                 future = self._submit(executor, page, path)
             except BrokenProcessPool:
                 # broken while idle (a worker died between pages): start afresh
-                self._discard(executor)
-                executor = self._start()
+                if executor is not None:
+                    self._discard(executor)
+                await self.warm()
+                if self._executor is None:
+                    return await asyncio.to_thread(read_page, page)
+                executor = self._executor
                 future = self._submit(executor, page, path)
             try:
                 content, summary, items_seen = await asyncio.wrap_future(future)
@@ -258,24 +333,6 @@ class PageReaders:
             return None
         return path
 
-    def _start(self) -> ProcessPoolExecutor:
-        if self._executor is None:
-            # forkserver: each worker is forked from a small server process that has imported
-            # this module once, never from this (threaded, connected) process
-            context = multiprocessing.get_context("forkserver")
-            context.set_forkserver_preload([__name__])
-            if self._spool is None:
-                # named after this process, so that an operator can tell whose it is
-                prefix = f"wiscat-pages-{os.getpid()}-"
-                self._spool = tempfile.mkdtemp(prefix=prefix, dir=spool_root())
-            self._executor = ProcessPoolExecutor(
-                self.workers,
-                mp_context=context,
-                initializer=_watch,
-                initargs=(os.getpid(), self._spool),
-            )
-        return self._executor
-
     def _discard(self, executor: ProcessPoolExecutor) -> None:
         # (other reads on the same broken pool may have replaced it already)
         if self._executor is executor:
@@ -295,6 +352,7 @@ class PageReaders:
         return [process.pid for process in processes.values() if process.pid is not None]
 
     def close(self) -> None:
+        self._closed = True
         if self._executor is not None:
             with contextlib.suppress(Exception):
                 self._executor.shutdown(wait=True, cancel_futures=True)

@@ -3,10 +3,12 @@ killed between pages is replaced; a page that kills its reader fails, and only i
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import shutil
 import signal
+import sys
 from datetime import UTC, datetime
 
 import pytest
@@ -33,6 +35,7 @@ async def test_workers_store_exactly_what_a_thread_stores(pair: Pair, template_r
     ids = await factories.load_records(pair.source, SOURCE_SET, range(300))
     await factories.delete(pair.source, SOURCE_SET, ids[7:8])
     assert pair.ctx.pages.workers > 0
+    await pair.ctx.pages.warm()
     await add_link(pair)
     report = await run(pair)
     assert report.status == "ok" and report.counts["added"] == 299, report.summary()
@@ -59,6 +62,7 @@ async def test_workers_store_exactly_what_a_thread_stores(pair: Pair, template_r
 async def test_workers_killed_between_pages_are_replaced(pair: Pair) -> None:
     await factories.load_records(pair.source, SOURCE_SET, range(300))
     await add_link(pair)
+    await pair.ctx.pages.warm()
     assert (await run(pair)).status == "ok"
     workers = pair.ctx.pages.worker_pids()
     assert workers
@@ -95,20 +99,42 @@ def page_of(numbers: range, *, poison: bool = False) -> Page:
 async def test_a_page_that_kills_its_reader_fails_and_the_next_page_is_read() -> None:
     readers = PageReaders(1, min_bytes=0, reader=dies_on_poison)
     try:
+        await readers.warm()
         with pytest.raises(BadResponse, match="died, twice"):
             await readers.read(page_of(range(3), poison=True))
         good = page_of(range(5))
-        content = await readers.read(good)
+        content = await readers.read(good)  # in a thread, while fresh workers start
         assert len(content.sorter.batch) == 5 and not content.sorter.quarantined
         assert good.consumed and good.reader.items_seen == 5
+        await readers.warm()
         assert readers.worker_pids() and readers.workers == 1
+        after = page_of(range(5, 9))
+        assert len((await readers.read(after)).sorter.batch) == 4
     finally:
         readers.close()
+
+
+async def test_workers_start_in_the_background_while_pages_are_read_in_a_thread() -> None:
+    readers = PageReaders(1, min_bytes=0)
+    try:
+        page = page_of(range(3))
+        content = await readers.read(page)  # no worker yet: read at once, in a thread
+        assert len(content.sorter.batch) == 3 and page.consumed
+        for _ in range(200):  # they were started by that first page, in the background
+            if readers.worker_pids():
+                break
+            await asyncio.sleep(0.05)
+        assert readers.worker_pids() and readers.spool is not None
+        assert len((await readers.read(page_of(range(3, 5)))).sorter.batch) == 2
+    finally:
+        readers.close()
+    assert readers.worker_pids() == []
 
 
 async def test_pages_reach_workers_through_a_spool_that_is_emptied_and_removed() -> None:
     readers = PageReaders(1, min_bytes=0)
     try:
+        await readers.warm()
         first = await readers.read(page_of(range(4)))
         spool = readers.spool
         assert spool is not None and os.path.isdir(spool)
@@ -125,7 +151,7 @@ async def test_a_page_that_cannot_be_spooled_goes_through_the_pipe(
 ) -> None:
     readers = PageReaders(1, min_bytes=0)
     try:
-        await readers.read(page_of(range(2)))
+        await readers.warm()
         assert readers.spool is not None
         shutil.rmtree(readers.spool)  # as good as a full /dev/shm: no file can be made there
         with caplog.at_level(logging.WARNING, logger="wiscat.harvester.pages"):
@@ -137,3 +163,38 @@ async def test_a_page_that_cannot_be_spooled_goes_through_the_pipe(
         assert "cannot spool a page" in caplog.text and "goes through the pipe" in caplog.text
     finally:
         readers.close()
+
+
+# A harvester process in miniature: its page workers started, then it waits to be killed.
+SPOOLING = """
+import asyncio
+from services.harvester.page_records import PageReaders
+
+async def main():
+    readers = PageReaders(2)
+    await readers.warm()
+    print(readers.spool, flush=True)
+    await asyncio.sleep(600)
+
+asyncio.run(main())
+"""
+
+
+async def test_the_workers_of_a_killed_harvester_remove_its_spool() -> None:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", SPOOLING, stdout=asyncio.subprocess.PIPE
+    )
+    try:
+        assert process.stdout is not None
+        line = await asyncio.wait_for(process.stdout.readline(), 60)
+        spool = line.decode().strip()
+        assert os.path.isdir(spool)
+        assert os.path.basename(spool).startswith(f"wiscat-pages-{process.pid}-")
+    finally:
+        process.kill()  # SIGKILL: it can stop nothing itself
+        await process.wait()
+    for _ in range(100):  # its workers look every second
+        if not os.path.exists(spool):
+            break
+        await asyncio.sleep(0.05)
+    assert not os.path.exists(spool)
