@@ -190,6 +190,8 @@ class PageReaders:
         self._warming: asyncio.Task[None] | None = None
         self._spool: str | None = None
         self._closed = False
+        # the spool folder is made in the thread that starts the workers, and removed by close()
+        self._guard = threading.Lock()
 
     @property
     def ahead(self) -> int:
@@ -273,9 +275,15 @@ class PageReaders:
             # a worker is forked for each task that finds none idle: one task each
             for ready in [executor.submit(os.getpid) for _ in range(self.workers)]:
                 ready.result()
-            if self._spool is None:
-                os.mkdir(spool, 0o700)
-                self._spool = spool
+            with self._guard:
+                if self._closed:
+                    # closed while they started: the event loop that would stop them may be
+                    # gone already, and no spool folder must be left behind
+                    executor.shutdown(wait=False, cancel_futures=True)
+                    return executor
+                if self._spool is None:
+                    os.mkdir(spool, 0o700)
+                    self._spool = spool
         except BaseException:
             executor.shutdown(wait=False, cancel_futures=True)
             raise
@@ -356,11 +364,12 @@ class PageReaders:
         return [process.pid for process in processes.values() if process.pid is not None]
 
     def close(self) -> None:
-        self._closed = True
+        with self._guard:
+            self._closed = True
+            spool, self._spool = self._spool, None
         if self._executor is not None:
             with contextlib.suppress(Exception):
                 self._executor.shutdown(wait=True, cancel_futures=True)
             self._executor = None
-        if self._spool is not None:
-            shutil.rmtree(self._spool, ignore_errors=True)
-            self._spool = None
+        if spool is not None:
+            shutil.rmtree(spool, ignore_errors=True)

@@ -232,3 +232,37 @@ async def test_the_workers_of_a_killed_harvester_remove_its_spool() -> None:
             break
         await asyncio.sleep(0.05)
     assert not os.path.exists(spool)
+
+
+# A fresh process closes its page readers while their workers are still starting and ends (as
+# a harvester stopped then does); it reports whether the start was still under way at the close,
+# and what spool folders of its own are left once its event loop and the starting thread ended.
+CLOSED_WHILE_STARTING = """
+import asyncio, glob, json, os, tempfile, time
+from services.harvester.page_records import PageReaders, spool_root
+
+async def main():
+    readers = PageReaders(1)
+    start = asyncio.create_task(readers.warm())
+    await asyncio.sleep(0.05)
+    under_way = not start.done()
+    readers.close()
+    return under_way  # the start is cancelled; asyncio.run waits for its thread
+
+under_way = asyncio.run(main())
+time.sleep(0.2)
+root = spool_root() or tempfile.gettempdir()
+left = glob.glob(os.path.join(root, f"wiscat-pages-{os.getpid()}-*"))
+print(json.dumps({"under_way": under_way, "left": left}))
+"""
+
+
+async def test_readers_closed_while_their_workers_start_leave_no_spool() -> None:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", CLOSED_WHILE_STARTING, stdout=asyncio.subprocess.PIPE, cwd=PROJECT
+    )
+    out, _ = await asyncio.wait_for(process.communicate(), 120)
+    assert process.returncode == 0
+    report = json.loads(out.decode().strip().splitlines()[-1])
+    assert report["under_way"], "the fork server takes longer than 50 ms to start"
+    assert report["left"] == []
