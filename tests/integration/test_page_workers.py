@@ -12,6 +12,7 @@ import signal
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -118,6 +119,16 @@ async def test_a_page_that_kills_its_reader_fails_and_the_next_page_is_read() ->
         readers.close()
 
 
+async def report_of(script: str) -> Any:
+    """Run ``script`` in a fresh Python process; the JSON report it prints last."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", script, stdout=asyncio.subprocess.PIPE, cwd=PROJECT
+    )
+    out, _ = await asyncio.wait_for(process.communicate(), 120)
+    assert process.returncode == 0
+    return json.loads(out.decode().strip().splitlines()[-1])
+
+
 # A fresh process (so a fresh fork server, whose start is most of the wait) reads one page with
 # one worker while a ticker runs on its event loop; it reports how long the read took and the
 # longest the ticker waited.
@@ -152,12 +163,7 @@ asyncio.run(main())
 
 
 async def test_workers_start_on_the_first_page_without_stopping_the_event_loop() -> None:
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", FIRST_PAGE, stdout=asyncio.subprocess.PIPE, cwd=PROJECT
-    )
-    out, _ = await asyncio.wait_for(process.communicate(), 120)
-    assert process.returncode == 0
-    report = json.loads(out.decode().strip().splitlines()[-1])
+    report = await report_of(FIRST_PAGE)
     assert report["read"] == 3 and report["workers"] == 1
     # starting the workers took a good part of a second (0.3 s here); the event loop ran on
     # all along (blocked, as it once was, the longest gap was the whole start)
@@ -258,11 +264,6 @@ print(json.dumps({"under_way": under_way, "left": left}))
 
 
 async def test_readers_closed_while_their_workers_start_leave_no_spool() -> None:
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", CLOSED_WHILE_STARTING, stdout=asyncio.subprocess.PIPE, cwd=PROJECT
-    )
-    out, _ = await asyncio.wait_for(process.communicate(), 120)
-    assert process.returncode == 0
-    report = json.loads(out.decode().strip().splitlines()[-1])
+    report = await report_of(CLOSED_WHILE_STARTING)
     assert report["under_way"], "the fork server takes longer than 50 ms to start"
     assert report["left"] == []
