@@ -145,14 +145,19 @@ def _watch(harvester: int, spool: str) -> None:
     threading.Thread(target=watch, name="harvester-watch", daemon=True).start()
 
 
-def spool_root() -> str | None:
+def spool_root() -> str:
     """Where spool folders go: ``/dev/shm`` (memory) where it is usable, else the temp folder.
 
     Shared, like any temp folder; a spool folder in it has a random name, cannot be guessed
     beforehand, is made only if no such name exists, and only this user can read or write it.
     """
     shm = "/dev/shm"  # noqa: S108 (private folders with random names, see above)
-    return shm if os.path.isdir(shm) and os.access(shm, os.W_OK | os.X_OK) else None
+    usable = os.path.isdir(shm) and os.access(shm, os.W_OK | os.X_OK)
+    return shm if usable else tempfile.gettempdir()
+
+
+class _BrokenBeforeSent(BrokenProcessPool):
+    """The pool broke while idle (a worker died between pages): the page never reached it."""
 
 
 # Below this size a page is read in a thread: sending it to a worker and its records back would
@@ -202,37 +207,36 @@ class PageReaders:
     async def read(self, page: Page) -> PageContent:
         if self.workers == 0 or len(page.reader.body) < self.min_bytes:
             return await asyncio.to_thread(read_page, page)
-        if self._executor is None:
+        died = False
+        while True:
             await self.warm()
-            if self._executor is None:  # none could start
+            executor = self._executor
+            if executor is None:  # no worker processes could start
                 return await asyncio.to_thread(read_page, page)
-        try:
-            return await self._in_worker(page)
-        except BrokenProcessPool:
-            log.warning("a page reader process died; the page from %s is read again", page.url)
-        await self.warm()
-        if self._executor is None:  # no worker processes any more
-            return await asyncio.to_thread(read_page, page)
-        try:
-            return await self._in_worker(page)
-        except BrokenProcessPool as exc:
-            log.error("a page from %s killed its reader process twice", page.url)
-            raise BadResponse(
-                f"the process reading a page from {page.url} died, twice (out of memory, or a "
-                "crash in the XML parser)"
-            ) from exc
+            try:
+                return await self._in_worker(executor, page)
+            except _BrokenBeforeSent:
+                self._discard(executor)  # fresh workers, and this page goes to them
+            except BrokenProcessPool as exc:
+                self._discard(executor)
+                if died:
+                    log.error("a page from %s killed its reader process twice", page.url)
+                    raise BadResponse(
+                        f"the process reading a page from {page.url} died, twice (out of "
+                        "memory, or a crash in the XML parser)"
+                    ) from exc
+                died = True
+                log.warning("a page reader process died; the page from %s is read again", page.url)
 
     async def warm(self) -> None:
         """Start the worker processes, off the event loop, and wait until they are up; at once
         when they are up already, or when there are none to start."""
-        if self._executor is None and self.workers > 0 and not self._closed:
-            # shielded: a run cancelled while waiting must not cancel the start others wait for
-            await asyncio.shield(self._start_warming())
-
-    def _start_warming(self) -> asyncio.Task[None]:
+        if self._executor is not None or self.workers == 0 or self._closed:
+            return
         if self._warming is None:
             self._warming = asyncio.get_running_loop().create_task(self._warm())
-        return self._warming
+        # shielded: a run cancelled while waiting must not cancel the start others wait for
+        await asyncio.shield(self._warming)
 
     async def _warm(self) -> None:
         try:
@@ -246,9 +250,8 @@ class PageReaders:
             return  # the next page big enough tries again
         finally:
             self._warming = None
-        if self._closed:  # closed while they started
+        if self._closed:  # closed since they started: close() could not stop them
             executor.shutdown(wait=False, cancel_futures=True)
-            self.close()
         else:
             self._executor = executor
 
@@ -262,8 +265,7 @@ class PageReaders:
         # (as mkdtemp makes them). Made once the workers run, whose watch removes it if this
         # process is killed: made before, it would outlive a kill during their start.
         spool = self._spool or os.path.join(
-            spool_root() or tempfile.gettempdir(),
-            f"wiscat-pages-{os.getpid()}-{secrets.token_hex(8)}",
+            spool_root(), f"wiscat-pages-{os.getpid()}-{secrets.token_hex(8)}"
         )
         executor = ProcessPoolExecutor(
             self.workers,
@@ -289,28 +291,14 @@ class PageReaders:
             raise
         return executor
 
-    async def _in_worker(self, page: Page) -> PageContent:
+    async def _in_worker(self, executor: ProcessPoolExecutor, page: Page) -> PageContent:
         path = await asyncio.to_thread(self._spool_page, page)
         try:
-            executor = self._executor
             try:
-                if executor is None:  # replaced since: by a broken pool, or none to run
-                    raise BrokenProcessPool("no worker processes")
                 future = self._submit(executor, page, path)
-            except BrokenProcessPool:
-                # broken while idle (a worker died between pages): start afresh
-                if executor is not None:
-                    self._discard(executor)
-                await self.warm()
-                if self._executor is None:
-                    return await asyncio.to_thread(read_page, page)
-                executor = self._executor
-                future = self._submit(executor, page, path)
-            try:
-                content, summary, items_seen = await asyncio.wrap_future(future)
-            except BrokenProcessPool:
-                self._discard(executor)
-                raise
+            except BrokenProcessPool as exc:
+                raise _BrokenBeforeSent(str(exc)) from exc
+            content, summary, items_seen = await asyncio.wrap_future(future)
         finally:
             if path is not None:
                 with contextlib.suppress(OSError):
@@ -330,18 +318,16 @@ class PageReaders:
         pipe) when that fails, a full ``/dev/shm`` most likely."""
         if self._spool is None:
             return None
+        path = None
         try:
             descriptor, path = tempfile.mkstemp(suffix=".xml", dir=self._spool)
-        except OSError as exc:
-            log.warning("cannot spool a page for a worker (%s): it goes through the pipe", exc)
-            return None
-        try:
             with os.fdopen(descriptor, "wb") as file:
                 file.write(page.reader.body)
         except OSError as exc:
             log.warning("cannot spool a page for a worker (%s): it goes through the pipe", exc)
-            with contextlib.suppress(OSError):
-                os.unlink(path)
+            if path is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
             return None
         return path
 

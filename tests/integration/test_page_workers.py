@@ -244,7 +244,7 @@ async def test_the_workers_of_a_killed_harvester_remove_its_spool() -> None:
 # a harvester stopped then does); it reports whether the start was still under way at the close,
 # and what spool folders of its own are left once its event loop and the starting thread ended.
 CLOSED_WHILE_STARTING = """
-import asyncio, glob, json, os, tempfile, time
+import asyncio, glob, json, os, time
 from services.harvester.page_records import PageReaders, spool_root
 
 async def main():
@@ -257,8 +257,7 @@ async def main():
 
 under_way = asyncio.run(main())
 time.sleep(0.2)
-root = spool_root() or tempfile.gettempdir()
-left = glob.glob(os.path.join(root, f"wiscat-pages-{os.getpid()}-*"))
+left = glob.glob(os.path.join(spool_root(), f"wiscat-pages-{os.getpid()}-*"))
 print(json.dumps({"under_way": under_way, "left": left}))
 """
 
