@@ -34,7 +34,7 @@ from lxml import etree
 from bench import mesh, peers, registry
 from bench.static_server import page_key
 from services.harvester.harvest import harvest_link
-from services.harvester.page_records import spool_root
+from services.harvester.page_records import spool_prefix, spool_root
 from services.harvester.service import harvest_context
 from shared.db import links as link_store
 from shared.db.embedded import EmbeddedPostgres
@@ -486,7 +486,7 @@ def spooled_mb(pid: int) -> float:
     """The pages a harvester ``pid`` holds in its spool folder, waiting for a page worker: in
     memory too where the folder is in ``/dev/shm`` (``spool_root``), though in no process's."""
     total = 0
-    for folder in Path(spool_root()).glob(f"wiscat-pages-{pid}-*"):
+    for folder in Path(spool_root()).glob(spool_prefix(pid) + "*"):
         with contextlib.suppress(FileNotFoundError, NotADirectoryError):
             for entry in os.scandir(folder):
                 with contextlib.suppress(FileNotFoundError):

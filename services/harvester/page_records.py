@@ -145,6 +145,11 @@ def _watch(harvester: int, spool: str) -> None:
     threading.Thread(target=watch, name="harvester-watch", daemon=True).start()
 
 
+def spool_prefix(harvester: int) -> str:
+    """How the names of the spool folders of harvester process ``harvester`` begin."""
+    return f"wiscat-pages-{harvester}-"
+
+
 def spool_root() -> str:
     """Where spool folders go: ``/dev/shm`` (memory) where it is usable, else the temp folder.
 
@@ -265,7 +270,7 @@ class PageReaders:
         # (as mkdtemp makes them). Made once the workers run, whose watch removes it if this
         # process is killed: made before, it would outlive a kill during their start.
         spool = self._spool or os.path.join(
-            spool_root(), f"wiscat-pages-{os.getpid()}-{secrets.token_hex(8)}"
+            spool_root(), spool_prefix(os.getpid()) + secrets.token_hex(8)
         )
         executor = ProcessPoolExecutor(
             self.workers,

@@ -69,7 +69,8 @@ def test_pages_in_a_harvesters_spool_count() -> None:
             os.mkdir(folder)
             try:
                 with open(os.path.join(folder, "page"), "wb") as page:
-                    page.write(b"p" * {100 * MB})
+                    for _ in range(100):  # a MB at a time: the process never holds the 100 MB
+                        page.write(b"p" * {MB})
                 time.sleep(0.6)
             finally:
                 shutil.rmtree(folder)
