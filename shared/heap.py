@@ -9,7 +9,8 @@ unmappings (perf, during full harvests of 50,000 records). With both thresholds 
 blocks stay in the heap and are reused. The heap then keeps, at most, the trim threshold of free
 memory for the next page.
 
-The provider sets them at start (``wiscat provider``, ``wiscat run``). The harvester does not.
+The provider sets them at start (``wiscat provider``, ``wiscat run``). The harvester does not;
+it keeps its threads on one heap instead (:func:`one_arena`).
 With them, its peak memory, page workers included, went over 300 MB on a full harvest of
 1,000,000 records: 304 MB, against 287 MB without. Its rate was 3,366 records/s against 2,997
 without, in two runs on a machine whose speed drifts by up to 20%.
@@ -39,12 +40,13 @@ TRIM_THRESHOLD = 128 * 1024 * 1024
 
 _M_TRIM_THRESHOLD = -1  # from glibc's <malloc.h>
 _M_MMAP_THRESHOLD = -3
+_M_ARENA_MAX = -8
 _OPERATOR_SETTINGS = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "GLIBC_TUNABLES")
 
 
-def tune_heap() -> bool:
-    """Raise glibc's mmap and trim thresholds for this process; True when they were set."""
-    if platform.libc_ver()[0] != "glibc" or any(name in os.environ for name in _OPERATOR_SETTINGS):
+def _mallopt(settings: tuple[str, ...], *options: tuple[int, int]) -> bool:
+    """glibc's mallopt for each (option, value), unless the operator set one of ``settings``."""
+    if platform.libc_ver()[0] != "glibc" or any(name in os.environ for name in settings):
         return False
     try:
         mallopt = ctypes.CDLL(None).mallopt
@@ -52,12 +54,32 @@ def tune_heap() -> bool:
         return False
     mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
     mallopt.restype = ctypes.c_int
-    done = bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(
-        mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD)
-    )
+    done = all(mallopt(option, value) for option, value in options)
     if not done:
-        log.debug("glibc refused the heap thresholds; its defaults stay")
+        log.debug("glibc refused a malloc setting; its defaults stay")
     return done
+
+
+def tune_heap() -> bool:
+    """Raise glibc's mmap and trim thresholds for this process; True when they were set."""
+    return _mallopt(
+        _OPERATOR_SETTINGS,
+        (_M_MMAP_THRESHOLD, MMAP_THRESHOLD),
+        (_M_TRIM_THRESHOLD, TRIM_THRESHOLD),
+    )
+
+
+def one_arena() -> bool:
+    """Have every thread of this process that starts from now on allocate from glibc's main
+    heap; True when set.
+
+    glibc gives a thread its own arena (a heap of its own) when the main one is busy. In the
+    harvester, threads write pages to the spool and receive what the page workers made of them
+    (megabytes a page); each arena then keeps its own free and fragmented memory. With one
+    arena, interleaved full harvests of 1,000,000 records peaked at 265 against 311 MB, at the
+    same rate (3,931 against 3,906 records/s). The dynamic mmap threshold is left as it is.
+    """
+    return _mallopt(("MALLOC_ARENA_MAX", "GLIBC_TUNABLES"), (_M_ARENA_MAX, 1))
 
 
 # A young generation this large is collected about once a page, not several times.

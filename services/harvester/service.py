@@ -19,6 +19,7 @@ from services.harvester.scheduler import Scheduler
 from shared.db import links as link_store
 from shared.db.migrate import check_current
 from shared.db.pool import create_pool
+from shared.heap import one_arena
 from shared.settings import Settings
 
 log = logging.getLogger("wiscat.harvester")
@@ -35,6 +36,7 @@ def client_settings(settings: Settings) -> ClientSettings:
 @contextlib.asynccontextmanager
 async def harvest_context(settings: Settings, database_url: str) -> AsyncIterator[HarvestContext]:
     """A pool, one HTTP session for the whole process, and the client over it."""
+    one_arena()  # before the threads that spool pages and receive what workers made of them
     pool = await create_pool(database_url, max_size=max(4, settings.harvest_concurrency // 2))
     try:
         async with contextlib.AsyncExitStack() as stack:

@@ -61,6 +61,42 @@ def test_an_operators_own_malloc_settings_are_kept() -> None:
     assert faults > 50_000
 
 
+ARENAS = """
+import ctypes, sys, threading
+from shared.heap import one_arena
+
+print(one_arena() if sys.argv[1] == "one" else None)
+worker = threading.Thread(target=lambda: bytes(1_000_000))  # a thread that allocates
+worker.start()
+worker.join()
+ctypes.CDLL(None).malloc_stats()  # one "Arena N:" block per arena, on stderr
+"""
+
+
+def arenas(mode: str, **env: str) -> tuple[str, int]:
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+    environment.pop("GLIBC_TUNABLES", None)
+    result = subprocess.run(
+        [sys.executable, "-c", ARENAS, mode],
+        env={**environment, **env},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return result.stdout.strip(), result.stderr.count("Arena ")
+
+
+@needs_glibc
+def test_threads_allocate_from_one_arena() -> None:
+    assert arenas("default") == ("None", 2)  # glibc's default: the thread got its own arena
+    assert arenas("one") == ("True", 1)
+
+
+@needs_glibc
+def test_an_operators_own_arena_limit_is_kept() -> None:
+    assert arenas("one", MALLOC_ARENA_MAX="4") == ("False", 2)
+
+
 FROZEN = """
 import gc, weakref
 import fastapi, lxml.etree  # start-up: a framework's worth of long-lived objects
