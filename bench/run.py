@@ -496,7 +496,7 @@ def spooled_mb(pid: int) -> float:
 
 # The share of one core that sampling a command's memory may take from it. Reading the
 # proportional set sizes of a harvester and its page workers costs about 10 ms of kernel time;
-# read every 20 ms, as this benchmark once did, it took a third of a core from the harvest it
+# read every 20 ms, as this benchmark once did, it took a quarter of a core from the harvest it
 # measured, on a machine of two. A new high of the resident memory may be read at a higher share.
 _SAMPLING_SHARE = 0.02
 _NEW_HIGH_SHARE = 0.10

@@ -9,11 +9,11 @@ unmappings (perf, during full harvests of 50,000 records). With both thresholds 
 blocks stay in the heap and are reused. The heap then keeps, at most, the trim threshold of free
 memory for the next page.
 
-The provider sets them at start (``wiscat provider``, ``wiscat run``). The harvester does not;
-it keeps its threads on one heap instead (:func:`one_arena`).
+The provider sets them at start (``wiscat provider``, ``wiscat run``). The harvester does not.
 With them, its peak memory, page workers included, went over 300 MB on a full harvest of
 1,000,000 records: 304 MB, against 287 MB without. Its rate was 3,366 records/s against 2,997
-without, in two runs on a machine whose speed drifts by up to 20%.
+without, in two runs on a machine whose speed drifts by up to 20%. The harvester keeps its
+threads on one heap instead (:func:`one_arena`).
 
 Other C libraries, and an operator who set glibc's own ``MALLOC_*_`` variables or
 ``GLIBC_TUNABLES``, are left as they are.
@@ -73,7 +73,7 @@ def one_arena() -> bool:
     """Have every thread of this process that starts from now on allocate from glibc's main
     heap; True when set.
 
-    glibc gives a thread its own arena (a heap of its own) when the main one is busy. In the
+    glibc gives each new thread an arena (a heap of its own), up to eight per core. In the
     harvester, threads write pages to the spool and receive what the page workers made of them
     (megabytes a page); each arena then keeps its own free and fragmented memory. With one
     arena, interleaved full harvests of 1,000,000 records peaked at 265 against 311 MB, at the
