@@ -1,0 +1,118 @@
+"""The embedded server: a start that takes longer than pgserver waits for.
+
+After an unclean stop the server replays its write-ahead log before it accepts connections; for
+a large catalogue that takes longer than the 10 seconds pgserver's ``pg_ctl`` waits. Here a real
+server is made that slow on purpose: started in archive recovery whose ``restore_command`` waits
+for a file to appear, it stays "starting" until the test lets its recovery end (or stops it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from pgserver._commands import pg_ctl
+
+from shared.db.embedded import EmbeddedPostgres
+from shared.db.errors import EmbeddedServerError
+from shared.db.pool import connect
+
+
+@pytest.fixture
+def folder() -> Iterator[Path]:
+    # outside pytest's basetemp, like the session's server (see tests/conftest.py)
+    path = Path(tempfile.mkdtemp(prefix="wiscat-test-slow-pg-"))
+    yield path
+    data = path / "postgres"
+    if (data / "postmaster.pid").exists():  # a server a failed start left running
+        with contextlib.suppress(subprocess.CalledProcessError):
+            pg_ctl(["stop", "-m", "immediate"], pgdata=data, **_as_server_user())
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _as_server_user() -> dict[str, str]:
+    # pgserver runs the server as its own user when started by root
+    return {"user": "pgserver"} if os.geteuid() == 0 else {}
+
+
+def _slow_next_start(server: EmbeddedPostgres) -> Path:
+    """The next start stays "starting" until the returned file exists (or it is stopped)."""
+    go = server.path / "recovery-may-end"
+    (server.path / "recovery.signal").touch()
+    with open(server.path / "postgresql.conf", "a") as conf:
+        # no archive to restore from: each call fails, once the file exists; the replay of the
+        # server's own log then ends, and it starts
+        conf.write(
+            f"\nrestore_command = 'while [ ! -e {go} ]; do sleep 0.2; done; false'\n"
+            "hot_standby = off\n"
+        )
+    return go
+
+
+async def _until_waiting(caplog: pytest.LogCaptureFixture) -> None:
+    """Until start() says it waits for the server (pgserver's pg_ctl gave up, after 10 s)."""
+    deadline = time.monotonic() + 60
+    while "is still starting" not in caplog.text:
+        assert time.monotonic() < deadline, "start() never said it waits"
+        await asyncio.sleep(0.2)
+
+
+async def test_start_waits_for_a_server_slower_than_pgserver_waits(
+    folder: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="wiscat.db")
+    server = EmbeddedPostgres(folder)
+    conn = await connect(server.start())
+    await conn.execute("create table kept (value text); insert into kept values ('before')")
+    await conn.close()
+    server.stop()
+    go = _slow_next_start(server)
+
+    starting = asyncio.create_task(asyncio.to_thread(server.start))
+    try:
+        await _until_waiting(caplog)
+        assert not starting.done()  # pg_ctl's timeout did not end the start
+        go.touch()
+        url = await asyncio.wait_for(starting, 60)
+        conn = await connect(url)
+        assert await conn.fetchval("select value from kept") == "before"
+        await conn.close()
+        assert "embedded PostgreSQL ready after" in caplog.text
+        # pgserver's copy of the server's whole log on its timeout is not passed on
+        assert "Timeout starting server" not in caplog.text
+    finally:
+        await asyncio.gather(starting, return_exceptions=True)
+        server.stop()
+
+
+async def test_a_start_that_cannot_finish_fails_with_the_reason(
+    folder: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="wiscat.db")
+    server = EmbeddedPostgres(folder)
+    server.start()
+    server.stop()
+    _slow_next_start(server)
+
+    # out of time: the server goes on starting, and the error says so
+    hurried = EmbeddedPostgres(folder, start_timeout=1)
+    out_of_time = r"did not become ready within 1 s \(still 'starting'\)"
+    with pytest.raises(EmbeddedServerError, match=out_of_time):
+        await asyncio.to_thread(hurried.start)
+
+    # a second start finds that server still starting, and waits for it; it stops instead
+    caplog.clear()
+    starting = asyncio.create_task(asyncio.to_thread(EmbeddedPostgres(folder).start))
+    await _until_waiting(caplog)
+    pg_ctl(["stop", "-m", "immediate"], pgdata=server.path, **_as_server_user())
+    with pytest.raises(EmbeddedServerError, match="stopped while starting; see its log"):
+        await asyncio.wait_for(starting, 60)
