@@ -45,7 +45,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
-from services.harvester.client import HarvestError, OAIClient, safe_url
+from services.harvester.client import OAIClient, safe_url
+from services.harvester.errors import HarvestError
 from shared.iso19139 import canonical_hash
 from shared.oaipmh.dates import format_datestamp
 from shared.oaipmh.errors import IdDoesNotExist, NoSetHierarchy, OAIError

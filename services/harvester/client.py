@@ -1,17 +1,6 @@
 """The harvester's OAI-PMH client over aiohttp: one session per process, explicit timeouts.
 
-Exception tree (what a run can fail with, besides the OAI-PMH errors a peer sends)::
-
-    HarvestError                 a run failed because of the peer or the network; ``reason`` is
-     |                           short, says what happened, and holds no secret
-     +-- PeerHTTPError           an HTTP status that is neither 200 nor retried to success
-     +-- PeerTimeout             no answer within the timeouts, after the retries
-     +-- PeerUnreachable         connection refused or reset, after the retries
-     +-- ResponseTooLarge        a page larger than the cap once decompressed (gzip bombs)
-     +-- RepeatedResumptionToken the peer sent a token it had sent before in this list
-     +-- TooManyEmptyPages       too many pages in a row with a token and no item
-     +-- TooManyRequests         the list needed more requests than allowed
-     +-- BadResponse             not OAI-PMH, or not well-formed (wraps pages.ResponseError)
+Its exceptions are in :mod:`services.harvester.errors`.
 
 Retries happen only on connection errors, timeouts, 408, 429 and 5xx (with full-jitter backoff,
 or the peer's ``Retry-After``, capped); any other status is final.
@@ -24,7 +13,7 @@ import contextlib
 import logging
 import random
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
@@ -34,13 +23,22 @@ from urllib.parse import urlsplit, urlunsplit
 import aiohttp
 from isal import isal_zlib
 
+from services.harvester.errors import (
+    BadResponse,
+    PeerHTTPError,
+    PeerTimeout,
+    PeerUnreachable,
+    RepeatedResumptionToken,
+    ResponseTooLarge,
+    TooManyEmptyPages,
+    TooManyRequests,
+)
+from services.harvester.page_records import Page
 from shared.oaipmh.dates import format_datestamp, format_day
 from shared.oaipmh.errors import NoRecordsMatch
 from shared.oaipmh.pages import (
-    HeaderItem,
     IdentifyInfo,
     PageReader,
-    PageSummary,
     RecordItem,
     ResponseError,
     announced_token,
@@ -56,52 +54,6 @@ log = logging.getLogger("wiscat.harvester.client")
 T = TypeVar("T")
 
 RETRYABLE = frozenset({408, 429, *range(500, 600)})
-
-
-class HarvestError(Exception):
-    """A run failed because of the peer or the network."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
-class PeerHTTPError(HarvestError):
-    def __init__(self, status: int, url: str) -> None:
-        super().__init__(f"HTTP {status} from {url}")
-        self.status = status
-        self.url = url
-
-    def __reduce__(self) -> tuple[type[PeerHTTPError], tuple[int, str]]:
-        return type(self), (self.status, self.url)
-
-
-class PeerTimeout(HarvestError):
-    pass
-
-
-class PeerUnreachable(HarvestError):
-    pass
-
-
-class ResponseTooLarge(HarvestError):
-    pass
-
-
-class RepeatedResumptionToken(HarvestError):
-    pass
-
-
-class TooManyEmptyPages(HarvestError):
-    pass
-
-
-class TooManyRequests(HarvestError):
-    pass
-
-
-class BadResponse(HarvestError):
-    pass
 
 
 @dataclass(frozen=True)
@@ -120,42 +72,6 @@ class ClientSettings:
     max_decompressed_bytes: int = 64 * 1024 * 1024
     connections_per_host: int = 4
     user_agent: str = "wiscat-harvester/0.1 (OAI-PMH 2.0)"
-
-
-@dataclass
-class Page:
-    """One response of a list: iterate its items once, in order; then read its summary.
-
-    noRecordsMatch is not a failure (§3.6: an empty list): the page then has no items and ends
-    the list.
-    """
-
-    url: str
-    bytes: int
-    reader: PageReader
-    consumed: bool = False
-
-    def items(self) -> Iterator[HeaderItem | RecordItem]:
-        if self.consumed:
-            return
-        self.consumed = True
-        try:
-            yield from self.reader.items()
-        except NoRecordsMatch:
-            self.reader.summary.errors.clear()
-            self.reader.summary.resumption_token = None
-        except ResponseError as exc:
-            raise BadResponse(f"{exc} (from {self.url})") from exc
-
-    @property
-    def summary(self) -> PageSummary:
-        return self.reader.summary
-
-    def adopt(self, summary: PageSummary, items_seen: int) -> None:
-        """Take the outcome of reading this page elsewhere (a worker process read a copy)."""
-        self.consumed = True
-        self.reader.summary = summary
-        self.reader.items_seen = items_seen
 
 
 def safe_url(url: str) -> str:

@@ -22,7 +22,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from services.harvester.client import HarvestError, OAIClient
+from services.harvester.client import OAIClient
+from services.harvester.errors import HarvestError
 from services.harvester.metrics import HarvesterMetrics
 from services.harvester.page_records import PageReaders, PageSorter
 from shared.db import links as link_store

@@ -111,9 +111,7 @@ class EmbeddedPostgres:
                     f"embedded PostgreSQL stopped while starting; see its log, {self.path / 'log'}"
                 )
             if status == "ready":
-                log.info(
-                    "embedded PostgreSQL ready after %.0f s more", time.monotonic() - started
-                )
+                log.info("embedded PostgreSQL ready after %.0f s more", time.monotonic() - started)
                 return
             now = time.monotonic()
             if now >= deadline:

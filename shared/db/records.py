@@ -19,23 +19,11 @@ from asyncpg.pool import PoolConnectionProxy
 
 from shared.db.pool import Connection
 from shared.db.queries import load
+from shared.db.rows import IncomingRecord as IncomingRecord  # the rows its writes take
 
 _SQL = load("records.sql")
 
 Executor = asyncpg.Connection | PoolConnectionProxy | asyncpg.Pool
-
-
-class IncomingRecord(NamedTuple):
-    """A record ready to store: identifier, gmd:dateStamp, canonical hash and serialized XML.
-
-    A named tuple, not a dataclass: a harvester's page workers send pages of these back to
-    the harvester, and a tuple unpickles about four times faster than a frozen dataclass.
-    """
-
-    identifier: str
-    md_datestamp: datetime | None
-    content_hash: bytes
-    xml: str
 
 
 class StoredRecord(NamedTuple):

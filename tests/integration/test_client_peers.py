@@ -24,11 +24,9 @@ import pytest
 from aiohttp import web
 from multidict import MultiDict
 
-from services.harvester.client import (
+from services.harvester.client import ClientSettings, OAIClient
+from services.harvester.errors import (
     BadResponse,
-    ClientSettings,
-    OAIClient,
-    Page,
     PeerHTTPError,
     PeerTimeout,
     PeerUnreachable,
@@ -36,6 +34,7 @@ from services.harvester.client import (
     ResponseTooLarge,
     TooManyEmptyPages,
 )
+from services.harvester.page_records import Page
 from shared.oaipmh import errors
 from shared.oaipmh.pages import HeaderItem, MalformedResponse, NotOAIResponse, RecordItem
 

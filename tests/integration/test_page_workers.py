@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from services.harvester.client import BadResponse, Page
-from services.harvester.page_records import PageContent, PageReaders, read_copy
+from services.harvester.errors import BadResponse
+from services.harvester.page_records import Page, PageContent, PageReaders, read_copy
 from services.harvester.service import harvest_context
 from shared.generator import generate_record, identifier_for
 from shared.oaipmh import render

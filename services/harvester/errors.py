@@ -1,0 +1,65 @@
+"""What a harvest run can fail with, besides the OAI-PMH errors a peer sends.
+
+Exception tree::
+
+    HarvestError                 a run failed because of the peer or the network; ``reason`` is
+     |                           short, says what happened, and holds no secret
+     +-- PeerHTTPError           an HTTP status that is neither 200 nor retried to success
+     +-- PeerTimeout             no answer within the timeouts, after the retries
+     +-- PeerUnreachable         connection refused or reset, after the retries
+     +-- ResponseTooLarge        a page larger than the cap once decompressed (gzip bombs)
+     +-- RepeatedResumptionToken the peer sent a token it had sent before in this list
+     +-- TooManyEmptyPages       too many pages in a row with a token and no item
+     +-- TooManyRequests         the list needed more requests than allowed
+     +-- BadResponse             not OAI-PMH, or not well-formed (wraps pages.ResponseError)
+
+Its own module, without aiohttp, so that the harvester's page workers can raise them.
+"""
+
+from __future__ import annotations
+
+
+class HarvestError(Exception):
+    """A run failed because of the peer or the network."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class PeerHTTPError(HarvestError):
+    def __init__(self, status: int, url: str) -> None:
+        super().__init__(f"HTTP {status} from {url}")
+        self.status = status
+        self.url = url
+
+    def __reduce__(self) -> tuple[type[PeerHTTPError], tuple[int, str]]:
+        return type(self), (self.status, self.url)
+
+
+class PeerTimeout(HarvestError):
+    pass
+
+
+class PeerUnreachable(HarvestError):
+    pass
+
+
+class ResponseTooLarge(HarvestError):
+    pass
+
+
+class RepeatedResumptionToken(HarvestError):
+    pass
+
+
+class TooManyEmptyPages(HarvestError):
+    pass
+
+
+class TooManyRequests(HarvestError):
+    pass
+
+
+class BadResponse(HarvestError):
+    pass
