@@ -16,6 +16,7 @@ from pathlib import Path
 import uvicorn
 
 from services import cli_checks, cli_registry
+from services.listen import CannotListen, listen, url_host
 from shared import ingest
 from shared.db import links as link_store
 from shared.db import migrate as migrations
@@ -74,27 +75,28 @@ async def _serve_provider(
 ) -> None:
     from services.provider.app import create_app
 
-    app = create_app(settings, url)
-    tune_heap()  # list pages of megabytes, built and sent many times a second
-    freeze_startup_objects()
-    config = uvicorn.Config(
-        app,
-        host=host,
-        port=port,
-        log_config=None,
-        access_log=False,
-        lifespan="on",
-        timeout_graceful_shutdown=10,
-    )
-    server = _Server(config)
-    watcher = asyncio.create_task(stop.wait())
-    watcher.add_done_callback(lambda _: setattr(server, "should_exit", True))
-    log.info("provider listening on http://%s:%d/oai", host, port)
-    try:
-        await server.serve()
-    finally:
-        watcher.cancel()
-        stop.set()
+    with listen(host, port, "the provider") as sock:
+        app = create_app(settings, url)
+        tune_heap()  # list pages of megabytes, built and sent many times a second
+        freeze_startup_objects()
+        config = uvicorn.Config(
+            app,
+            host=host,
+            port=port,
+            log_config=None,
+            access_log=False,
+            lifespan="on",
+            timeout_graceful_shutdown=10,
+        )
+        server = _Server(config)
+        watcher = asyncio.create_task(stop.wait())
+        watcher.add_done_callback(lambda _: setattr(server, "should_exit", True))
+        log.info("provider listening on http://%s:%d/oai", url_host(host), port)
+        try:
+            await server.serve(sockets=[sock])
+        finally:
+            watcher.cancel()
+            stop.set()
 
 
 async def cmd_provider(settings: Settings, args: argparse.Namespace) -> int:
@@ -138,8 +140,11 @@ async def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
         harvester = asyncio.create_task(
             serve_harvester(settings, url, host=host, port=settings.harvester_port, stop=stop)
         )
+        # a node whose harvester stopped (it could not listen, or failed) stops as a whole,
+        # with the harvester's error, rather than serving on without harvesting
+        harvester.add_done_callback(lambda _: stop.set())
         print(
-            f"wiscat node {settings.gisc_name}: open http://{host}:{port}/oai?verb=Identify",
+            f"wiscat node {settings.gisc_name}: open http://{url_host(host)}:{port}/oai?verb=Identify",
             flush=True,
         )
         try:
@@ -465,7 +470,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             command = f"registry {args.registry_command}"
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:
             return runner.run(COMMANDS[command](settings, args))
-    except DatabaseError as exc:
+    except (DatabaseError, CannotListen) as exc:
         print(f"wiscat: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

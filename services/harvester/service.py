@@ -16,6 +16,7 @@ from services.harvester.harvest import HarvestContext
 from services.harvester.page_records import PageReaders
 from services.harvester.scheduled_checks import export_check_metrics, run_due_checks
 from services.harvester.scheduler import Scheduler
+from services.listen import listen, url_host
 from shared.db import links as link_store
 from shared.db.migrate import check_current
 from shared.db.pool import create_pool
@@ -93,9 +94,9 @@ async def serve_harvester(
             await check_current(conn)
         runner = web.AppRunner(health_app(ctx), access_log=None)
         await runner.setup()
-        site = web.TCPSite(runner, host, port)
+        site = web.SockSite(runner, listen(host, port, "the harvester's health endpoints"))
         await site.start()
-        log.info("harvester health on http://%s:%d/healthz", host, port)
+        log.info("harvester health on http://%s:%d/healthz", url_host(host), port)
         scheduler = Scheduler(ctx)
         ctx.metrics.running.set_function(lambda: len(scheduler.running))
         checks = asyncio.create_task(run_due_checks(ctx, stop), name="checks")
