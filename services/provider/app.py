@@ -17,7 +17,7 @@ from services.provider import admin, monitoring, oai, registry, ui
 from services.provider.metrics import ProviderMetrics
 from services.provider.oai import ProviderState
 from shared.db import records as store
-from shared.db.errors import DatabaseError
+from shared.db.errors import UNSTORABLE_TEXT, DatabaseError
 from shared.db.migrate import check_current
 from shared.db.pool import create_pool
 from shared.ingest import ensure_own_set
@@ -95,7 +95,19 @@ def create_app(settings: Settings, database_url: str) -> FastAPI:
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
-        return JSONResponse({"detail": "bad request", "errors": str(exc)}, status_code=400)
+        # what is wrong and where, without the handler's source location str(exc) would add
+        errors = [{"loc": list(e["loc"]), "msg": e["msg"]} for e in exc.errors()]
+        return JSONResponse({"detail": "bad request", "errors": errors}, status_code=400)
+
+    async def _unstorable(request: Request, exc: Exception) -> JSONResponse:
+        log.info("refused %s %s: text with U+0000", request.method, request.url.path)
+        return JSONResponse(
+            {"detail": "bad request: the request holds U+0000, which no text here can hold"},
+            status_code=400,
+        )
+
+    for unstorable in UNSTORABLE_TEXT:
+        app.add_exception_handler(unstorable, _unstorable)
 
     @app.get("/healthz", response_class=PlainTextResponse)
     async def healthz() -> str:

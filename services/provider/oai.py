@@ -104,7 +104,8 @@ async def request_pairs(request: Request) -> list[tuple[str, str]]:
     return _pairs(request.url.query)
 
 
-@router.api_route("/oai", methods=["GET", "POST"])
+# HEAD as HTTP asks of every server (RFC 9110 §9.1): a GET whose body the server does not send
+@router.api_route("/oai", methods=["GET", "HEAD", "POST"])
 async def oai_endpoint(request: Request) -> Response:
     state: ProviderState = request.app.state.provider
     started = time.perf_counter()

@@ -5,7 +5,20 @@ Exception tree::
     DatabaseError           any failure talking to PostgreSQL, translated once at this edge
      +-- SchemaNotCurrent   the database lacks migrations this code needs
      +-- EmbeddedServerError  the embedded PostgreSQL could not be started
+
+``UNSTORABLE_TEXT`` are asyncpg's own errors for text PostgreSQL cannot hold (U+0000, which a
+URL, a form or JSON can carry as ``%00`` or ``\\u0000``): a request that brings such text is the
+client's error, and the services answer it as one.
 """
+
+from __future__ import annotations
+
+import asyncpg
+
+UNSTORABLE_TEXT: tuple[type[Exception], ...] = (
+    asyncpg.CharacterNotInRepertoireError,  # U+0000 in text
+    asyncpg.UntranslatableCharacterError,  # \u0000 in jsonb
+)
 
 
 class DatabaseError(Exception):

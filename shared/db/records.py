@@ -140,12 +140,20 @@ async def delete_records(
     ``unchanged`` (already deleted, or not in this set), ``not_found``, ``remembered`` (unknown
     here, kept as a tombstone because ``remember_unknown``), ``refused_protected``.
     """
+    unknowable = {i: "not_found" for i in identifiers if not _storable(i)}
+    identifiers = [i for i in identifiers if _storable(i)]
     if not identifiers:
-        return WriteResult({})
+        return WriteResult(unknowable)
     rows = await conn.fetch(
-        _SQL["delete_records"], set_spec, list(identifiers), protected_set, remember_unknown
+        _SQL["delete_records"], set_spec, identifiers, protected_set, remember_unknown
     )
-    return WriteResult({row["identifier"]: row["outcome"] for row in rows})
+    return WriteResult(unknowable | {row["identifier"]: row["outcome"] for row in rows})
+
+
+def _storable(identifier: str) -> bool:
+    # PostgreSQL's text cannot hold U+0000 (nor can XML carry it), so no stored identifier has
+    # one; asked about one (a request's argument, an admin URL), the server answers with an error
+    return "\x00" not in identifier
 
 
 def _stored(row: asyncpg.Record) -> StoredRecord:
@@ -220,11 +228,15 @@ async def count_list(db: Executor, scope: ListScope) -> int:
 
 async def get_record(db: Executor, identifier: str) -> StoredRecord | None:
     """One record or tombstone, or None when the identifier is unknown."""
+    if not _storable(identifier):
+        return None
     row = await db.fetchrow(_SQL["get_record"], identifier)
     return _stored(row) if row else None
 
 
 async def record_exists(db: Executor, identifier: str) -> bool:
+    if not _storable(identifier):
+        return False
     return bool(await db.fetchval(_SQL["record_exists"], identifier))
 
 

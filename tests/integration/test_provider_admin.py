@@ -47,6 +47,9 @@ async def test_put_and_delete_records(provider: RunningProvider, db: Pool) -> No
     assert await db.fetchval("select deleted from records where identifier = $1", identifier)
     status, _ = await request("DELETE", url, headers=AUTH)
     assert status == 404
+    # an identifier no record can have (the database's text cannot hold U+0000)
+    status, _ = await request("DELETE", f"{provider.root}/admin/records/a%00b", headers=AUTH)
+    assert status == 404
 
 
 @pytest.mark.parametrize(
@@ -77,6 +80,41 @@ async def test_identifier_must_match_the_url(provider: RunningProvider, db: Pool
     )
     assert status == 400 and "fileIdentifier" in str(detail)
     assert await db.fetchval("select count(*) from records") == 0
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "json"),
+    [
+        ("DELETE", "/admin/links/a%00b", None),
+        ("POST", "/admin/links/a%00b/harvest", None),
+        ("DELETE", "/admin/checks/a%00b", None),
+        ("POST", "/admin/checks/a%00b/run", None),
+        ("GET", "/admin/runs?link=a%00b", None),
+        ("GET", "/admin/check-reports?check=a%00b", None),
+        ("POST", "/admin/links", {"name": "a\u0000b", "url": "http://x.example/oai", "set": "S"}),
+    ],
+)
+async def test_text_no_database_can_hold_is_a_bad_request(
+    provider: RunningProvider, db: Pool, method: str, path: str, json: object
+) -> None:
+    # U+0000 (%00 in a URL, \u0000 in JSON): PostgreSQL's text cannot hold it
+    status, body = await request(method, provider.root + path, headers=AUTH, json=json)
+    assert status == 400, body
+    assert body == {"detail": "bad request: the request holds U+0000, which no text here can hold"}
+    # nothing was written, and the provider goes on answering
+    assert await db.fetchval("select count(*) from links") == 0
+    status, _ = await request("GET", provider.root + "/admin/links", headers=AUTH)
+    assert status == 200
+
+
+async def test_a_malformed_body_says_what_is_wrong_and_nothing_more(
+    provider: RunningProvider,
+) -> None:
+    status, body = await request("PUT", provider.root + "/admin/checks/c", headers=AUTH, json={})
+    assert status == 400
+    assert isinstance(body, dict) and body["detail"] == "bad request"
+    assert {"loc": ["body", "set"], "msg": "Field required"} in body["errors"]
+    assert ".py" not in str(body)  # no source location of the server's code
 
 
 async def test_admin_is_disabled_without_a_token(db: Pool, database_url: str) -> None:

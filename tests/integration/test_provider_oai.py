@@ -105,6 +105,10 @@ async def test_get_record_in_both_formats(provider: RunningProvider, db: Pool) -
         ("verb=GetRecord&metadataPrefix=iso19139", "badArgument", False),
         ("verb=ListRecords&metadataPrefix=marc21", "cannotDisseminateFormat", True),
         ("verb=GetRecord&metadataPrefix=iso19139&identifier=unknown", "idDoesNotExist", True),
+        # characters no stored identifier can hold (the database's text cannot, nor XML)
+        ("verb=GetRecord&metadataPrefix=iso19139&identifier=%00", "idDoesNotExist", True),
+        ("verb=GetRecord&metadataPrefix=iso19139&identifier=a%00b%01", "idDoesNotExist", True),
+        ("verb=ListMetadataFormats&identifier=%00", "idDoesNotExist", True),
         ("verb=ListIdentifiers&metadataPrefix=iso19139&from=2999-01-01", "noRecordsMatch", True),
         ("verb=ListIdentifiers&metadataPrefix=iso19139&set=no-such-set", "noRecordsMatch", True),
         ("verb=ListRecords&resumptionToken=garbage", "badResumptionToken", True),
@@ -123,6 +127,26 @@ async def test_errors(
     assert request is not None and request.text == provider.settings.base_url
     # OAI-PMH §3.2: after badVerb or badArgument, the request element has no attributes.
     assert bool(request.attrib) is echo_attributes
+
+
+async def test_head_is_a_get_without_its_body(provider: RunningProvider) -> None:
+    # RFC 9110 §9.1: every general-purpose server supports HEAD (monitors probe with it)
+    query = {"verb": "Identify"}
+    plain = {"Accept-Encoding": "identity"}  # a body whose length does not vary
+    async with aiohttp.ClientSession() as session:
+        async with session.get(provider.oai, params=query, headers=plain) as got:
+            body = await got.read()
+        async with session.head(provider.oai, params=query, headers=plain) as head:
+            assert head.status == 200
+            assert head.headers["Content-Type"] == got.headers["Content-Type"]
+            assert int(head.headers["Content-Length"]) == len(body) > 0
+            assert await head.read() == b""
+        # and for a list, compressed as a GET would be
+        query = {"verb": "ListIdentifiers", "metadataPrefix": "iso19139"}
+        async with session.head(provider.oai, params=query) as head:
+            assert head.status == 200
+            assert head.headers["Content-Encoding"] == "gzip"
+            assert await head.read() == b""
 
 
 async def test_post_is_the_same_as_get(provider: RunningProvider) -> None:
