@@ -26,6 +26,7 @@ from services.provider.metrics import ProviderMetrics
 from services.provider.readahead import ListPageItems, PageKey, ReadAhead
 from shared import crosswalk
 from shared.db import records as store
+from shared.db.errors import UNAVAILABLE
 from shared.db.pool import Pool
 from shared.oaipmh import render
 from shared.oaipmh.arguments import OAIRequest, echo_allowed, parse_request
@@ -47,6 +48,8 @@ router = APIRouter()
 XML_TYPE = "text/xml; charset=utf-8"
 # how long a page read ahead waits for its request (a client that stopped midway)
 READ_AHEAD_SECONDS = 60.0
+# seconds a harvester is asked to wait while the database is unavailable
+UNAVAILABLE_RETRY_AFTER = 30
 
 # prefix -> (schema, namespace); iso19139 is the stored record as is (WIS guidelines, seed 002),
 # oai_dc is the crosswalk every repository must offer (OAI-PMH 2.0 §3.4).
@@ -125,6 +128,22 @@ async def oai_endpoint(request: Request) -> Response:
             status_code=503,
             headers={"Retry-After": "10"},
             content="Too many list requests in progress; retry later.\n",
+            media_type="text/plain",
+        )
+    except UNAVAILABLE as exc:
+        # the database is down or restarting: a 503 with Retry-After, which harvesters wait out
+        # (the repository guidelines, §6.1: "during database updates or other short outages")
+        state.metrics.requests.labels(verb_label, "unavailable").inc()
+        log.warning(
+            "%s answered 503: the database is unavailable (%s: %s)",
+            verb_label,
+            type(exc).__name__,
+            exc,
+        )
+        return Response(
+            status_code=503,
+            headers={"Retry-After": str(UNAVAILABLE_RETRY_AFTER)},
+            content="The catalogue's database is unavailable; retry later.\n",
             media_type="text/plain",
         )
     except OAIError as error:

@@ -6,6 +6,10 @@ Exception tree::
      +-- SchemaNotCurrent   the database lacks migrations this code needs
      +-- EmbeddedServerError  the embedded PostgreSQL could not be started
 
+``UNAVAILABLE`` are asyncpg's errors (and the system's) when the server cannot be reached or went
+away: connecting (refused, no socket, the server starting or shutting down), a connection lost
+mid-query, a query the server cancelled. A service answers them as "try again later".
+
 ``UNSTORABLE_TEXT`` are asyncpg's own errors for text PostgreSQL cannot hold (U+0000, which a
 URL, a form or JSON can carry as ``%00`` or ``\\u0000``): a request that brings such text is the
 client's error, and the services answer it as one.
@@ -14,6 +18,13 @@ client's error, and the services answer it as one.
 from __future__ import annotations
 
 import asyncpg
+
+UNAVAILABLE: tuple[type[Exception], ...] = (
+    OSError,  # refused, no such socket, reset
+    asyncpg.PostgresConnectionError,  # the connection failed or is gone
+    asyncpg.OperatorInterventionError,  # starting up, shutting down, crashed, query cancelled
+    asyncpg.InterfaceError,  # a connection closed under a query, a pool closing
+)
 
 UNSTORABLE_TEXT: tuple[type[Exception], ...] = (
     asyncpg.CharacterNotInRepertoireError,  # U+0000 in text

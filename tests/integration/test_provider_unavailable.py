@@ -1,0 +1,101 @@
+"""The provider while its database is unreachable: 503 with Retry-After, then service again.
+
+The outage is real as the provider sees it: its database URL leads through a small TCP relay on
+loopback, which the test cuts (every connection closed, nothing listening) and then restores.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from urllib.parse import parse_qs, urlsplit
+
+from shared.db.pool import Pool
+from tests import factories
+from tests.oai_client import oai_raw
+from tests.servers import running_provider
+
+Streams = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+
+
+class Relay:
+    """A TCP relay on 127.0.0.1 to the PostgreSQL server of ``url``, which can be cut."""
+
+    def __init__(self, url: str) -> None:
+        self.target = urlsplit(url)
+        self.port = 0
+        self.server: asyncio.Server | None = None
+        self.writers: list[asyncio.StreamWriter] = []
+
+    @property
+    def url(self) -> str:
+        t = self.target
+        user = f"{t.username or 'postgres'}:{t.password or ''}"
+        return f"postgresql://{user}@127.0.0.1:{self.port}{t.path}?sslmode=disable"
+
+    async def _upstream(self) -> Streams:
+        socket_dir = parse_qs(self.target.query).get("host", [""])[0]
+        if socket_dir.startswith("/"):  # the embedded server: a Unix socket
+            path = f"{socket_dir}/.s.PGSQL.{self.target.port or 5432}"
+            return await asyncio.open_unix_connection(path)
+        return await asyncio.open_connection(self.target.hostname, self.target.port or 5432)
+
+    async def start(self) -> None:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", self.port)
+        self.port = self.server.sockets[0].getsockname()[1]
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await self._upstream()
+        self.writers += [writer, up_writer]
+
+        async def pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+            with contextlib.suppress(OSError):
+                while data := await source.read(65536):
+                    sink.write(data)
+                    await sink.drain()
+            sink.close()
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+    async def cut(self) -> None:
+        """Nothing listens any more, and every open connection is closed."""
+        assert self.server is not None
+        self.server.close()
+        for writer in self.writers:
+            writer.close()
+        self.writers.clear()
+
+
+@contextlib.asynccontextmanager
+async def relay_to(url: str) -> AsyncIterator[Relay]:
+    relay = Relay(url)
+    await relay.start()
+    try:
+        yield relay
+    finally:
+        await relay.cut()
+
+
+async def test_an_unreachable_database_gets_503_with_retry_after(
+    db: Pool, database_url: str
+) -> None:
+    identifiers = await factories.load_records(db, "WIS-GISC-TEST", range(3))
+    async with relay_to(database_url) as relay, running_provider(relay.url) as provider:
+        get = f"verb=GetRecord&metadataPrefix=iso19139&identifier={identifiers[0]}"
+        assert (await oai_raw(provider.oai, get)).status == 200
+
+        await relay.cut()
+        for query in ("verb=Identify", "verb=ListRecords&metadataPrefix=iso19139", get):
+            answer = await oai_raw(provider.oai, query)
+            assert answer.status == 503, answer.body
+            assert answer.headers["Retry-After"] == "30"
+            assert b"database is unavailable" in answer.body
+        ready = await oai_raw(provider.root + "/readyz", "")
+        assert ready.status == 503
+
+        await relay.start()  # the database is back, on the same address
+        assert (await oai_raw(provider.oai, get)).status == 200
+        listed = await oai_raw(provider.oai, "verb=ListIdentifiers&metadataPrefix=iso19139")
+        assert listed.status == 200
+        assert all(i.encode() in listed.body for i in identifiers)
