@@ -48,6 +48,9 @@ router = APIRouter()
 XML_TYPE = "text/xml; charset=utf-8"
 # how long a page read ahead waits for its request (a client that stopped midway)
 READ_AHEAD_SECONDS = 60.0
+# A POST body no OAI-PMH request comes near (its arguments are a verb, a prefix, a set, dates,
+# an identifier or a token of ours, a few hundred bytes); one larger is refused unread.
+MAX_POST_BYTES = 64 * 1024
 # seconds a harvester is asked to wait while the database is unavailable
 UNAVAILABLE_RETRY_AFTER = 30
 
@@ -99,7 +102,11 @@ async def request_pairs(request: Request) -> list[tuple[str, str]]:
         content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
         if content_type != "application/x-www-form-urlencoded":
             raise BadArgument("POST requests must be application/x-www-form-urlencoded (§3.1.1.2)")
-        body = await request.body()
+        body = bytearray()
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > MAX_POST_BYTES:  # read no further: the answer does not need it
+                raise BadArgument(f"the request is larger than {MAX_POST_BYTES} bytes")
         try:
             return _pairs(body.decode("utf-8"))
         except UnicodeDecodeError as exc:

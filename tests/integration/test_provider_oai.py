@@ -159,6 +159,19 @@ async def test_post_is_the_same_as_get(provider: RunningProvider) -> None:
     assert wrong_type.errors() == ["badArgument"]
 
 
+async def test_a_post_larger_than_any_request_is_refused_unread(provider: RunningProvider) -> None:
+    padding = "A" * (64 * 1024)
+    over = await oai_post(provider.oai, f"verb=ListRecords&resumptionToken={padding}")
+    assert over.status == 200
+    check(over.body)
+    assert over.errors() == ["badArgument"]
+    assert b"larger than 65536 bytes" in over.body
+    # below the limit, the same request is read, and its token judged
+    under = await oai_post(provider.oai, f"verb=ListRecords&resumptionToken={padding[:60000]}")
+    check(under.body)
+    assert under.errors() == ["badResumptionToken"]
+
+
 async def test_resumption_pages_cover_the_list_exactly(provider: RunningProvider, db: Pool) -> None:
     answer = await oai_get(provider.oai, verb="ListIdentifiers", metadataPrefix="iso19139")
     seen: list[str] = []
