@@ -16,7 +16,7 @@ from pathlib import Path
 import asyncpg
 
 from shared.db import records as store
-from shared.iso19139 import Record, RecordError, parse_record
+from shared.iso19139 import MAX_RECORD_BYTES, Record, RecordError, parse_record
 
 log = logging.getLogger("wiscat.ingest")
 
@@ -72,6 +72,8 @@ async def ingest_paths(pool: asyncpg.Pool, own_set: str, paths: Sequence[Path]) 
     batch: list[Record] = []
     for path in iter_files(paths):
         try:
+            if path.stat().st_size > MAX_RECORD_BYTES:
+                raise RecordError(f"larger than {MAX_RECORD_BYTES} bytes: not one metadata record")
             record = parse_record(path.read_bytes())
         except (RecordError, OSError) as exc:
             report.refused.append((str(path), str(exc)))

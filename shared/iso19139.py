@@ -50,6 +50,10 @@ NAMESPACES: dict[str, str] = {
 
 ROOT_TAG = f"{{{GMD}}}MD_Metadata"
 
+# The largest document taken as one record, by a file's ingest or the admin API: a WMO Core
+# record is a few kilobytes; one far larger is not one record (and is never read whole).
+MAX_RECORD_BYTES = 20 * 1024 * 1024
+
 # The ISO 19139 schema location advertised for the iso19139 metadata format.
 GMD_SCHEMA = "http://www.isotc211.org/2005/gmd/gmd.xsd"
 

@@ -20,12 +20,11 @@ from shared import ingest
 from shared.db import checks as check_store
 from shared.db import links as link_store
 from shared.durations import format_duration, parse_duration
-from shared.iso19139 import RecordError, parse_record
+from shared.iso19139 import MAX_RECORD_BYTES, RecordError, parse_record
 from shared.linkspec import build_link, set_kind
 
 log = logging.getLogger("wiscat.admin")
 
-MAX_RECORD_BYTES = 20 * 1024 * 1024
 CHECK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 

@@ -131,9 +131,13 @@ async def test_folder_ingest_keeps_good_files_and_names_bad_ones(tmp_path: Path,
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "broken.xml").write_bytes(b"<gmd:MD_Metadata")
     (tmp_path / "sub" / "wrong-root.xml").write_bytes(b"<html/>")
+    with open(tmp_path / "sub" / "huge.xml", "wb") as huge:  # sparse: no disk, never read
+        huge.truncate(20 * 1024 * 1024 + 1)
     report = await ingest_paths(db, OWN, [tmp_path])
     assert report.counts["added"] == 5
-    assert sorted(Path(p).name for p, _ in report.refused) == ["broken.xml", "wrong-root.xml"]
+    reasons = {Path(p).name: reason for p, reason in report.refused}
+    assert sorted(reasons) == ["broken.xml", "huge.xml", "wrong-root.xml"]
+    assert reasons["huge.xml"] == "larger than 20971520 bytes: not one metadata record"
     assert await db.fetchval("select count(*) from records where not deleted") == 5
     again = await ingest_paths(db, OWN, [tmp_path])
     assert again.counts["unchanged"] == 5
