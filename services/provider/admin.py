@@ -15,7 +15,7 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
-from services.provider.oai import ProviderState
+from services.provider.oai import ProviderState, read_body
 from shared import ingest
 from shared.db import checks as check_store
 from shared.db import links as link_store
@@ -49,8 +49,8 @@ async def put_record(
     identifier: str, request: Request, state: ProviderState = Depends(require_admin)
 ) -> JSONResponse:
     """Store an ISO 19139 record in the own set; its fileIdentifier must equal the path's."""
-    body = await request.body()
-    if len(body) > MAX_RECORD_BYTES:
+    body = await read_body(request, MAX_RECORD_BYTES)
+    if body is None:
         raise HTTPException(413, f"a record may be at most {MAX_RECORD_BYTES} bytes")
     try:
         record = parse_record(body)

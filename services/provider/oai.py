@@ -96,17 +96,26 @@ def _pairs(raw: str) -> list[tuple[str, str]]:
         raise BadArgument("the request is not valid UTF-8") from exc
 
 
+async def read_body(request: Request, limit: int) -> bytes | None:
+    """The request's body, or None as soon as it is found longer than ``limit`` bytes (the
+    rest is not read: the answer does not need it)."""
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            return None
+    return bytes(body)
+
+
 async def request_pairs(request: Request) -> list[tuple[str, str]]:
     """The arguments in order, repeats kept, from the query string (GET) or the form body (POST)."""
     if request.method == "POST":
         content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
         if content_type != "application/x-www-form-urlencoded":
             raise BadArgument("POST requests must be application/x-www-form-urlencoded (§3.1.1.2)")
-        body = bytearray()
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > MAX_POST_BYTES:  # read no further: the answer does not need it
-                raise BadArgument(f"the request is larger than {MAX_POST_BYTES} bytes")
+        body = await read_body(request, MAX_POST_BYTES)
+        if body is None:
+            raise BadArgument(f"the request is larger than {MAX_POST_BYTES} bytes")
         try:
             return _pairs(body.decode("utf-8"))
         except UnicodeDecodeError as exc:

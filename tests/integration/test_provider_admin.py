@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -71,6 +72,14 @@ async def test_bad_records_are_refused_and_nothing_is_stored(
     )
     assert status == 400
     assert reason in str(detail)
+    assert await db.fetchval("select count(*) from records") == 0
+
+
+async def test_a_body_larger_than_a_record_is_refused(provider: RunningProvider, db: Pool) -> None:
+    url = f"{provider.root}/admin/records/{identifier_for(1)}"
+    too_big = io.BytesIO(b" " * (20 * 1024 * 1024 + 1))
+    status, body = await request("PUT", url, data=too_big, headers=AUTH)
+    assert (status, body) == (413, {"detail": "a record may be at most 20971520 bytes"})
     assert await db.fetchval("select count(*) from records") == 0
 
 
