@@ -52,6 +52,12 @@ class HarvesterMetrics:
             ["link"],
             registry=self.registry,
         )
+        self.database_up = Gauge(
+            "wiscat_database_up",
+            "1 when this scrape could read the database, 0 when it could not (the gauges read "
+            "from it then keep their last values)",
+            registry=self.registry,
+        )
         self.last_success = Gauge(
             "wiscat_harvest_last_success_timestamp_seconds",
             "Unix time of the last successful run per link",

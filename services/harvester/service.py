@@ -18,6 +18,7 @@ from services.harvester.scheduled_checks import export_check_metrics, run_due_ch
 from services.harvester.scheduler import Scheduler
 from services.listen import listen, url_host
 from shared.db import links as link_store
+from shared.db.errors import UNAVAILABLE
 from shared.db.migrate import check_current
 from shared.db.pool import create_pool
 from shared.heap import one_arena
@@ -67,15 +68,24 @@ def health_app(ctx: HarvestContext) -> web.Application:
 
     async def metrics(request: web.Request) -> web.Response:
         now = time.time()
-        # rebuilt from the database at each scrape: a removed link's series goes with it
-        # instead of staying frozen at its last value
-        ctx.metrics.last_success.clear()
-        ctx.metrics.lag.clear()
-        for link in await link_store.all_links(ctx.pool):
-            if link.last_success_at is not None:
-                ctx.metrics.last_success.labels(link.name).set(link.last_success_at.timestamp())
-                ctx.metrics.lag.labels(link.name).set(now - link.last_success_at.timestamp())
-        await export_check_metrics(ctx)
+        try:
+            links = await link_store.all_links(ctx.pool)
+            await export_check_metrics(ctx)
+        except UNAVAILABLE as exc:
+            # the process's own metrics are worth most during an outage: served all the same
+            log.warning("metrics without the database's values: %s: %s", type(exc).__name__, exc)
+            ctx.metrics.database_up.set(0)
+        else:
+            ctx.metrics.database_up.set(1)
+            # rebuilt from the database at each scrape: a removed link's series goes with it
+            # instead of staying frozen at its last value
+            ctx.metrics.last_success.clear()
+            ctx.metrics.lag.clear()
+            for link in links:
+                if link.last_success_at is not None:
+                    last = link.last_success_at.timestamp()
+                    ctx.metrics.last_success.labels(link.name).set(last)
+                    ctx.metrics.lag.labels(link.name).set(now - last)
         body = generate_latest(ctx.metrics.registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 

@@ -17,7 +17,7 @@ from services.provider import admin, monitoring, oai, registry, ui
 from services.provider.metrics import ProviderMetrics
 from services.provider.oai import ProviderState
 from shared.db import records as store
-from shared.db.errors import UNSTORABLE_TEXT, DatabaseError
+from shared.db.errors import UNAVAILABLE, UNSTORABLE_TEXT, DatabaseError
 from shared.db.migrate import check_current
 from shared.db.pool import create_pool
 from shared.ingest import ensure_own_set
@@ -109,6 +109,24 @@ def create_app(settings: Settings, database_url: str) -> FastAPI:
     for unstorable in UNSTORABLE_TEXT:
         app.add_exception_handler(unstorable, _unstorable)
 
+    async def _unavailable(request: Request, exc: Exception) -> JSONResponse:
+        # /oai answers this itself (text); the dashboard, admin and registry answer it here
+        log.warning(
+            "%s %s answered 503: the database is unavailable (%s: %s)",
+            request.method,
+            request.url.path,
+            type(exc).__name__,
+            exc,
+        )
+        return JSONResponse(
+            {"detail": "the database is unavailable; retry later"},
+            status_code=503,
+            headers={"Retry-After": str(oai.UNAVAILABLE_RETRY_AFTER)},
+        )
+
+    for unavailable in UNAVAILABLE:
+        app.add_exception_handler(unavailable, _unavailable)
+
     @app.get("/healthz", response_class=PlainTextResponse)
     async def healthz() -> str:
         """The process is alive."""
@@ -132,12 +150,20 @@ def create_app(settings: Settings, database_url: str) -> FastAPI:
         """Prometheus text format."""
         state: ProviderState = request.app.state.provider
         gauge = state.metrics.records
-        for count in await store.set_counts(state.pool):
-            gauge.labels(count.spec, "live").set(count.live)
-            gauge.labels(count.spec, "deleted").set(count.deleted)
-        whole = await store.catalogue_counts(state.pool)
-        gauge.labels("*", "live").set(whole.live)
-        gauge.labels("*", "deleted").set(whole.deleted)
+        try:
+            counts = await store.set_counts(state.pool)
+            whole = await store.catalogue_counts(state.pool)
+        except UNAVAILABLE as exc:
+            # the process's own metrics are worth most during an outage: served all the same
+            log.warning("metrics without the database's counts: %s: %s", type(exc).__name__, exc)
+            state.metrics.database_up.set(0)
+        else:
+            state.metrics.database_up.set(1)
+            for count in counts:
+                gauge.labels(count.spec, "live").set(count.live)
+                gauge.labels(count.spec, "deleted").set(count.deleted)
+            gauge.labels("*", "live").set(whole.live)
+            gauge.labels("*", "deleted").set(whole.deleted)
         return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     return app

@@ -53,6 +53,12 @@ class ProviderMetrics:
             ["outcome"],
             registry=self.registry,
         )
+        self.database_up = Gauge(
+            "wiscat_database_up",
+            "1 when this scrape could read the database, 0 when it could not (the gauges read "
+            "from it then keep their last values)",
+            registry=self.registry,
+        )
         self.records = Gauge(
             "wiscat_records",
             "Records held, per set and status (live or deleted); set '*' is the whole catalogue",

@@ -1,6 +1,6 @@
-"""The provider while its database is unreachable: 503 with Retry-After, then service again.
+"""Provider and harvester while their database is unreachable, and once it is back.
 
-The outage is real as the provider sees it: its database URL leads through a small TCP relay on
+The outage is real as they see it: their database URL leads through a small TCP relay on
 loopback, which the test cuts (every connection closed, nothing listening) and then restores.
 """
 
@@ -11,10 +11,12 @@ import contextlib
 from collections.abc import AsyncIterator
 from urllib.parse import parse_qs, urlsplit
 
+from services.harvester.service import harvest_context, health_app
 from shared.db.pool import Pool
+from shared.settings import Settings
 from tests import factories
 from tests.oai_client import oai_raw
-from tests.servers import running_provider
+from tests.servers import running_provider, serving_app
 
 Streams = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 
@@ -93,9 +95,39 @@ async def test_an_unreachable_database_gets_503_with_retry_after(
             assert b"database is unavailable" in answer.body
         ready = await oai_raw(provider.root + "/readyz", "")
         assert ready.status == 503
+        page = await oai_raw(provider.root + "/", "")  # the dashboard, as admin and registry
+        assert page.status == 503
+        assert page.headers["Retry-After"] == "30"
+        # the process's own metrics are still served, and say the database is down
+        metrics = await oai_raw(provider.root + "/metrics", "")
+        assert metrics.status == 200
+        assert b"\nwiscat_database_up 0.0\n" in metrics.body
+        assert b'wiscat_oai_requests_total{outcome="unavailable",verb="Identify"} 1.0' in (
+            metrics.body
+        )
 
         await relay.start()  # the database is back, on the same address
         assert (await oai_raw(provider.oai, get)).status == 200
         listed = await oai_raw(provider.oai, "verb=ListIdentifiers&metadataPrefix=iso19139")
         assert listed.status == 200
         assert all(i.encode() in listed.body for i in identifiers)
+        metrics = await oai_raw(provider.root + "/metrics", "")
+        assert b"\nwiscat_database_up 1.0\n" in metrics.body
+
+
+async def test_the_harvester_serves_its_metrics_without_its_database(database_url: str) -> None:
+    async with relay_to(database_url) as relay:
+        settings = Settings(_env_file=None, gisc_name="RELAYED", database_url=relay.url)  # type: ignore[call-arg]
+        async with (
+            harvest_context(settings, relay.url) as ctx,
+            serving_app(health_app(ctx)) as root,
+        ):
+            assert b"\nwiscat_database_up 1.0\n" in (await oai_raw(root + "/metrics", "")).body
+            await relay.cut()
+            metrics = await oai_raw(root + "/metrics", "")
+            assert metrics.status == 200
+            assert b"\nwiscat_database_up 0.0\n" in metrics.body
+            assert (await oai_raw(root + "/readyz", "")).status == 503
+            await relay.start()
+            assert b"\nwiscat_database_up 1.0\n" in (await oai_raw(root + "/metrics", "")).body
+            assert (await oai_raw(root + "/readyz", "")).status == 200
