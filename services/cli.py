@@ -27,6 +27,7 @@ from shared.heap import freeze_startup_objects, tune_heap
 from shared.linkspec import LinkSpecError, build_link, set_kind
 from shared.logs import configure
 from shared.settings import Settings
+from shared.urls import safe_url
 
 log = logging.getLogger("wiscat")
 
@@ -266,7 +267,7 @@ async def cmd_link_add(settings: Settings, args: argparse.Namespace) -> int:
             print(f"wiscat: {exc}", file=sys.stderr)
             return 1
     print(
-        f"added link {link.name}: {link.base_url} set={link.remote_set or '(all)'} "
+        f"added link {link.name}: {safe_url(link.base_url)} set={link.remote_set or '(all)'} "
         f"into {link.local_set}, every {format_duration(link.every)}, "
         f"full every {format_duration(link.full_every)}"
     )
@@ -295,7 +296,7 @@ async def cmd_link_list(settings: Settings, args: argparse.Namespace) -> int:
             f"{link.name:<20} {'yes' if link.enabled else 'no':<7} "
             f"{link.remote_set or '(all)':<24} {link.local_set:<24} "
             f"{_when(link.high_water_mark):<20} {_when(link.last_success_at):<20} "
-            f"{link.base_url}" + (f"  [{link.last_error}]" if link.last_error else "")
+            f"{safe_url(link.base_url)}" + (f"  [{link.last_error}]" if link.last_error else "")
         )
     return 0
 
@@ -321,7 +322,7 @@ async def cmd_link_set(settings: Settings, args: argparse.Namespace) -> int:
             remote_set = (args.set or None) if args.set is not None else link.remote_set
             link = await link_store.update_source(pool, args.name, url, remote_set)
             print(
-                f"link {args.name} now harvests {url} set={remote_set or '(all)'}; "
+                f"link {args.name} now harvests {safe_url(url)} set={remote_set or '(all)'}; "
                 "high-water mark reset: the next run is a full harvest"
             )
         if args.enable or args.disable:

@@ -45,13 +45,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
-from services.harvester.client import OAIClient, safe_url
+from services.harvester.client import OAIClient
 from services.harvester.errors import HarvestError
 from shared.iso19139 import canonical_hash
 from shared.oaipmh.dates import format_datestamp
 from shared.oaipmh.errors import IdDoesNotExist, NoSetHierarchy, OAIError
 from shared.oaipmh.pages import HeaderItem, ResponseError
 from shared.oaipmh.sets import read_sets_page
+from shared.urls import safe_url
 
 log = logging.getLogger("wiscat.check")
 
@@ -361,12 +362,12 @@ class Checker:
         except (HarvestError, OAIError, ResponseError) as exc:
             result.status, result.reason = "failed", _reason(exc)
         except Exception as exc:  # a peer must never stop the others
-            log.exception("listing %s failed unexpectedly", result.url)
+            log.exception("listing %s failed unexpectedly", safe_url(result.url))
             result.status, result.reason = "failed", f"{type(exc).__name__}: {exc}"
         spill.close()
         result.identifiers = spill.count
         if result.status == "failed":
-            log.warning("could not check %s: %s", result.url, result.reason)
+            log.warning("could not check %s: %s", safe_url(result.url), result.reason)
         return result
 
     async def _confirm_set(self, source: ListResult) -> None:
@@ -376,7 +377,7 @@ class Checker:
             named = await self._names_set(self.request.source, wanted)
         except (HarvestError, OAIError, ResponseError) as exc:
             # cannot tell: the empty list stands, as the source gave it
-            log.warning("ListSets of %s failed: %s", source.url, _reason(exc))
+            log.warning("ListSets of %s failed: %s", safe_url(source.url), _reason(exc))
             return
         if named is False:
             source.status = "failed"
@@ -384,7 +385,7 @@ class Checker:
                 f"the source has no set {wanted!r} (it lists no identifier in it, and its "
                 "ListSets does not name it)"
             )
-            log.warning("could not check %s: %s", source.url, source.reason)
+            log.warning("could not check %s: %s", safe_url(source.url), source.reason)
 
     async def _names_set(self, url: str, wanted: str) -> bool | None:
         """Whether the ListSets of ``url`` names ``wanted``; None if it did not end in time."""
@@ -492,7 +493,9 @@ class Checker:
                 except IdDoesNotExist:
                     return None
                 except (HarvestError, OAIError, ResponseError) as exc:
-                    log.warning("sample %s at %s not compared: %s", identifier, url, _reason(exc))
+                    log.warning(
+                        "sample %s at %s not compared: %s", identifier, safe_url(url), _reason(exc)
+                    )
                     return None
                 if record.header.deleted or record.metadata is None:
                     return None

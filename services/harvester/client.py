@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any, Generic, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 from isal import isal_zlib
@@ -45,6 +44,7 @@ from shared.oaipmh.pages import (
     read_errors,
     read_identify,
 )
+from shared.urls import safe_url
 
 # isal's type stubs declare its error as an instance, not a class
 _INFLATE_ERROR: type[Exception] = isal_zlib.error  # type: ignore[assignment]
@@ -72,17 +72,6 @@ class ClientSettings:
     max_decompressed_bytes: int = 64 * 1024 * 1024
     connections_per_host: int = 4
     user_agent: str = "wiscat-harvester/0.1 (OAI-PMH 2.0)"
-
-
-def safe_url(url: str) -> str:
-    """``url`` without user:password, for logs and stored reasons."""
-    parts = urlsplit(url)
-    if parts.username is None and parts.password is None:
-        return url
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    return urlunsplit(parts._replace(netloc=host))
 
 
 def _retry_after(value: str | None, cap: float) -> float | None:
@@ -236,7 +225,7 @@ class OAIClient:
             log.warning(
                 "%s from %s (attempt %d of %d): retrying in %.1f s",
                 problem,
-                base_url,
+                shown,
                 attempt,
                 settings.max_retries + 1,
                 delay,
@@ -392,7 +381,7 @@ class OAIClient:
             base_url,
             {"verb": "GetRecord", "identifier": identifier, "metadataPrefix": metadata_prefix},
         )
-        page = Page(base_url, len(body), PageReader(body))
+        page = Page(safe_url(base_url), len(body), PageReader(body))
         for item in page.items():
             if isinstance(item, RecordItem):
                 return item

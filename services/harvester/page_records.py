@@ -57,7 +57,7 @@ class Page:
     the list.
     """
 
-    url: str
+    url: str  # the request's URL as shown in logs and reasons (shared.urls.safe_url)
     bytes: int
     reader: PageReader
     consumed: bool = False

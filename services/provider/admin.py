@@ -22,6 +22,7 @@ from shared.db import links as link_store
 from shared.durations import format_duration, parse_duration
 from shared.iso19139 import MAX_RECORD_BYTES, RecordError, parse_record
 from shared.linkspec import build_link, set_kind
+from shared.urls import safe_url
 
 log = logging.getLogger("wiscat.admin")
 
@@ -135,7 +136,7 @@ async def add_link(body: LinkBody, state: ProviderState = Depends(require_admin)
         )
     except link_store.LinkExists as exc:
         raise HTTPException(409, str(exc)) from exc
-    log.info("admin added link %s -> %s", link.name, link.base_url)
+    log.info("admin added link %s -> %s", link.name, safe_url(link.base_url))
     return JSONResponse(link.as_json(), status_code=201)
 
 

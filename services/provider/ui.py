@@ -26,6 +26,7 @@ from shared.db import links as link_store
 from shared.db import overview
 from shared.db import registry as registry_store
 from shared.db.pool import Pool
+from shared.urls import safe_url
 
 router = APIRouter()
 
@@ -298,7 +299,7 @@ async def dashboard(request: Request) -> HTMLResponse:
         link_rows.append(
             [
                 td(link["name"]),
-                f'<td>{e(link["base_url"])}<span class="sub">{e(mapping)}</span></td>',
+                f'<td>{e(safe_url(link["base_url"]))}<span class="sub">{e(mapping)}</span></td>',
                 td("yes" if link["enabled"] else "no"),
                 stamp(link["finished_at"] or link["started_at"]),
                 status(link["status"]),
