@@ -15,6 +15,7 @@ import logging
 import os
 import subprocess
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,19 @@ class _NoTimeoutDump(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         return not str(record.msg).startswith("Timeout starting server")
+
+
+def import_pgserver() -> Any:
+    """The ``pgserver`` module, imported on first use: production nodes never load it."""
+    try:
+        with warnings.catch_warnings():
+            # platformdirs notes at import that XDG_RUNTIME_DIR is unset (servers, containers)
+            # and uses a folder in /tmp instead: nothing for an operator to do
+            warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
+            import pgserver
+    except ImportError as exc:  # pragma: no cover - pgserver is a hard dependency
+        raise EmbeddedServerError("pgserver is not installed") from exc
+    return pgserver
 
 
 class EmbeddedPostgres:
@@ -46,10 +60,7 @@ class EmbeddedPostgres:
 
     def start(self) -> str:
         """Start (or attach to) the server and return a libpq URL for the ``postgres`` database."""
-        try:
-            import pgserver  # imported lazily: production nodes never load it
-        except ImportError as exc:  # pragma: no cover - pgserver is a hard dependency
-            raise EmbeddedServerError("pgserver is not installed") from exc
+        pgserver = import_pgserver()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         deadline = time.monotonic() + self.start_timeout
         try:

@@ -14,6 +14,7 @@ import logging
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -116,3 +117,13 @@ async def test_a_start_that_cannot_finish_fails_with_the_reason(
     pg_ctl(["stop", "-m", "immediate"], pgdata=server.path, **_as_server_user())
     with pytest.raises(EmbeddedServerError, match="stopped while starting; see its log"):
         await asyncio.wait_for(starting, 60)
+
+
+def test_starting_says_nothing_about_xdg_runtime_dir() -> None:
+    # servers and containers seldom set it; platformdirs then warns at pgserver's import
+    env = {k: v for k, v in os.environ.items() if k != "XDG_RUNTIME_DIR"}
+    probe = "from shared.db.embedded import import_pgserver; import_pgserver()"
+    done = subprocess.run(
+        [sys.executable, "-W", "error", "-c", probe], env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
