@@ -164,3 +164,27 @@ async def test_purge_drops_only_old_tombstones(db: asyncpg.Pool) -> None:
     assert await store.purge_tombstones(db, timedelta(days=1)) == 1
     assert await store.get_record(db, "a") is None
     assert await store.get_record(db, "b") is not None
+
+
+async def test_concurrent_writers_of_the_same_records_never_deadlock(db: asyncpg.Pool) -> None:
+    # Two links bringing the same records at once (the catalogue comes from every GISC), in
+    # opposite orders: each statement must lock rows in one order, or PostgreSQL finds a
+    # deadlock and fails one of the runs. (Before: a deadlock in each of 8 rounds out of 8.)
+    await setup_sets(db)
+    for round_ in range(3):
+        ids = [f"urn:x-wmo:md:test::r{round_}.{n:04d}" for n in range(600)]
+        batch = [rec(i, f"v{round_}") for i in ids]
+        results = await asyncio.gather(
+            upsert(db, OWN, *batch), upsert(db, OWN, *batch[::-1]), return_exceptions=True
+        )
+        assert not [r for r in results if isinstance(r, BaseException)], results
+        # and the same for deletions that leave tombstones of records never seen here
+        gone = [f"urn:x-wmo:md:test::gone{round_}.{n:04d}" for n in range(600)]
+        results = await asyncio.gather(
+            delete(db, OWN, *gone, remember=True),
+            delete(db, OWN, *gone[::-1], remember=True),
+            return_exceptions=True,
+        )
+        assert not [r for r in results if isinstance(r, BaseException)], results
+    assert await db.fetchval("select count(*) from records where not deleted") == 1800
+    assert await db.fetchval("select count(*) from records where deleted") == 1800

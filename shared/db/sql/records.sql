@@ -40,6 +40,7 @@ written as (
     select identifier, now(), md_datestamp, content_hash, ($5::text[])[position], false, array[$1::text]
     from classified
     where outcome in ('added', 'updated', 'joined')
+    order by identifier  -- every writer locks rows in one order: no deadlock
     on conflict (identifier) do update set
         datestamp = excluded.datestamp,
         md_datestamp = excluded.md_datestamp,
@@ -57,6 +58,7 @@ membership as (
     select $1::text, identifier, now(), false
     from classified
     where outcome in ('added', 'updated', 'joined')
+    order by identifier
     on conflict (set_spec, identifier) do update set datestamp = excluded.datestamp, deleted = false
     returning m.identifier
 ),
@@ -103,6 +105,7 @@ tombstones as (
     select identifier, now(), null, null, null, true, '{}'
     from classified
     where outcome in ('deleted', 'left_set', 'remembered')
+    order by identifier  -- every writer locks rows in one order: no deadlock
     on conflict (identifier) do update set
         datestamp = excluded.datestamp,
         deleted = cardinality(array_remove(r.set_specs, $1::text)) = 0,
@@ -118,6 +121,7 @@ membership as (
     select $1::text, identifier, now(), true
     from classified
     where outcome in ('deleted', 'left_set', 'remembered')
+    order by identifier
     on conflict (set_spec, identifier) do update set datestamp = excluded.datestamp, deleted = true
     returning m.identifier
 )
@@ -284,6 +288,7 @@ written as (
     select identifier, datestamp, md_datestamp, content_hash, xml, false, array[$1::text]
     from classified
     where outcome in ('taken_new', 'taken')
+    order by identifier  -- every writer locks rows in one order: no deadlock
     on conflict (identifier) do update set
         datestamp = excluded.datestamp,
         md_datestamp = excluded.md_datestamp,
@@ -301,6 +306,7 @@ membership as (
     select $1::text, identifier, datestamp, false
     from classified
     where outcome in ('taken_new', 'taken')
+    order by identifier
     on conflict (set_spec, identifier) do update set datestamp = excluded.datestamp, deleted = false
     returning m.identifier
 )
