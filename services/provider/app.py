@@ -111,13 +111,7 @@ def create_app(settings: Settings, database_url: str) -> FastAPI:
 
     async def _unavailable(request: Request, exc: Exception) -> JSONResponse:
         # /oai answers this itself (text); the dashboard, admin and registry answer it here
-        log.warning(
-            "%s %s answered 503: the database is unavailable (%s: %s)",
-            request.method,
-            request.url.path,
-            type(exc).__name__,
-            exc,
-        )
+        oai.log_unavailable(f"{request.method} {request.url.path}", exc)
         return JSONResponse(
             {"detail": "the database is unavailable; retry later"},
             status_code=503,
@@ -139,9 +133,7 @@ def create_app(settings: Settings, database_url: str) -> FastAPI:
         try:
             async with state.pool.acquire() as conn:
                 await check_current(conn)
-        except (DatabaseError, OSError) as exc:
-            return JSONResponse({"ready": False, "reason": str(exc)}, status_code=503)
-        except Exception as exc:  # asyncpg errors reach here when the server is gone
+        except Exception as exc:  # DatabaseError, or asyncpg's and the system's (UNAVAILABLE)
             return JSONResponse({"ready": False, "reason": str(exc)}, status_code=503)
         return JSONResponse({"ready": True})
 

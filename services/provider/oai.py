@@ -96,6 +96,13 @@ def _pairs(raw: str) -> list[tuple[str, str]]:
         raise BadArgument("the request is not valid UTF-8") from exc
 
 
+def log_unavailable(what: str, exc: Exception) -> None:
+    """One warning line for a request answered 503 because the database is unavailable."""
+    log.warning(
+        "%s answered 503: the database is unavailable (%s: %s)", what, type(exc).__name__, exc
+    )
+
+
 async def read_body(request: Request, limit: int) -> bytes | None:
     """The request's body, or None as soon as it is found longer than ``limit`` bytes (the
     rest is not read: the answer does not need it)."""
@@ -150,12 +157,7 @@ async def oai_endpoint(request: Request) -> Response:
         # the database is down or restarting: a 503 with Retry-After, which harvesters wait out
         # (the repository guidelines, §6.1: "during database updates or other short outages")
         state.metrics.requests.labels(verb_label, "unavailable").inc()
-        log.warning(
-            "%s answered 503: the database is unavailable (%s: %s)",
-            verb_label,
-            type(exc).__name__,
-            exc,
-        )
+        log_unavailable(verb_label, exc)
         return Response(
             status_code=503,
             headers={"Retry-After": str(UNAVAILABLE_RETRY_AFTER)},
