@@ -14,6 +14,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import uvicorn
+from pydantic import ValidationError
 
 from services import cli_checks, cli_registry
 from services.listen import CannotListen, listen, url_host
@@ -24,9 +25,10 @@ from shared.db.errors import DatabaseError
 from shared.db.pool import Pool, connect, create_pool, database_url
 from shared.durations import format_duration, parse_duration
 from shared.heap import freeze_startup_objects, tune_heap
-from shared.linkspec import LinkSpecError, build_link, set_kind
+from shared.linkspec import LinkSpecError, build_link, check_base_url, check_set_spec, set_kind
 from shared.logs import configure
 from shared.settings import Settings
+from shared.settings import explain as explain_settings
 from shared.urls import safe_url
 
 log = logging.getLogger("wiscat")
@@ -312,6 +314,14 @@ async def cmd_link_remove(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def cmd_link_set(settings: Settings, args: argparse.Namespace) -> int:
+    try:
+        if args.url is not None:
+            check_base_url(args.url)
+        if args.set:
+            check_set_spec(args.set, "--set")
+    except LinkSpecError as exc:
+        print(f"wiscat: link not changed: {exc}", file=sys.stderr)
+        return 2
     async with migrated_pool(settings) as pool:
         link = await link_store.get_link(pool, args.name)
         if link is None:
@@ -457,7 +467,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         settings = Settings()
-    except ValueError as exc:
+    except ValidationError as exc:
+        for line in explain_settings(exc):
+            print(f"wiscat: bad setting {line}", file=sys.stderr)
+        return 2
+    except ValueError as exc:  # e.g. a .env file that cannot be read as settings
         print(f"wiscat: bad settings: {exc}", file=sys.stderr)
         return 2
     configure(settings.log_level, settings.log_format)

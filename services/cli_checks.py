@@ -4,28 +4,30 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from shared.db import checks as check_store
 from shared.durations import format_duration, parse_duration
+from shared.linkspec import NAME, LinkSpecError, check_base_url, check_set_spec
 from shared.settings import Settings
 
 
 def _url(value: str) -> str:
     try:
-        parts = urlsplit(value)
-        usable = parts.scheme in ("http", "https") and bool(parts.hostname) and parts.port != 0
-    except ValueError:  # e.g. "http://[::1/oai" or a port that is not a number
-        usable = False
-    if not usable:
-        raise argparse.ArgumentTypeError(f"not an http(s) URL: {value!r}")
-    return value
+        return check_base_url(value)
+    except LinkSpecError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def _set(value: str) -> str:
+    try:
+        return check_set_spec(value, "set")
+    except LinkSpecError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
 def _count(value: str) -> int:
@@ -47,7 +49,7 @@ def _every(value: str) -> timedelta:
 
 
 def _name(value: str) -> str:
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", value):
+    if not NAME.fullmatch(value):
         raise argparse.ArgumentTypeError(
             f"{value!r}: a check name is letters, digits, '.', '_' and '-'"
         )
@@ -64,7 +66,12 @@ def add_parsers(sub: Any) -> None:
         "1 inconsistent, 2 could not check",
     )
     p.add_argument(
-        "--set", required=True, dest="set_spec", metavar="SET", help="the set to compare"
+        "--set",
+        required=True,
+        dest="set_spec",
+        type=_set,
+        metavar="SET",
+        help="the set to compare",
     )
     p.add_argument(
         "--source",
@@ -101,7 +108,7 @@ def add_parsers(sub: Any) -> None:
     )
     p = checks.add_parser("add", help="add (or replace) a check the harvester runs on a schedule")
     p.add_argument("name", type=_name)
-    p.add_argument("--set", required=True, dest="set_spec", metavar="SET")
+    p.add_argument("--set", required=True, dest="set_spec", type=_set, metavar="SET")
     p.add_argument("--source", required=True, type=_url, metavar="URL")
     p.add_argument("peers", nargs="+", type=_url, metavar="PEER_URL", help=PEERS_HELP)
     p.add_argument("--every", type=_every, default="1d", help="interval (default 1d, at least 1m)")

@@ -2,15 +2,42 @@
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
-from urllib.parse import urlsplit
 
 from shared.db.links import NewLink
+from shared.oaipmh.arguments import METADATA_PREFIX, SET_SPEC
 from shared.settings import UNION_SET
+from shared.urls import http_url
+
+#: The name of a link or a scheduled check (the database holds them to it as well).
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+#: The longest set name a link files records into (the name is indexed with each identifier).
+MAX_SET_SPEC = 200
 
 
 class LinkSpecError(ValueError):
     """A link definition that cannot work, with the reason."""
+
+
+def check_base_url(url: str) -> str:
+    """``url`` if it can be a peer's OAI-PMH base URL: http(s), a host, no query (§3.1.1)."""
+    parts = http_url(url)
+    if parts is None:
+        raise LinkSpecError(f"{url!r} is not an http(s) URL")
+    if parts.query or parts.fragment:
+        raise LinkSpecError("the base URL must not carry a query or fragment (OAI-PMH §3.1.1)")
+    return url
+
+
+def check_set_spec(value: str, option: str) -> str:
+    """``value`` if it is a setSpec the protocol allows (OAI-PMH.xsd ``setSpecType``)."""
+    if len(value) > MAX_SET_SPEC or not SET_SPEC.fullmatch(value):
+        raise LinkSpecError(
+            f"{option} {value!r} is not a set name: at most {MAX_SET_SPEC} letters, digits and "
+            "-_.!~*'(), levels joined by ':' (OAI-PMH setSpec)"
+        )
+    return value
 
 
 def set_kind(local_set: str, own_set: str) -> str:
@@ -43,14 +70,22 @@ def build_link(
     arrival); a link without a remote set harvests the peer's whole catalogue and must say
     ``into`` (typically an area link into the own set).
     """
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise LinkSpecError(f"{url!r} is not an http(s) URL")
-    if parts.query or parts.fragment:
-        raise LinkSpecError("the base URL must not carry a query or fragment (OAI-PMH §3.1.1)")
+    if not NAME.fullmatch(name):
+        raise LinkSpecError(
+            f"link name {name!r}: letters, digits, '.', '_' and '-', "
+            "starting with a letter or digit"
+        )
+    check_base_url(url)
+    if remote_set is not None:
+        check_set_spec(remote_set, "--set")
     local = into or remote_set
     if local is None:
         raise LinkSpecError("a link without --set harvests the whole catalogue: give --into")
+    check_set_spec(local, "--into")
+    if not METADATA_PREFIX.fullmatch(prefix):
+        raise LinkSpecError(
+            f"--prefix {prefix!r} is not a metadataPrefix: letters, digits and -_.!~*'()"
+        )
     if local == UNION_SET:
         raise LinkSpecError(f"records cannot be filed into {UNION_SET}: it is every record")
     if recovery and local != own_set:
@@ -61,6 +96,8 @@ def build_link(
         raise LinkSpecError("--every and --full-every must be positive")
     if overlap < timedelta(0):
         raise LinkSpecError("--overlap cannot be negative")
+    if window_slices < 0:
+        raise LinkSpecError("--window-slices cannot be negative (0 turns it off)")
     return NewLink(
         name=name,
         base_url=url,

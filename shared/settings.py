@@ -7,13 +7,23 @@ reads them at import time. Names follow the interface contract (DESIGN §8).
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from shared.urls import http_url
+
 UNION_SET = "WIS-CATALOGUE"
+
+# OAI-PMH.xsd: setSpecType's characters (the own set's name is one level, no ':'), emailType
+_SET_LEVEL = re.compile(r"[A-Za-z0-9\-_.!~*'()]+")
+_EMAIL = re.compile(r"\S+@(\S+\.)+\S+")
+# what an XML 1.0 document can carry: Identify echoes these settings
+_NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
 class Settings(BaseSettings):
@@ -39,8 +49,8 @@ class Settings(BaseSettings):
     )
     settle_seconds: float = Field(default=5.0, ge=0)
     provider_host: str = "127.0.0.1"
-    provider_port: int = 8080
-    harvester_port: int = 8081
+    provider_port: int = Field(default=8080, ge=1, le=65535)
+    harvester_port: int = Field(default=8081, ge=1, le=65535)
     allow_private_fetch: bool = False
     max_concurrent_lists: int = Field(default=16, ge=1)
     read_ahead_pages: int = Field(
@@ -82,9 +92,51 @@ class Settings(BaseSettings):
     @field_validator("gisc_name")
     @classmethod
     def _gisc_name_is_a_set_name(cls, value: str) -> str:
-        if not value or any(ch.isspace() or ch == ":" for ch in value):
-            raise ValueError("GISC_NAME must be non-empty, without spaces or ':'")
+        if not _SET_LEVEL.fullmatch(value):
+            raise ValueError(
+                "the own set is named WIS-GISC-<GISC_NAME>, so the name is letters, digits "
+                "and -_.!~*'() (an OAI-PMH setSpec), e.g. OFFENBACH"
+            )
         return value
+
+    @field_validator("base_url")
+    @classmethod
+    def _base_url_is_an_endpoint(cls, value: str) -> str:
+        parts = http_url(value)
+        if parts is None or parts.query or parts.fragment:
+            raise ValueError(
+                "the full http(s) URL peers use to reach /oai, without a query, "
+                "e.g. http://gisc.example.org:8080/oai"
+            )
+        return value
+
+    @field_validator("registry_node_url")
+    @classmethod
+    def _node_url_is_http(cls, value: str | None) -> str | None:
+        if value is not None and http_url(value) is None:
+            raise ValueError("this node's http(s) root URL, e.g. http://gisc.example.org:8080")
+        return value
+
+    @field_validator("admin_email")
+    @classmethod
+    def _admin_email_is_an_address(cls, value: str) -> str:
+        if not _EMAIL.fullmatch(value):
+            raise ValueError("an e-mail address, e.g. wis-admin@example.org (Identify shows it)")
+        return value
+
+    @field_validator("repository_name")
+    @classmethod
+    def _repository_name_is_text(cls, value: str) -> str:
+        if not value.strip() or _NOT_XML.search(value):
+            raise ValueError("a name without control characters (Identify shows it)")
+        return value
+
+    @field_validator("log_level")
+    @classmethod
+    def _log_level_is_known(cls, value: str) -> str:
+        if value.upper() not in _LOG_LEVELS:
+            raise ValueError(f"one of {', '.join(_LOG_LEVELS)}")
+        return value.upper()
 
     @property
     def own_set(self) -> str:
@@ -95,3 +147,22 @@ class Settings(BaseSettings):
     def write_timeout_seconds(self) -> float:
         """Bound on one write transaction; kept well inside the settle window (invariant 2)."""
         return max(self.settle_seconds / 2, 0.5)
+
+
+def explain(error: ValidationError) -> list[str]:
+    """One line per bad setting, named as the operator sets it (``WISCAT_...``).
+
+    The value is quoted unless the setting is a secret.
+    """
+    secret = {
+        name
+        for name, field in Settings.model_fields.items()
+        if field.annotation in (SecretStr, SecretStr | None)
+    }
+    lines = []
+    for problem in error.errors():
+        name = str(problem["loc"][0]) if problem["loc"] else ""
+        reason = problem["msg"].removeprefix("Value error, ")
+        shown = "" if name in secret else f"={problem['input']!r}"
+        lines.append(f"WISCAT_{name.upper()}{shown}: {reason}")
+    return lines

@@ -3,7 +3,19 @@ password (a link's base URL may carry ``user:password@`` for a peer behind basic
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import SplitResult, urlsplit, urlunsplit
+
+
+def http_url(url: str) -> SplitResult | None:
+    """``url``'s parts if it is an http(s) URL with a host and a usable port, else None."""
+    if any(ch.isspace() or ord(ch) < 0x20 or ord(ch) == 0x7F for ch in url):
+        return None
+    try:
+        parts = urlsplit(url)
+        usable = parts.scheme in ("http", "https") and bool(parts.hostname) and parts.port != 0
+    except ValueError:  # a port out of range or not a number, "http://[::1/oai"
+        return None
+    return parts if usable else None
 
 
 def safe_url(url: str) -> str:

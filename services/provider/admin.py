@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import hmac
 import logging
-import re
-from urllib.parse import urlsplit
 
 from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.encoders import jsonable_encoder
@@ -21,12 +19,10 @@ from shared.db import checks as check_store
 from shared.db import links as link_store
 from shared.durations import format_duration, parse_duration
 from shared.iso19139 import MAX_RECORD_BYTES, RecordError, parse_record
-from shared.linkspec import build_link, set_kind
+from shared.linkspec import NAME, build_link, check_base_url, check_set_spec, set_kind
 from shared.urls import safe_url
 
 log = logging.getLogger("wiscat.admin")
-
-CHECK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
 def require_admin(request: Request) -> ProviderState:
@@ -206,15 +202,14 @@ async def put_check(
         if every < check_store.MIN_EVERY:
             least = format_duration(check_store.MIN_EVERY)
             raise ValueError(f"every {body.every!r}: at least {least} between runs")
+        check_set_spec(body.set, "set")
         for url in (body.source, *body.peers):
-            parts = urlsplit(url)
-            if parts.scheme not in ("http", "https") or not parts.hostname:
-                raise ValueError(f"not an http(s) URL: {url!r}")
+            check_base_url(url)
         if not body.peers:
             raise ValueError("a check needs at least one peer")
         if body.sample < 0:
             raise ValueError("sample must be 0 or more")
-        if not CHECK_NAME.fullmatch(name):
+        if not NAME.fullmatch(name):
             raise ValueError("a check name is letters, digits, '.', '_' and '-'")
     except ValueError as exc:
         raise HTTPException(400, f"check refused: {exc}") from exc

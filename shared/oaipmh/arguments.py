@@ -60,8 +60,8 @@ ARGUMENTS: frozenset[str] = frozenset(
 # The value syntax the official schema (OAI-PMH.xsd, metadataPrefixType and setSpecType) gives
 # these arguments. A value outside it has "an illegal syntax" (§3.6, badArgument), and echoing
 # it in the request element would make the response itself invalid.
-_METADATA_PREFIX = re.compile(r"[A-Za-z0-9\-_.!~*'()]+")
-_SET_SPEC = re.compile(r"[A-Za-z0-9\-_.!~*'()]+(?::[A-Za-z0-9\-_.!~*'()]+)*")
+METADATA_PREFIX = re.compile(r"[A-Za-z0-9\-_.!~*'()]+")
+SET_SPEC = re.compile(r"[A-Za-z0-9\-_.!~*'()]+(?::[A-Za-z0-9\-_.!~*'()]+)*")
 
 
 @dataclass(frozen=True)
@@ -165,10 +165,10 @@ def parse_request(pairs: Sequence[tuple[str, str]], *, formats: Collection[str])
         raise BadArgument("from is later than until (§2.7.1)")
 
     prefix = arguments.get("metadataPrefix")
-    if prefix is not None and not _METADATA_PREFIX.fullmatch(prefix):
+    if prefix is not None and not METADATA_PREFIX.fullmatch(prefix):
         raise BadArgument(f"{prefix!r} is not a legal metadataPrefix")
     set_spec = arguments.get("set")
-    if set_spec is not None and not _SET_SPEC.fullmatch(set_spec):
+    if set_spec is not None and not SET_SPEC.fullmatch(set_spec):
         raise BadArgument(f"{set_spec!r} is not a legal setSpec")
     if prefix is not None and prefix not in formats:
         raise CannotDisseminateFormat(f"the metadata format {prefix!r} is not supported")

@@ -100,7 +100,6 @@ async def test_identifier_must_match_the_url(provider: RunningProvider, db: Pool
         ("POST", "/admin/checks/a%00b/run", None),
         ("GET", "/admin/runs?link=a%00b", None),
         ("GET", "/admin/check-reports?check=a%00b", None),
-        ("POST", "/admin/links", {"name": "a\u0000b", "url": "http://x.example/oai", "set": "S"}),
     ],
 )
 async def test_text_no_database_can_hold_is_a_bad_request(
@@ -114,6 +113,32 @@ async def test_text_no_database_can_hold_is_a_bad_request(
     assert await db.fetchval("select count(*) from links") == 0
     status, _ = await request("GET", provider.root + "/admin/links", headers=AUTH)
     assert status == 200
+
+
+PEER = "http://x.example/oai"
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "json", "reason"),
+    [
+        ("POST", "/admin/links", {"name": "a b", "url": PEER, "set": "S"}, "link name 'a b'"),
+        ("POST", "/admin/links", {"name": "a\u0000b", "url": PEER, "set": "S"}, "link name"),
+        ("POST", "/admin/links", {"name": "x", "url": PEER, "set": "S", "window_slices": -1}, ""),
+        ("POST", "/admin/links", {"name": "x", "url": PEER, "into": "my set"}, "--into 'my set'"),
+        ("POST", "/admin/links", {"name": "x", "url": "http://x:0/oai", "set": "S"}, "http(s)"),
+        ("PUT", "/admin/checks/c", {"set": "a b", "source": PEER, "peers": [PEER]}, "'a b'"),
+        ("PUT", "/admin/checks/c", {"set": "S", "source": PEER, "peers": [PEER + "?x"]}, "query"),
+    ],
+)
+async def test_a_link_or_check_that_cannot_work_is_refused(
+    provider: RunningProvider, db: Pool, method: str, path: str, json: object, reason: str
+) -> None:
+    status, body = await request(method, provider.root + path, headers=AUTH, json=json)
+    assert status == 400, body
+    assert isinstance(body, dict) and reason in body["detail"]
+    assert body["detail"].startswith(("link refused: ", "check refused: "))
+    assert await db.fetchval("select count(*) from links") == 0
+    assert await db.fetchval("select count(*) from checks") == 0
 
 
 async def test_a_malformed_body_says_what_is_wrong_and_nothing_more(

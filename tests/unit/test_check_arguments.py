@@ -31,15 +31,30 @@ def refusal(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
         ),
         (
             ["check", "--set", "S", "--source", "ftp://x/oai", PEER],
-            "wiscat check: error: argument --source: not an http(s) URL: 'ftp://x/oai'",
+            "wiscat check: error: argument --source: 'ftp://x/oai' is not an http(s) URL",
         ),
         (
             ["check", "--set", "S", "--source", PEER, "http://[::1/oai"],
-            "wiscat check: error: argument PEER_URL: not an http(s) URL: 'http://[::1/oai'",
+            "wiscat check: error: argument PEER_URL: 'http://[::1/oai' is not an http(s) URL",
         ),
         (
             ["check", "--set", "S", "--source", "http://host:port/oai", PEER],
-            "wiscat check: error: argument --source: not an http(s) URL: 'http://host:port/oai'",
+            "wiscat check: error: argument --source: 'http://host:port/oai' is not an http(s) URL",
+        ),
+        (
+            ["check", "--set", "S", "--source", PEER, "http://h/oai?verb=Identify"],
+            "wiscat check: error: argument PEER_URL: the base URL must not carry a query or "
+            "fragment (OAI-PMH §3.1.1)",
+        ),
+        (
+            ["check", "--set", "WIS GISC", "--source", PEER, PEER],
+            "wiscat check: error: argument --set: set 'WIS GISC' is not a set name: at most 200 "
+            "letters, digits and -_.!~*'(), levels joined by ':' (OAI-PMH setSpec)",
+        ),
+        (
+            ["checks", "add", "c", "--set", "S:", "--source", PEER, PEER],
+            "wiscat checks add: error: argument --set: set 'S:' is not a set name: at most 200 "
+            "letters, digits and -_.!~*'(), levels joined by ':' (OAI-PMH setSpec)",
         ),
         (
             ["check", "--set", "S", "--source", PEER, PEER, "--sample", "-1"],

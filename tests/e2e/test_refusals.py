@@ -1,0 +1,91 @@
+"""What the ``wiscat`` command refuses before it stores or serves anything: bad settings, and
+links that could not work or would make the node's own answers invalid."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.e2e.nodes import Node, NodeFactory
+
+PEER = "http://127.0.0.1:9/oai"
+
+
+@pytest.mark.parametrize(
+    ("setting", "value", "reason"),
+    [
+        ("WISCAT_PROVIDER_PORT", "99999", "Input should be less than or equal to 65535"),
+        ("WISCAT_HARVESTER_PORT", "0", "Input should be greater than or equal to 1"),
+        ("WISCAT_LOG_LEVEL", "verbose", "one of DEBUG, INFO, WARNING, ERROR, CRITICAL"),
+        # each of these would make Identify or ListSets invalid against OAI-PMH.xsd
+        ("WISCAT_GISC_NAME", "Offenbach/DWD", "the name is letters, digits and -_.!~*'()"),
+        ("WISCAT_ADMIN_EMAIL", "nobody", "an e-mail address"),
+        ("WISCAT_BASE_URL", "gisc.example.org/oai", "the full http(s) URL peers use"),
+        ("WISCAT_BASE_URL", "http://gisc.example.org/oai?x=1", "without a query"),
+        ("WISCAT_REPOSITORY_NAME", "GISC\x01", "without control characters"),
+        ("WISCAT_REGISTRY_NODE_URL", "ftp://gisc.example.org", "http(s) root URL"),
+    ],
+)
+async def test_a_bad_setting_is_named_and_nothing_runs(
+    make_node: NodeFactory, setting: str, value: str, reason: str
+) -> None:
+    node = await make_node("REFUSE")
+    node.extra[setting] = value
+    code, out, err = await node.wiscat("migrate", check=False)
+    assert code == 2 and out == ""
+    line = f"wiscat: bad setting {setting}={value!r}: "
+    assert err.startswith(line) and reason in err, err
+    assert "Traceback" not in err and "pydantic" not in err
+    node.extra.pop(setting)
+    code, _, _ = await node.wiscat("migrate", check=False)
+    assert code == 0
+
+
+async def links(node: Node) -> list[dict[str, object]]:
+    _, out, _ = await node.wiscat("link", "list", "--json")
+    found: list[dict[str, object]] = json.loads(out)
+    return found
+
+
+@pytest.mark.parametrize(
+    ("argv", "reason"),
+    [
+        (["", "--url", PEER, "--set", "S"], "link name '': letters, digits"),
+        (["a/b", "--url", PEER, "--set", "S"], "link name 'a/b': letters, digits"),
+        (["x", "--url", "http://h:99999/oai", "--set", "S"], "is not an http(s) URL"),
+        (["x", "--url", "http://h/o ai", "--set", "S"], "is not an http(s) URL"),
+        (["x", "--url", PEER, "--set", "a b"], "--set 'a b' is not a set name"),
+        (["x", "--url", PEER, "--set", "a:"], "--set 'a:' is not a set name"),
+        (["x", "--url", PEER, "--into", "my set"], "--into 'my set' is not a set name"),
+        (["x", "--url", PEER, "--into", "S" * 201], "is not a set name: at most 200"),
+        (["x", "--url", PEER, "--set", "S", "--prefix", "iso 19139"], "not a metadataPrefix"),
+        (["x", "--url", PEER, "--set", "S", "--window-slices", "-1"], "cannot be negative"),
+    ],
+)
+async def test_a_link_that_cannot_work_is_not_added(
+    make_node: NodeFactory, argv: list[str], reason: str
+) -> None:
+    node = await make_node("REFUSE")
+    code, _, err = await node.wiscat("link", "add", *argv, check=False)
+    assert code == 2 and err.startswith("wiscat: link not added: ") and reason in err, err
+    assert "Traceback" not in err
+    assert await links(node) == []
+
+
+async def test_a_link_is_not_changed_into_one_that_cannot_work(make_node: NodeFactory) -> None:
+    node = await make_node("REFUSE")
+    await node.wiscat("link", "add", "peer", "--url", PEER, "--set", "WIS-GISC-PEER")
+    before = await links(node)
+    for argv, reason in [
+        (["--url", "junk"], "'junk' is not an http(s) URL"),
+        (["--url", "http://h/oai?verb=Identify"], "must not carry a query"),
+        (["--set", "WIS GISC"], "--set 'WIS GISC' is not a set name"),
+    ]:
+        code, _, err = await node.wiscat("link", "set", "peer", *argv, check=False)
+        assert code == 2 and err.startswith("wiscat: link not changed: ") and reason in err, err
+    assert await links(node) == before
+    # a good change still goes through, the whole catalogue included ('' is no remote set)
+    await node.wiscat("link", "set", "peer", "--url", "http://127.0.0.1:10/oai", "--set", "")
+    [after] = await links(node)
+    assert (after["base_url"], after["remote_set"]) == ("http://127.0.0.1:10/oai", None)
