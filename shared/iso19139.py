@@ -54,6 +54,11 @@ ROOT_TAG = f"{{{GMD}}}MD_Metadata"
 # record is a few kilobytes; one far larger is not one record (and is never read whole).
 MAX_RECORD_BYTES = 20 * 1024 * 1024
 
+# The longest identifier a record may have, in UTF-8 bytes. PostgreSQL's indexes hold at most
+# 2,704 bytes an entry, and the identifier is indexed with its set and datestamp; a longer one
+# could never be stored (and a WMO identifier, a URN, is a few dozen characters).
+MAX_IDENTIFIER_BYTES = 1024
+
 # The ISO 19139 schema location advertised for the iso19139 metadata format.
 GMD_SCHEMA = "http://www.isotc211.org/2005/gmd/gmd.xsd"
 
@@ -173,6 +178,8 @@ def file_identifier(root: etree._Element) -> str:
     identifier = _text(text)
     if not identifier:
         raise RecordError("gmd:fileIdentifier is empty")
+    if len(identifier.encode()) > MAX_IDENTIFIER_BYTES:
+        raise RecordError(f"gmd:fileIdentifier is longer than {MAX_IDENTIFIER_BYTES} bytes")
     return identifier
 
 

@@ -42,7 +42,7 @@ from lxml import etree
 
 from services.harvester.errors import BadResponse
 from shared.db.rows import IncomingRecord
-from shared.iso19139 import RecordError, record_from_element
+from shared.iso19139 import MAX_IDENTIFIER_BYTES, RecordError, record_from_element
 from shared.oaipmh.errors import NoRecordsMatch
 from shared.oaipmh.pages import HeaderItem, PageReader, PageSummary, RecordItem, ResponseError
 
@@ -142,10 +142,15 @@ def read_page(page: Page) -> PageContent:
         stamp = header.datestamp_parsed
         if content.greatest is None or stamp > content.greatest:
             content.greatest = stamp
-        if header.deleted:
-            content.deletions.append(header.identifier)
-        elif isinstance(item, RecordItem):
+        if isinstance(item, RecordItem) and not header.deleted:
             content.sorter.take(header, item.metadata)
+        elif len(header.identifier.encode()) > MAX_IDENTIFIER_BYTES:
+            # a header alone: no record can have this identifier (iso19139.file_identifier),
+            # nor can a tombstone, so it is neither a deletion nor a record to get
+            reason = f"a header whose identifier is longer than {MAX_IDENTIFIER_BYTES} bytes"
+            content.sorter.quarantined.append((header.identifier, reason, b""))
+        elif header.deleted:
+            content.deletions.append(header.identifier)
         else:
             content.wanted.append(header)
     return content

@@ -3,7 +3,9 @@ mark, the rolling window, quarantine, and a broken peer that fails only its own 
 
 from __future__ import annotations
 
+import secrets
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
@@ -15,6 +17,9 @@ from shared.oaipmh.errors import BadResumptionToken
 from tests import factories
 from tests.harvest_pair import SOURCE_SET, Pair, add_link, content, run
 from tests.servers import list_records_page, serving
+
+if TYPE_CHECKING:
+    from services.harvester.harvest import RunReport
 
 
 async def test_list_identifiers_and_get_record_strategy(pair: Pair) -> None:
@@ -77,13 +82,7 @@ async def test_unusable_records_are_quarantined_and_the_rest_stored(pair: Pair) 
         render.record("wrong-root", now, [], False, "<x:thing xmlns:x='urn:x'>hello</x:thing>")
     )
     pieces.append(render.record("mismatch", now, [], False, good[0].xml))
-    async with serving(list_records_page(pieces)) as url:
-        await link_store.add_link(pair.sink, _link("bad-records", url))
-        link = await link_store.get_link(pair.sink, "bad-records")
-        from services.harvester.harvest import harvest_link
-
-        report = await harvest_link(pair.ctx, link, window=False)  # type: ignore[arg-type]
-    assert report.status == "ok", report.summary()
+    report = await harvest_one_page(pair, "bad-records", pieces)
     assert report.counts["added"] == 3 and report.counts["quarantined"] == 3
     rows = await pair.sink.fetch(
         "select identifier, reason, raw, link, page from quarantine order by identifier"
@@ -94,6 +93,44 @@ async def test_unusable_records_are_quarantined_and_the_rest_stored(pair: Pair) 
     assert "differs from the OAI identifier" in reasons["mismatch"]
     assert all(r["link"] == "bad-records" and r["page"] == 1 for r in rows)
     assert b"hello" in next(r["raw"] for r in rows if r["identifier"] == "wrong-root")
+
+
+async def test_an_identifier_too_long_to_store_is_quarantined(pair: Pair) -> None:
+    # PostgreSQL indexes no entry over 2,704 bytes: one such identifier in a page used to fail
+    # the page's one statement, so the link's every run, for good
+    now = datetime.now(UTC)
+    good = [parse_record(generate_record(n, centre="long")) for n in range(2)]
+    long_id = "urn:x-wmo:md:" + secrets.token_hex(1500)  # random: no compression shrinks it
+    long_record = good[0].xml.replace(good[0].identifier, long_id)
+    pieces = [render.record(r.identifier, now, [SOURCE_SET], False, r.xml) for r in good[1:]]
+    pieces.append(render.record(long_id, now, [SOURCE_SET], False, long_record))
+    pieces.append(render.record(long_id + "0", now, [SOURCE_SET], True, None))
+    report = await harvest_one_page(pair, "long-ids", pieces)
+    assert report.counts["added"] == 1 and report.counts["quarantined"] == 2
+    reasons = {
+        r["identifier"]: r["reason"]
+        for r in await pair.sink.fetch("select identifier, reason from quarantine")
+    }
+    assert reasons == {
+        long_id: "gmd:fileIdentifier is longer than 1024 bytes",
+        long_id + "0": "a header whose identifier is longer than 1024 bytes",
+    }
+    stored = await pair.sink.fetch("select identifier from records")
+    assert [r["identifier"] for r in stored] == [good[1].identifier]
+
+
+async def harvest_one_page(pair: Pair, name: str, pieces: list[bytes]) -> RunReport:
+    """One full run of a new link ``name`` to a peer serving ``pieces`` as one page; it must
+    succeed."""
+    from services.harvester.harvest import harvest_link
+
+    async with serving(list_records_page(pieces)) as url:
+        await link_store.add_link(pair.sink, _link(name, url))
+        link = await link_store.get_link(pair.sink, name)
+        assert link is not None
+        report = await harvest_link(pair.ctx, link, window=False)
+    assert report.status == "ok", report.summary()
+    return report
 
 
 def _link(name: str, url: str) -> link_store.NewLink:

@@ -149,6 +149,12 @@ def test_empty_file_identifier() -> None:
     assert reason(iso(file_id("   "))) == "gmd:fileIdentifier is empty"
 
 
+def test_file_identifier_longer_than_an_index_entry_can_hold() -> None:
+    # 1,024 bytes of UTF-8 at most: "é" is two
+    assert parse_record(iso(file_id("é" * 512))).identifier == "é" * 512
+    assert reason(iso(file_id("é" * 512 + "x"))) == "gmd:fileIdentifier is longer than 1024 bytes"
+
+
 def test_file_identifier_without_character_string() -> None:
     body = '<gmd:fileIdentifier gco:nilReason="missing"/>'
     assert reason(iso(body)) == "gmd:fileIdentifier has no gco:CharacterString"
