@@ -8,8 +8,9 @@ Nothing of a bad document is stored.
 from __future__ import annotations
 
 import logging
+import stat
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,13 +43,28 @@ def incoming(record: Record) -> store.IncomingRecord:
     )
 
 
-def iter_files(paths: Iterable[Path]) -> Iterator[Path]:
-    """Every ``*.xml`` file under the given files and folders, in a stable order."""
-    for path in paths:
-        if path.is_dir():
-            yield from sorted(p for p in path.rglob("*.xml") if p.is_file())
-        else:
-            yield path
+def xml_files(folder: Path) -> list[Path]:
+    """Every regular ``*.xml`` file under ``folder`` (any case of the suffix), in a stable order.
+
+    Links to folders are not followed (no loops); named pipes, sockets and devices are skipped.
+    """
+    return sorted(p for p in folder.rglob("*") if p.suffix.lower() == ".xml" and p.is_file())
+
+
+def read_file(path: Path) -> bytes:
+    """The bytes of one record file, read only if it is a regular file no larger than a record
+    can be (a named pipe would block the ingest, a device such as /dev/zero never end)."""
+    info = path.stat()
+    if not stat.S_ISREG(info.st_mode):
+        raise RecordError("not a regular file")
+    too_large = RecordError(f"larger than {MAX_RECORD_BYTES} bytes: not one metadata record")
+    if info.st_size > MAX_RECORD_BYTES:
+        raise too_large  # unread
+    with path.open("rb") as file:
+        data = file.read(MAX_RECORD_BYTES + 1)  # it may have grown since
+    if len(data) > MAX_RECORD_BYTES:
+        raise too_large
+    return data
 
 
 async def ensure_own_set(db: store.Executor, own_set: str) -> None:
@@ -70,19 +86,22 @@ async def ingest_paths(pool: asyncpg.Pool, own_set: str, paths: Sequence[Path]) 
     await ensure_own_set(pool, own_set)
     report = IngestReport()
     batch: list[Record] = []
-    for path in iter_files(paths):
-        try:
-            if path.stat().st_size > MAX_RECORD_BYTES:
-                raise RecordError(f"larger than {MAX_RECORD_BYTES} bytes: not one metadata record")
-            record = parse_record(path.read_bytes())
-        except (RecordError, OSError) as exc:
-            report.refused.append((str(path), str(exc)))
-            log.warning("refused %s: %s", path, exc)
-            continue
-        batch.append(record)
-        if len(batch) >= BATCH:
-            await write_local(pool, own_set, batch, report)
-            batch = []
+    for given in paths:
+        files = xml_files(given) if given.is_dir() else [given]
+        if not files:
+            report.refused.append((str(given), "a folder without any .xml file"))
+            log.warning("refused %s: a folder without any .xml file", given)
+        for path in files:
+            try:
+                record = parse_record(read_file(path))
+            except (RecordError, OSError) as exc:
+                report.refused.append((str(path), str(exc)))
+                log.warning("refused %s: %s", path, exc)
+                continue
+            batch.append(record)
+            if len(batch) >= BATCH:
+                await write_local(pool, own_set, batch, report)
+                batch = []
     if batch:
         await write_local(pool, own_set, batch, report)
     return report

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -175,6 +177,22 @@ async def test_folder_ingest_keeps_good_files_and_names_bad_ones(tmp_path: Path,
     assert await db.fetchval("select count(*) from records where not deleted") == 5
     again = await ingest_paths(db, OWN, [tmp_path])
     assert again.counts["unchanged"] == 5
+
+
+async def test_ingest_reads_only_files_that_can_be_records(tmp_path: Path, db: Pool) -> None:
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "UPPER.XML").write_bytes(generate_record(1))  # any case of the suffix
+    os.mkfifo(tmp_path / "in" / "pipe.xml")  # reading it would wait for a writer, for ever
+    os.mkfifo(tmp_path / "given.xml")
+    (tmp_path / "empty").mkdir()
+    given = [tmp_path / "in", tmp_path / "given.xml", Path("/dev/zero"), tmp_path / "empty"]
+    report = await asyncio.wait_for(ingest_paths(db, OWN, given), 30)
+    assert report.counts["added"] == 1
+    assert report.refused == [
+        (str(tmp_path / "given.xml"), "not a regular file"),
+        ("/dev/zero", "not a regular file"),
+        (str(tmp_path / "empty"), "a folder without any .xml file"),
+    ]
 
 
 async def test_health_ready_and_metrics(provider: RunningProvider, db: Pool) -> None:
