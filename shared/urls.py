@@ -3,7 +3,11 @@ password (a link's base URL may carry ``user:password@`` for a peer behind basic
 
 from __future__ import annotations
 
-from urllib.parse import SplitResult, urlsplit, urlunsplit
+import re
+from urllib.parse import SplitResult, urlsplit
+
+# RFC 3986 §3.2: the authority follows "//" and ends at the first "/", "?" or "#"
+_AUTHORITY = re.compile(r"(?P<scheme>[^:/?#]*:)//(?P<authority>[^/?#]*)")
 
 
 def http_url(url: str) -> SplitResult | None:
@@ -19,13 +23,16 @@ def http_url(url: str) -> SplitResult | None:
 
 
 def safe_url(url: str) -> str:
-    """``url`` with its password, if it has one, shown as ``***``."""
-    parts = urlsplit(url)
-    if parts.password is None:
+    """``url`` with its password, if it has one, shown as ``***``.
+
+    Any text is taken, a URL stored before it was checked included (a bad port, a broken IPv6
+    host): the password is found in the authority as written, not through a parse that may fail.
+    """
+    found = _AUTHORITY.match(url)
+    if found is None or "@" not in found["authority"]:
         return url
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"  # an IPv6 address
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
+    userinfo, _, host = found["authority"].rpartition("@")
+    if ":" not in userinfo:
+        return url
+    user = userinfo.partition(":")[0]
+    return f"{found['scheme']}//{user}:***@{host}{url[found.end() :]}"
