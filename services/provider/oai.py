@@ -184,7 +184,24 @@ async def oai_endpoint(request: Request) -> Response:
 
 
 def _gzip(request: Request) -> bool:
-    return "gzip" in request.headers.get("accept-encoding", "").lower()
+    """Whether the client takes gzip (RFC 9110 §12.5.3): named (or ``x-gzip``), or else ``*``,
+    with a weight above 0; ``gzip;q=0`` refuses it."""
+    weights: dict[str, float] = {}
+    for item in request.headers.get("accept-encoding", "").split(","):
+        coding, *parameters = (part.strip() for part in item.split(";"))
+        weight = 1.0
+        for parameter in parameters:
+            name, _, value = parameter.partition("=")
+            if name.strip().lower() == "q":
+                try:
+                    weight = float(value)
+                except ValueError:
+                    weight = 0.0
+        weights.setdefault(coding.lower(), weight)
+    for coding in ("gzip", "x-gzip", "*"):
+        if coding in weights:
+            return weights[coding] > 0
+    return False
 
 
 def _compressor() -> Any:
@@ -193,7 +210,9 @@ def _compressor() -> Any:
     return isal_zlib.compressobj(1, isal_zlib.DEFLATED, 31)
 
 
-_GZIP_HEADERS = {"Content-Encoding": "gzip", "Vary": "Accept-Encoding"}
+# Every answer of /oai depends on Accept-Encoding, so every one says so to caches (RFC 9110 §12.5.5)
+_VARY = {"Vary": "Accept-Encoding"}
+_GZIP_HEADERS = {"Content-Encoding": "gzip", **_VARY}
 
 
 def _respond(request: Request, chunks: list[bytes]) -> Response:
@@ -206,7 +225,7 @@ def _respond(request: Request, chunks: list[bytes]) -> Response:
             media_type=XML_TYPE,
             headers=_GZIP_HEADERS,
         )
-    return Response(body, media_type=XML_TYPE)
+    return Response(body, media_type=XML_TYPE, headers=_VARY)
 
 
 async def _respond_page(request: Request, page: ListPage, on_done: Callable[[], None]) -> Response:
@@ -244,7 +263,7 @@ async def _respond_page(request: Request, page: ListPage, on_done: Callable[[], 
         finally:
             await stream.aclose()
 
-    headers = {"Content-Length": str(size), **(_GZIP_HEADERS if gzip else {})}
+    headers = {"Content-Length": str(size), **(_GZIP_HEADERS if gzip else _VARY)}
     return StreamingResponse(whole(), media_type=XML_TYPE, headers=headers)
 
 

@@ -323,6 +323,38 @@ async def test_list_records_with_gzip(provider: RunningProvider) -> None:
     assert body.count(b"<record>") == 100
 
 
+@pytest.mark.parametrize(
+    ("accept", "gzipped"),
+    [
+        ("gzip", True),
+        ("GZIP", True),
+        ("deflate, gzip;q=0.5", True),
+        ("x-gzip", True),
+        ("*", True),
+        ("br;q=1.0, *;q=0.1", True),
+        ("gzip;q=0", False),  # RFC 9110 §12.5.3: "not acceptable"
+        ("gzip; q=0.000, identity", False),
+        ("*, gzip;q=0", False),  # gzip named: its own weight, not the wildcard's
+        ("gzip;q=zero", False),  # a weight that is not one: not taken as acceptance
+        ("identity", False),
+        ("br", False),
+        ("", False),
+    ],
+)
+async def test_gzip_only_when_the_client_takes_it(
+    provider: RunningProvider, accept: str, gzipped: bool
+) -> None:
+    async with aiohttp.ClientSession(auto_decompress=False) as session:
+        for verb in ({"verb": "Identify"}, {"verb": "ListIdentifiers", "metadataPrefix": "oai_dc"}):
+            async with session.get(
+                provider.oai, params=verb, headers={"Accept-Encoding": accept}
+            ) as response:
+                raw = await response.read()
+                assert response.headers.get("Content-Encoding") == ("gzip" if gzipped else None)
+                assert response.headers["Vary"] == "Accept-Encoding"
+            check(gzip.decompress(raw) if gzipped else raw)
+
+
 async def test_list_pages_are_sent_with_their_length(db: Pool, database_url: str) -> None:
     await factories.load_records(db, OWN, range(260))
     # one page of 250 records: over 2 MiB, so sent in more than one piece
