@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import subprocess
 import time
 import warnings
@@ -22,6 +23,10 @@ from typing import Any
 from shared.db.errors import EmbeddedServerError
 
 log = logging.getLogger("wiscat.db")
+
+# pg_ctl passes the server its socket folder (the data folder) inside a shell command line,
+# unquoted: a space or a shell character there breaks the start (or worse).
+_PLAIN_PATH = re.compile(r"[\w/.+,@%=:~-]+")
 
 
 class _NoTimeoutDump(logging.Filter):
@@ -60,6 +65,12 @@ class EmbeddedPostgres:
 
     def start(self) -> str:
         """Start (or attach to) the server and return a libpq URL for the ``postgres`` database."""
+        if not _PLAIN_PATH.fullmatch(str(self.path)):
+            raise EmbeddedServerError(
+                f"the embedded PostgreSQL cannot run in {str(self.path)!r}: pg_ctl cannot pass "
+                "a path with spaces or shell characters to the server; set WISCAT_DATA_DIR to "
+                "a plain path (letters, digits, / . _ - +), or WISCAT_DATABASE_URL to a server"
+            )
         pgserver = import_pgserver()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         deadline = time.monotonic() + self.start_timeout

@@ -127,3 +127,15 @@ def test_starting_says_nothing_about_xdg_runtime_dir() -> None:
         [sys.executable, "-W", "error", "-c", probe], env=env, capture_output=True, text=True
     )
     assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize("name", ["with space", "a$(touch x)b", 'quote"d'])
+def test_a_folder_the_server_cannot_start_in_is_refused_untouched(
+    tmp_path: Path, name: str
+) -> None:
+    # pg_ctl hands the server its socket folder in a shell command line, unquoted: with a space
+    # the start failed with pgserver's dump of the command and the server's log
+    data_dir = tmp_path / name / "var"
+    with pytest.raises(EmbeddedServerError, match="set WISCAT_DATA_DIR to a plain path"):
+        EmbeddedPostgres(data_dir).start()
+    assert list(tmp_path.iterdir()) == []  # nothing made, nothing run
