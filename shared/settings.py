@@ -53,6 +53,11 @@ class Settings(BaseSettings):
     harvester_port: int = Field(default=8081, ge=1, le=65535)
     allow_private_fetch: bool = False
     max_concurrent_lists: int = Field(default=16, ge=1)
+    send_timeout_seconds: float = Field(
+        default=300,
+        gt=0,
+        description="a client that takes no piece of a list page for this long is cut off",
+    )
     read_ahead_pages: int = Field(
         default=8, ge=0, description="list pages read ahead for the tokens just sent; 0: none"
     )

@@ -8,6 +8,7 @@ it for flow control).
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import functools
 import logging
@@ -21,6 +22,7 @@ from urllib.parse import parse_qsl
 from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 from isal import isal_zlib
+from starlette.types import Send
 
 from services.provider.metrics import ProviderMetrics
 from services.provider.readahead import ListPageItems, PageKey, ReadAhead
@@ -264,7 +266,67 @@ async def _respond_page(request: Request, page: ListPage, on_done: Callable[[], 
             await stream.aclose()
 
     headers = {"Content-Length": str(size), **(_GZIP_HEADERS if gzip else _VARY)}
-    return StreamingResponse(whole(), media_type=XML_TYPE, headers=headers)
+    response = _PageResponse(whole(), media_type=XML_TYPE, headers=headers)
+    response.send_timeout = page.state.settings.send_timeout_seconds
+    response.client = request.client.host if request.client else "a client"
+    return response
+
+
+class _PageResponse(StreamingResponse):
+    """A list page whose client must take each piece within ``send_timeout`` seconds.
+
+    A client that stops reading (a frozen process, a half-open connection) would otherwise hold
+    the page, and its list slot, for as long as the connection lives: hours, or for ever, and
+    with :attr:`Settings.max_concurrent_lists` of them every other harvester gets 503. Such a
+    client is cut off: its page is dropped, its slot freed, and its connection closed (by the
+    server, as for any response left unfinished; :data:`CUT_OFF` keeps that out of the log).
+    """
+
+    send_timeout: float
+    client: str
+
+    async def stream_response(self, send: Send) -> None:
+        start = {"type": "http.response.start", "status": self.status_code}
+        await send({**start, "headers": self.raw_headers})
+        async for piece in self.body_iterator:
+            try:
+                async with asyncio.timeout(self.send_timeout):
+                    # the server waits here until the client has taken the piece before
+                    await send({"type": "http.response.body", "body": piece, "more_body": True})
+            except TimeoutError:
+                await self.body_iterator.aclose()  # type: ignore[attr-defined]
+                log.warning(
+                    "%s read nothing of a list page for %g s: cut off, its list slot freed",
+                    self.client,
+                    self.send_timeout,
+                )
+                CUT_OFF.expect()
+                return
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+class _CutOff(logging.Filter):
+    """Drops the error the server logs for a response :class:`_PageResponse` cut off on purpose
+    (it closes the connection of any response left unfinished, and says so), once per cut-off."""
+
+    MESSAGE = "ASGI callable returned without completing response."
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.expected = 0
+
+    def expect(self) -> None:
+        self.expected += 1
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self.expected and record.getMessage() == self.MESSAGE:
+            self.expected -= 1
+            return False
+        return True
+
+
+CUT_OFF = _CutOff()
+logging.getLogger("uvicorn.error").addFilter(CUT_OFF)
 
 
 async def answer(

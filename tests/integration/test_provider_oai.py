@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import logging
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
@@ -400,6 +401,40 @@ async def test_overload_gets_503_with_retry_after(db: Pool, database_url: str) -
                 break
             await asyncio.sleep(0.1)
         assert answer.status == 200
+
+
+async def test_a_client_that_stops_reading_is_cut_off(
+    db: Pool, database_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    await factories.load_records(db, OWN, range(3000))
+    overrides = {"max_concurrent_lists": 1, "page_size": 3000, "send_timeout_seconds": 1}
+    async with running_provider(database_url, **overrides) as running:
+        # a client that asks for a page and then reads nothing, neither closing its connection
+        # (a frozen harvester): it used to hold the only list slot for as long as it lived
+        reader, writer = await asyncio.open_connection(
+            "127.0.0.1", int(running.root.rsplit(":", 1)[1])
+        )
+        writer.write(
+            b"GET /oai?verb=ListRecords&metadataPrefix=iso19139 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+        )
+        await writer.drain()
+        head = (await reader.readuntil(b"\r\n\r\n")).decode().lower()
+        length = int(head.split("content-length: ")[1].split("\r\n")[0])
+        busy = await oai_get(running.oai, verb="ListIdentifiers", metadataPrefix="iso19139")
+        assert busy.status == 503
+        for _ in range(100):
+            answer = await oai_get(running.oai, verb="ListIdentifiers", metadataPrefix="iso19139")
+            if answer.status == 200:
+                break
+            await asyncio.sleep(0.1)
+        assert answer.status == 200  # the slot is free again
+        # and the stalled client's connection was closed: what it reads ends short of the page
+        rest = await asyncio.wait_for(reader.read(), 10)
+        assert len(rest) < length
+        writer.close()
+        await writer.wait_closed()
+    assert "127.0.0.1 read nothing of a list page for 1 s: cut off" in caplog.text
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
 
 
 async def test_clients_that_go_away_do_not_leak_list_slots(db: Pool, database_url: str) -> None:
