@@ -66,6 +66,9 @@ async def migrate(conn: Connection, directory: Path = MIGRATIONS_DIR) -> list[st
     try:
         await conn.execute(_CREATE_TABLE)
         done = await applied_versions(conn)
+        unknown = done - {m.version for m in available(directory)}
+        if unknown:
+            raise SchemaNotCurrent(await _newer_schema(conn, unknown))
         applied = []
         for migration in available(directory):
             if migration.version in done:
@@ -88,10 +91,20 @@ async def check_current(conn: Connection, directory: Path = MIGRATIONS_DIR) -> N
     """Raise :class:`SchemaNotCurrent` unless every migration is applied (and no unknown one)."""
     wanted = {m.version for m in available(directory)}
     have = await applied_versions(conn)
+    if have - wanted:
+        raise SchemaNotCurrent(await _newer_schema(conn, have - wanted))
     if have != wanted:
-        missing = sorted(wanted - have)
-        unknown = sorted(have - wanted)
         raise SchemaNotCurrent(
-            f"schema not current: missing migrations {missing}, unknown migrations {unknown}; "
-            "run `wiscat migrate`"
+            f"schema not current: missing migrations {sorted(wanted - have)}; run `wiscat migrate`"
         )
+
+
+async def _newer_schema(conn: Connection, unknown: set[int]) -> str:
+    names = await conn.fetch(
+        "select name from schema_migrations where version = any($1::int[]) order by version",
+        sorted(unknown),
+    )
+    return (
+        f"the database was migrated by a newer wiscat ({', '.join(r['name'] for r in names)} "
+        "unknown here); run that version or a later one: a schema is never migrated back"
+    )

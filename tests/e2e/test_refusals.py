@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from shared.db.pool import connect
 from tests.e2e.nodes import Node, NodeFactory
 
 PEER = "http://127.0.0.1:9/oai"
@@ -89,3 +90,23 @@ async def test_a_link_is_not_changed_into_one_that_cannot_work(make_node: NodeFa
     await node.wiscat("link", "set", "peer", "--url", "http://127.0.0.1:10/oai", "--set", "")
     [after] = await links(node)
     assert (after["base_url"], after["remote_set"]) == ("http://127.0.0.1:10/oai", None)
+
+
+async def test_a_database_migrated_by_a_newer_wiscat_is_refused(make_node: NodeFactory) -> None:
+    # an operator rolls the software back after a newer one migrated the database
+    node = await make_node("REFUSE")
+    conn = await connect(node.database_url)
+    try:
+        await conn.execute(
+            "insert into schema_migrations (version, name) values (9999, '9999_future.sql')"
+        )
+    finally:
+        await conn.close()
+    for command in ("migrate", "provider", "harvester", "run"):
+        code, _, err = await node.wiscat(command, check=False)
+        assert code == 2, (command, err)
+        assert err.endswith(
+            "wiscat: the database was migrated by a newer wiscat (9999_future.sql unknown "
+            "here); run that version or a later one: a schema is never migrated back\n"
+        ), err
+        assert "Traceback" not in err

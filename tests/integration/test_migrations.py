@@ -19,11 +19,14 @@ async def test_migrations_apply_to_an_empty_database_once(template_ready: str) -
     try:
         conn = await connect(url)
         try:
+            available = [m.version for m in migrations.available()]
             try:
                 await migrations.check_current(conn)
                 raise AssertionError("an empty database is not current")
             except SchemaNotCurrent as exc:
-                assert "run `wiscat migrate`" in str(exc)
+                assert str(exc) == (
+                    f"schema not current: missing migrations {available}; run `wiscat migrate`"
+                )
             applied = await migrations.migrate(conn)
             assert applied == [m.name for m in migrations.available()]
             assert await migrations.migrate(conn) == []  # idempotent
