@@ -104,6 +104,13 @@ class Settings(BaseSettings):
             )
         return value
 
+    @field_validator("database_url")
+    @classmethod
+    def _database_url_is_libpq(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("postgresql://", "postgres://")):
+            raise ValueError("a libpq URL: postgresql://user@host:port/database")
+        return value
+
     @field_validator("base_url")
     @classmethod
     def _base_url_is_an_endpoint(cls, value: str) -> str:
@@ -157,9 +164,9 @@ class Settings(BaseSettings):
 def explain(error: ValidationError) -> list[str]:
     """One line per bad setting, named as the operator sets it (``WISCAT_...``).
 
-    The value is quoted unless the setting is a secret.
+    The value is quoted unless the setting is a secret or may hold one (the database URL).
     """
-    secret = {
+    secret = {"database_url"} | {
         name
         for name, field in Settings.model_fields.items()
         if field.annotation in (SecretStr, SecretStr | None)

@@ -43,6 +43,21 @@ async def test_a_bad_setting_is_named_and_nothing_runs(
     assert code == 0
 
 
+@pytest.mark.parametrize("url", ["mysql://op:secretpw@db/wiscat", "postgres//op:secretpw@db"])
+async def test_a_bad_database_url_is_refused_without_showing_it(
+    make_node: NodeFactory, url: str
+) -> None:
+    # it may carry a password: the setting is named, its value not shown
+    node = await make_node("REFUSE")
+    node.extra["WISCAT_DATABASE_URL"] = url
+    code, _, err = await node.wiscat("migrate", check=False)
+    assert code == 2
+    assert err == (
+        "wiscat: bad setting WISCAT_DATABASE_URL: a libpq URL: "
+        "postgresql://user@host:port/database\n"
+    )
+
+
 async def links(node: Node) -> list[dict[str, object]]:
     _, out, _ = await node.wiscat("link", "list", "--json")
     found: list[dict[str, object]] = json.loads(out)
