@@ -488,6 +488,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (DatabaseError, CannotListen) as exc:
         print(f"wiscat: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:
+        # a file that cannot be written or read (a key file, a report): its name and the reason
+        # say it all; the traceback is for debugging
+        log.debug("stopped by an OS error", exc_info=exc)
+        print(f"wiscat: {exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return 130
 

@@ -39,6 +39,7 @@ Exception tree::
 from __future__ import annotations
 
 import base64
+import binascii
 import hashlib
 import re
 import secrets
@@ -179,9 +180,16 @@ def public_key_text(key: Ed25519PublicKey) -> str:
 
 def load_public_key(text: str) -> Ed25519PublicKey:
     """The inverse of :func:`public_key_text`; ValueError if it is not one."""
-    raw = base64.b64decode(text.encode("ascii"), validate=True)
+    try:
+        raw = base64.b64decode(text.encode("ascii"), validate=True)
+    except (UnicodeEncodeError, binascii.Error):
+        raw = b""
     if len(raw) != 32:
-        raise ValueError("an Ed25519 public key is 32 bytes")
+        shown = text if len(text) <= 60 else text[:57] + "..."
+        raise ValueError(
+            f"{shown!r} is not a public key: an Ed25519 key's 32 bytes in base64, "
+            "as `wiscat registry keygen` prints it"
+        )
     return Ed25519PublicKey.from_public_bytes(raw)
 
 

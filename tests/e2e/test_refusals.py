@@ -4,6 +4,7 @@ links that could not work or would make the node's own answers invalid."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -125,3 +126,22 @@ async def test_a_database_migrated_by_a_newer_wiscat_is_refused(make_node: NodeF
             "here); run that version or a later one: a schema is never migrated back\n"
         ), err
         assert "Traceback" not in err
+
+
+async def test_files_and_keys_that_cannot_be_used_are_named(
+    make_node: NodeFactory, tmp_path: Path
+) -> None:
+    node = await make_node("REFUSE")
+    missing = tmp_path / "no-such-folder" / "key.pem"
+    code, _, err = await node.wiscat("registry", "keygen", "--out", str(missing), check=False)
+    assert (code, err) == (2, f"wiscat: [Errno 2] No such file or directory: '{missing}'\n")
+    key = tmp_path / "key.pem"
+    await node.wiscat("registry", "keygen", "--out", str(key))
+    out = tmp_path / "net.xml"
+    for member in ("abc", "é", "A" * 44):
+        code, _, err = await node.wiscat(
+            "registry", "init-network", "N", "--out", str(out), "--key", str(key),
+            "--member", member, check=False,
+        )  # fmt: skip
+        assert code == 2 and "is not a public key: an Ed25519 key's 32 bytes in base64" in err
+        assert "Traceback" not in err and not out.exists()
