@@ -31,9 +31,16 @@ def _set(value: str) -> str:
 
 
 def _count(value: str) -> int:
-    if not value.isdigit():
-        raise argparse.ArgumentTypeError(f"{value!r}: a whole number, 0 or more")
+    if not value.isdigit() or len(value) > 9:
+        raise argparse.ArgumentTypeError(f"{value!r}: a whole number, 0 to 999999999")
     return int(value)
+
+
+def _sample(value: str) -> int:
+    count = _count(value)
+    if count > check_store.MAX_SAMPLE:
+        raise argparse.ArgumentTypeError(f"{value!r}: at most {check_store.MAX_SAMPLE}")
+    return count
 
 
 def _every(value: str) -> timedelta:
@@ -85,7 +92,7 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--details", action="store_true", help="list every item of every category")
     p.add_argument(
         "--sample",
-        type=_count,
+        type=_sample,
         default=0,
         metavar="N",
         help="also compare the content of N random records (GetRecord, canonical hash)",
@@ -112,7 +119,7 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--source", required=True, type=_url, metavar="URL")
     p.add_argument("peers", nargs="+", type=_url, metavar="PEER_URL", help=PEERS_HELP)
     p.add_argument("--every", type=_every, default="1d", help="interval (default 1d, at least 1m)")
-    p.add_argument("--sample", type=_count, default=0, metavar="N")
+    p.add_argument("--sample", type=_sample, default=0, metavar="N")
     p.add_argument("--disabled", action="store_true")
     p = checks.add_parser("list", help="list scheduled checks and their latest outcome")
     p.add_argument("--json", action="store_true")

@@ -7,6 +7,8 @@ from datetime import timedelta
 
 _PART = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+# far beyond any interval a node uses, far inside what a date can be moved by
+LONGEST = timedelta(days=3650)
 
 
 def parse_duration(text: str) -> timedelta:
@@ -15,6 +17,8 @@ def parse_duration(text: str) -> timedelta:
     if not compact or _PART.sub("", compact):
         raise ValueError(f"{text!r} is not a duration (examples: 90s, 15m, 1h, 7d, 1h30m)")
     seconds = sum(float(number) * _UNITS[unit] for number, unit in _PART.findall(compact))
+    if seconds > LONGEST.total_seconds():
+        raise ValueError(f"{text!r} is longer than {LONGEST.days} days")
     return timedelta(seconds=seconds)
 
 

@@ -14,6 +14,11 @@ from shared.urls import http_url
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 #: The longest set name a link files records into (the name is indexed with each identifier).
 MAX_SET_SPEC = 200
+#: Bounds of a link's schedule: a longer interval is a link that should be disabled instead, a
+#: longer overlap re-reads a month each run, and a finer window re-reads nothing useful.
+MAX_INTERVAL = timedelta(days=366)
+MAX_OVERLAP = timedelta(days=30)
+MAX_WINDOW_SLICES = 10_000
 
 
 class LinkSpecError(ValueError):
@@ -92,12 +97,14 @@ def build_link(
         raise LinkSpecError(f"a recovery link restores the own set: --into {own_set}")
     if strategy not in ("ListRecords", "ListIdentifiers"):
         raise LinkSpecError("strategy is ListRecords or ListIdentifiers")
-    if every <= timedelta(0) or full_every <= timedelta(0):
-        raise LinkSpecError("--every and --full-every must be positive")
-    if overlap < timedelta(0):
-        raise LinkSpecError("--overlap cannot be negative")
-    if window_slices < 0:
-        raise LinkSpecError("--window-slices cannot be negative (0 turns it off)")
+    if not timedelta(0) < every <= MAX_INTERVAL or not timedelta(0) < full_every <= MAX_INTERVAL:
+        raise LinkSpecError(
+            f"--every and --full-every must be positive, {MAX_INTERVAL.days}d at most"
+        )
+    if not timedelta(0) <= overlap <= MAX_OVERLAP:
+        raise LinkSpecError(f"--overlap is 0 to {MAX_OVERLAP.days}d")
+    if not 0 <= window_slices <= MAX_WINDOW_SLICES:
+        raise LinkSpecError(f"--window-slices is 0 (off) to {MAX_WINDOW_SLICES}")
     return NewLink(
         name=name,
         base_url=url,

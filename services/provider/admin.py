@@ -207,8 +207,8 @@ async def put_check(
             check_base_url(url)
         if not body.peers:
             raise ValueError("a check needs at least one peer")
-        if body.sample < 0:
-            raise ValueError("sample must be 0 or more")
+        if not 0 <= body.sample <= check_store.MAX_SAMPLE:
+            raise ValueError(f"sample is 0 to {check_store.MAX_SAMPLE}")
         if not NAME.fullmatch(name):
             raise ValueError("a check name is letters, digits, '.', '_' and '-'")
     except ValueError as exc:

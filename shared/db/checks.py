@@ -17,6 +17,8 @@ _SQL = load("checks.sql")
 # A check lists the whole set at the source and at every peer: seed 003's audit is meant to be
 # low-impact, so no schedule may run it back to back.
 MIN_EVERY = timedelta(minutes=1)
+#: The most records a check compares by content: one GetRecord to every node each
+MAX_SAMPLE = 10_000
 
 
 @dataclass(frozen=True, slots=True)

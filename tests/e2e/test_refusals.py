@@ -77,7 +77,10 @@ async def links(node: Node) -> list[dict[str, object]]:
         (["x", "--url", PEER, "--into", "my set"], "--into 'my set' is not a set name"),
         (["x", "--url", PEER, "--into", "S" * 201], "is not a set name: at most 200"),
         (["x", "--url", PEER, "--set", "S", "--prefix", "iso 19139"], "not a metadataPrefix"),
-        (["x", "--url", PEER, "--set", "S", "--window-slices", "-1"], "cannot be negative"),
+        (["x", "--url", PEER, "--set", "S", "--window-slices", "-1"], "0 (off) to 10000"),
+        (["x", "--url", PEER, "--set", "S", "--window-slices", "10001"], "0 (off) to 10000"),
+        (["x", "--url", PEER, "--set", "S", "--every", "400d"], "366d at most"),
+        (["x", "--url", PEER, "--set", "S", "--overlap", "31d"], "--overlap is 0 to 30d"),
     ],
 )
 async def test_a_link_that_cannot_work_is_not_added(

@@ -126,6 +126,25 @@ PEER = "http://x.example/oai"
         ("POST", "/admin/links", {"name": "a b", "url": PEER, "set": "S"}, "link name 'a b'"),
         ("POST", "/admin/links", {"name": "a\u0000b", "url": PEER, "set": "S"}, "link name"),
         ("POST", "/admin/links", {"name": "x", "url": PEER, "set": "S", "window_slices": -1}, ""),
+        # numbers past what the database or a date can hold: they were 500s
+        (
+            "POST",
+            "/admin/links",
+            {"name": "x", "url": PEER, "set": "S", "window_slices": 10**11},
+            "",
+        ),
+        (
+            "POST",
+            "/admin/links",
+            {"name": "x", "url": PEER, "set": "S", "every": "9999999999d"},
+            "",
+        ),
+        (
+            "PUT",
+            "/admin/checks/c",
+            {"set": "S", "source": PEER, "peers": [PEER], "sample": 10**11},
+            "",
+        ),
         ("POST", "/admin/links", {"name": "x", "url": PEER, "into": "my set"}, "--into 'my set'"),
         ("POST", "/admin/links", {"name": "x", "url": "http://x:0/oai", "set": "S"}, "http(s)"),
         ("PUT", "/admin/checks/c", {"set": "a b", "source": PEER, "peers": [PEER]}, "'a b'"),

@@ -1,4 +1,5 @@
-"""What ``wiscat check`` and ``wiscat checks add`` refuse before anything is fetched or stored."""
+"""What ``wiscat check``, ``wiscat checks`` and ``wiscat link add`` refuse before anything is
+fetched or stored."""
 
 from __future__ import annotations
 
@@ -58,11 +59,29 @@ def refusal(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
         ),
         (
             ["check", "--set", "S", "--source", PEER, PEER, "--sample", "-1"],
-            "wiscat check: error: argument --sample: '-1': a whole number, 0 or more",
+            "wiscat check: error: argument --sample: '-1': a whole number, 0 to 999999999",
         ),
         (
             ["checks", "add", "c", "--set", "S", "--source", PEER, PEER, "--sample", "-3"],
-            "wiscat checks add: error: argument --sample: '-3': a whole number, 0 or more",
+            "wiscat checks add: error: argument --sample: '-3': a whole number, 0 to 999999999",
+        ),
+        (
+            ["checks", "add", "c", "--set", "S", "--source", PEER, PEER, "--sample", "10001"],
+            "wiscat checks add: error: argument --sample: '10001': at most 10000",
+        ),
+        (
+            ["checks", "reports", "--limit", "99999999999999999999"],
+            "wiscat checks reports: error: argument --limit: '99999999999999999999': a whole "
+            "number, 0 to 999999999",
+        ),
+        (
+            ["link", "add", "x", "--url", PEER, "--overlap", "soon"],
+            "wiscat link add: error: argument --overlap: 'soon' is not a duration "
+            "(examples: 90s, 15m, 1h, 7d, 1h30m)",
+        ),
+        (
+            ["checks", "add", "c", "--set", "S", "--source", PEER, PEER, "--every", "9999999999d"],
+            "wiscat checks add: error: argument --every: '9999999999d' is longer than 3650 days",
         ),
         (
             ["checks", "add", "c", "--set", "S", "--source", PEER, PEER, "--every", "0s"],
