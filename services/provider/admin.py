@@ -257,7 +257,8 @@ async def check_report(
     report_id: int, state: ProviderState = Depends(require_admin)
 ) -> JSONResponse:
     """One whole report, with the items of each category (the first 1,000 of each)."""
-    row = await check_store.get_report(state.pool, report_id)
+    # a report id is a bigint: a larger number names no report (and the database cannot take it)
+    row = await check_store.get_report(state.pool, report_id) if 0 < report_id < 2**63 else None
     if row is None:
         raise HTTPException(404, f"no report {report_id}")
     return JSONResponse(jsonable_encoder(row))

@@ -162,6 +162,17 @@ async def test_a_link_or_check_that_cannot_work_is_refused(
     assert await db.fetchval("select count(*) from checks") == 0
 
 
+@pytest.mark.parametrize("report", ["0", "-1", "123", str(2**63), "9" * 30])
+async def test_a_report_that_does_not_exist_is_not_found(
+    provider: RunningProvider, report: str
+) -> None:
+    # ids past a bigint were a 500: the database could not take them
+    status, body = await request(
+        "GET", f"{provider.root}/admin/check-reports/{report}", headers=AUTH
+    )
+    assert (status, body) == (404, {"detail": f"no report {report}"})
+
+
 async def test_a_malformed_body_says_what_is_wrong_and_nothing_more(
     provider: RunningProvider,
 ) -> None:
