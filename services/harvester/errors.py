@@ -12,6 +12,7 @@ Exception tree::
      +-- TooManyEmptyPages       too many pages in a row with a token and no item
      +-- TooManyRequests         the list needed more requests than allowed
      +-- BadResponse             not OAI-PMH, or not well-formed (wraps pages.ResponseError)
+     +-- LinkRemoved             the link was removed while it ran (its runs went with it)
 
 Its own module, without aiohttp, so that the harvester's page workers can raise them.
 """
@@ -63,3 +64,7 @@ class TooManyRequests(HarvestError):
 
 class BadResponse(HarvestError):
     pass
+
+
+class LinkRemoved(HarvestError):
+    """The run's link was removed while it ran: the run stops at its next page, unwritten."""

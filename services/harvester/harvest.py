@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from services.harvester.client import OAIClient
-from services.harvester.errors import HarvestError
+from services.harvester.errors import HarvestError, LinkRemoved
 from services.harvester.metrics import HarvesterMetrics
 from services.harvester.page_records import PageReaders, PageSorter
 from shared.db import links as link_store
@@ -225,7 +225,7 @@ async def run_list(
 
 async def _finish(ctx: HarvestContext, link: Link, report: RunReport, started: float) -> None:
     report.seconds = time.monotonic() - started
-    await link_store.finish_run(
+    finished = await link_store.finish_run(
         ctx.pool,
         report.run_id,
         report.status,
@@ -234,6 +234,12 @@ async def _finish(ctx: HarvestContext, link: Link, report: RunReport, started: f
         deleted=report.counts["deleted"],
         refused=report.counts["refused_deletions"],
     )
+    if finished is None:
+        # the link was removed while it ran, its runs with it: nothing to record, no error
+        report.status, report.error_kind = "stopped", "LinkRemoved"
+        report.error = f"link {link.name} was removed during the run"
+        _run_log(report).info("harvest %s", report.summary())
+        return
     if report.status != "ok":
         ctx.identified.pop(link.base_url, None)  # the peer may have changed: ask it again
         await link_store.fail_link(ctx.pool, link.name, report.run_id, report.error or "")
@@ -382,9 +388,6 @@ async def _backup(ctx: HarvestContext, link: Link, report: RunReport) -> None:
                 [stamps[record.identifier] for record in sorter.batch],
                 protected_set=protected,
             )
-            await link_store.quarantine(
-                conn, link.name, report.run_id, report.pages, sorter.quarantined
-            )
             counts = result.counts
             page_counts = PageCounts(
                 bytes=page.bytes,
@@ -394,7 +397,11 @@ async def _backup(ctx: HarvestContext, link: Link, report: RunReport) -> None:
                 refused=counts["refused_protected"],
                 quarantined=len(sorter.quarantined),
             )
-            await link_store.record_page(conn, report.run_id, page_counts)
+            if not await link_store.record_page(conn, report.run_id, page_counts):
+                raise LinkRemoved(f"link {link.name} was removed during the run")
+            await link_store.quarantine(
+                conn, link.name, report.run_id, report.pages, sorter.quarantined
+            )
         report.counts.update(
             {
                 "added": page_counts.added,
@@ -462,10 +469,9 @@ async def _store_page(
         # Invariant 2: a write transaction must end well inside the provider's settle window.
         await conn.execute(f"set local statement_timeout = {timeout_ms}")
         result = await store.upsert_records(conn, link.local_set, batch, protected_set=protected)
-        await link_store.quarantine(conn, link.name, report.run_id, report.pages, quarantined)
         counts = result.counts
         refused = counts["refused_older"] + counts["refused_protected"]
-        await link_store.record_page(
+        recorded = await link_store.record_page(
             conn,
             report.run_id,
             PageCounts(
@@ -477,6 +483,9 @@ async def _store_page(
                 quarantined=len(quarantined),
             ),
         )
+        if not recorded:  # the transaction ends unwritten
+            raise LinkRemoved(f"link {link.name} was removed during the run")
+        await link_store.quarantine(conn, link.name, report.run_id, report.pages, quarantined)
     ctx.metrics.bytes.labels(link.name).inc(size)
     page_counts = {
         "added": counts["added"],

@@ -202,8 +202,9 @@ class PageCounts:
     quarantined: int = 0
 
 
-async def record_page(conn: Connection, run_id: int, counts: PageCounts) -> None:
-    await conn.execute(
+async def record_page(conn: Connection, run_id: int, counts: PageCounts) -> bool:
+    """Add a page's counts to its run; False if the run is gone (its link was removed)."""
+    row = await conn.fetchval(
         _SQL["record_page"],
         run_id,
         counts.bytes,
@@ -214,6 +215,7 @@ async def record_page(conn: Connection, run_id: int, counts: PageCounts) -> None
         counts.refused,
         counts.quarantined,
     )
+    return row is not None
 
 
 async def finish_run(
@@ -225,10 +227,10 @@ async def finish_run(
     error: str | None = None,
     deleted: int = 0,
     refused: int = 0,
-) -> dict[str, Any]:
+) -> dict[str, Any] | None:
+    """Close a run; None if it is gone (its link was removed while it ran)."""
     row = await db.fetchrow(_SQL["finish_run"], run_id, status, error_kind, error, deleted, refused)
-    assert row is not None
-    return dict(row)
+    return dict(row) if row is not None else None
 
 
 async def complete_list(

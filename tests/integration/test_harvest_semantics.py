@@ -3,6 +3,7 @@ mark, the rolling window, quarantine, and a broken peer that fails only its own 
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
@@ -117,6 +118,47 @@ async def test_an_identifier_too_long_to_store_is_quarantined(pair: Pair) -> Non
     }
     stored = await pair.sink.fetch("select identifier from records")
     assert [r["identifier"] for r in stored] == [good[1].identifier]
+
+
+async def test_a_link_removed_while_it_runs_stops_its_run(pair: Pair) -> None:
+    # its run went on to the end of the list, then failed with an assertion (a traceback)
+    from services.harvester.harvest import harvest_link
+
+    now = datetime.now(UTC)
+    asked: list[int] = []
+    third = asyncio.Event()
+
+    async def pages(request: web.Request) -> bytes:
+        number = int(request.query.get("resumptionToken", "1"))
+        asked.append(number)
+        if number == 3:
+            third.set()
+        await asyncio.sleep(0.2)
+        records = [parse_record(generate_record(n, centre="rm")) for n in range(number * 10)]
+        token = f"<resumptionToken>{number + 1}</resumptionToken>" if number < 20 else ""
+        return (
+            render.response_start(now, "http://peer/oai", {"verb": "ListRecords"}, "ListRecords")
+            + b"".join(
+                render.record(r.identifier, now, [SOURCE_SET], False, r.xml) for r in records[-10:]
+            )
+            + token.encode()
+            + render.response_end("ListRecords")
+        )
+
+    async with serving(b"", pages=pages) as url:
+        await link_store.add_link(pair.sink, _link("removed", url))
+        link = await link_store.get_link(pair.sink, "removed")
+        assert link is not None
+        running = asyncio.create_task(harvest_link(pair.ctx, link, window=False))
+        await third.wait()
+        assert await link_store.remove_link(pair.sink, "removed")
+        report = await asyncio.wait_for(running, 30)
+    assert (report.status, report.error_kind) == ("stopped", "LinkRemoved")
+    assert report.error == "link removed was removed during the run"
+    assert max(asked) < 20  # it stopped there, without the rest of the list
+    stored = await pair.sink.fetchval("select count(*) from records")
+    assert 0 < stored < 200 and stored % 10 == 0  # the pages written before stay, whole
+    assert await pair.sink.fetchval("select count(*) from harvest_runs") == 0
 
 
 async def harvest_one_page(pair: Pair, name: str, pieces: list[bytes]) -> RunReport:

@@ -80,12 +80,14 @@ returning id
 update harvest_runs set from_date = $2 where id = $1
 
 -- name: record_page --
--- Add one page's counts to its run (in the page's own transaction).
+-- Add one page's counts to its run (in the page's own transaction); no row when the run is gone
+-- (its link was removed).
 update harvest_runs
 set pages = pages + 1, bytes = bytes + $2, added = added + $3, updated = updated + $4,
     unchanged = unchanged + $5, deleted = deleted + $6, refused = refused + $7,
     quarantined = quarantined + $8
 where id = $1
+returning id
 
 -- name: finish_run --
 -- Close a run with its status and reason.
