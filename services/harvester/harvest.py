@@ -559,14 +559,22 @@ async def _complete(
                     link.name,
                     identifier,
                 )
-        await link_store.complete_list(
+        advanced = await link_store.complete_list(
             conn,
-            link.name,
+            link,
             high_water_mark=high_water_mark,
             full=report.mode == "full",
             window_index=next_window_index if next_window_index is not None else link.window_index,
             run_id=report.run_id,
         )
+        if not advanced:
+            high_water_mark = None
+            _run_log(report).warning(
+                "harvest %s: its peer or set changed during run %d: the high-water mark stays "
+                "reset, and the next run is a full harvest of the new source",
+                link.name,
+                report.run_id,
+            )
     report.counts["deleted"] += counts["deleted"] + counts["left_set"] + counts["remembered"]
     report.counts["refused_deletions"] += counts["refused_protected"]
     if counts["deleted"] + counts["left_set"]:

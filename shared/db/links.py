@@ -235,14 +235,26 @@ async def finish_run(
 
 async def complete_list(
     conn: Connection,
-    name: str,
+    link: Link,
     *,
     high_water_mark: datetime | None,
     full: bool,
     window_index: int,
     run_id: int,
-) -> None:
-    await conn.execute(_SQL["complete_list"], name, high_water_mark, full, window_index, run_id)
+) -> bool:
+    """Record a whole list of ``link`` (as it was when the run began) committed; False if the
+    link now harvests another source, or is gone, and so was left as it is."""
+    row = await conn.fetchval(
+        _SQL["complete_list"],
+        link.name,
+        high_water_mark,
+        full,
+        window_index,
+        run_id,
+        link.base_url,
+        link.remote_set,
+    )
+    return row is not None
 
 
 async def fail_link(db: Executor, name: str, run_id: int, reason: str) -> None:

@@ -120,45 +120,77 @@ async def test_an_identifier_too_long_to_store_is_quarantined(pair: Pair) -> Non
     assert [r["identifier"] for r in stored] == [good[1].identifier]
 
 
-async def test_a_link_removed_while_it_runs_stops_its_run(pair: Pair) -> None:
-    # its run went on to the end of the list, then failed with an assertion (a traceback)
-    from services.harvester.harvest import harvest_link
+class SlowPeer:
+    """A peer whose list has 20 pages of 10 records, each sent 0.2 s after it is asked for;
+    ``third`` is set when the third page is asked for."""
 
-    now = datetime.now(UTC)
-    asked: list[int] = []
-    third = asyncio.Event()
+    def __init__(self) -> None:
+        self.asked: list[int] = []
+        self.third = asyncio.Event()
+        self.now = datetime.now(UTC)
 
-    async def pages(request: web.Request) -> bytes:
+    async def page(self, request: web.Request) -> bytes:
         number = int(request.query.get("resumptionToken", "1"))
-        asked.append(number)
+        self.asked.append(number)
         if number == 3:
-            third.set()
+            self.third.set()
         await asyncio.sleep(0.2)
         records = [parse_record(generate_record(n, centre="rm")) for n in range(number * 10)]
         token = f"<resumptionToken>{number + 1}</resumptionToken>" if number < 20 else ""
         return (
-            render.response_start(now, "http://peer/oai", {"verb": "ListRecords"}, "ListRecords")
+            render.response_start(
+                self.now, "http://peer/oai", {"verb": "ListRecords"}, "ListRecords"
+            )
             + b"".join(
-                render.record(r.identifier, now, [SOURCE_SET], False, r.xml) for r in records[-10:]
+                render.record(r.identifier, self.now, [SOURCE_SET], False, r.xml)
+                for r in records[-10:]
             )
             + token.encode()
             + render.response_end("ListRecords")
         )
 
-    async with serving(b"", pages=pages) as url:
-        await link_store.add_link(pair.sink, _link("removed", url))
-        link = await link_store.get_link(pair.sink, "removed")
+    async def harvest_until_third_page(
+        self, pair: Pair, name: str, url: str
+    ) -> asyncio.Task[RunReport]:
+        """A full run of a new link ``name`` to this peer at ``url``, started; returns once the
+        run has asked for the third page."""
+        from services.harvester.harvest import harvest_link
+
+        await link_store.add_link(pair.sink, _link(name, url))
+        link = await link_store.get_link(pair.sink, name)
         assert link is not None
         running = asyncio.create_task(harvest_link(pair.ctx, link, window=False))
-        await third.wait()
+        await self.third.wait()
+        return running
+
+
+async def test_a_link_removed_while_it_runs_stops_its_run(pair: Pair) -> None:
+    # its run went on to the end of the list, then failed with an assertion (a traceback)
+    peer = SlowPeer()
+    async with serving(b"", pages=peer.page) as url:
+        running = await peer.harvest_until_third_page(pair, "removed", url)
         assert await link_store.remove_link(pair.sink, "removed")
         report = await asyncio.wait_for(running, 30)
     assert (report.status, report.error_kind) == ("stopped", "LinkRemoved")
     assert report.error == "link removed was removed during the run"
-    assert max(asked) < 20  # it stopped there, without the rest of the list
+    assert max(peer.asked) < 20  # it stopped there, without the rest of the list
     stored = await pair.sink.fetchval("select count(*) from records")
     assert 0 < stored < 200 and stored % 10 == 0  # the pages written before stay, whole
     assert await pair.sink.fetchval("select count(*) from harvest_runs") == 0
+
+
+async def test_a_source_changed_during_a_run_keeps_its_reset_high_water_mark(pair: Pair) -> None:
+    # the run of the old source, once done, set the high-water mark the change had reset: the
+    # next run asked the new peer only for what came after the old peer's last datestamp
+    peer = SlowPeer()
+    async with serving(b"", pages=peer.page) as url:
+        running = await peer.harvest_until_third_page(pair, "moved", url)
+        await link_store.update_source(pair.sink, "moved", pair.provider.oai, SOURCE_SET)
+        report = await asyncio.wait_for(running, 30)
+    assert report.status == "ok" and report.high_water_mark is None
+    moved = await link_store.get_link(pair.sink, "moved")
+    assert moved is not None and moved.base_url == pair.provider.oai
+    assert (moved.high_water_mark, moved.last_full_at) == (None, None)
 
 
 async def harvest_one_page(pair: Pair, name: str, pieces: list[bytes]) -> RunReport:

@@ -98,13 +98,16 @@ where id = $1
 returning *
 
 -- name: complete_list --
--- A whole list was committed: advance the high-water mark (invariant 3) and note the success.
+-- A whole list was committed: advance the high-water mark (invariant 3) and note the success;
+-- only if the link still harvests the source this list came from ($6, $7): a source changed
+-- during the run keeps the reset high-water mark. No row when it did not.
 update links
 set high_water_mark = coalesce($2, high_water_mark),
     last_full_at = case when $3 then now() else last_full_at end,
     window_index = $4,
     last_run_id = $5, last_success_at = now(), last_error = null
-where name = $1
+where name = $1 and base_url = $6 and remote_set is not distinct from $7
+returning name
 
 -- name: fail_link --
 -- A run failed: keep the high-water mark, store the reason.
