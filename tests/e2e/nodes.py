@@ -7,6 +7,7 @@ import os
 import signal
 import socket
 import sys
+import tempfile
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +42,7 @@ class Node:
     harvester_port: int = field(default_factory=free_port)
     extra: dict[str, str] = field(default_factory=dict)
     processes: list[asyncio.subprocess.Process] = field(default_factory=list)
+    logs: list[Path] = field(default_factory=list)
 
     @property
     def oai(self) -> str:
@@ -85,14 +87,15 @@ class Node:
         return code, out.decode(), err.decode()
 
     async def start(self, command: str, ready_url: str) -> asyncio.subprocess.Process:
-        process = await asyncio.create_subprocess_exec(
-            WISCAT,
-            command,
-            env=self.env(),
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.DEVNULL,
-        )
+        # the service's log goes to a file, so that a start that fails can say why
+        with tempfile.NamedTemporaryFile(
+            prefix=f"wiscat-{self.name}-{command}-", suffix=".log", delete=False
+        ) as log:
+            process = await asyncio.create_subprocess_exec(
+                WISCAT, command, env=self.env(), stdout=asyncio.subprocess.DEVNULL, stderr=log
+            )
         self.processes.append(process)
+        self.logs.append(Path(log.name))
         async with aiohttp.ClientSession() as session:
             for _ in range(300):
                 try:
@@ -103,9 +106,11 @@ class Node:
                 except aiohttp.ClientError:
                     pass
                 if process.returncode is not None:
-                    raise AssertionError(f"wiscat {command} exited {process.returncode}")
+                    raise AssertionError(
+                        f"wiscat {command} exited {process.returncode}:\n{_tail(log.name)}"
+                    )
                 await asyncio.sleep(0.1)
-        raise AssertionError(f"wiscat {command} did not become ready")
+        raise AssertionError(f"wiscat {command} did not become ready:\n{_tail(log.name)}")
 
     async def _check_identity(self, session: aiohttp.ClientSession, command: str) -> None:
         """The server that answered is this node's (not another process on a reused port)."""
@@ -127,7 +132,14 @@ class Node:
                 process.kill()
                 codes.append(await process.wait())
         self.processes.clear()
+        for log in self.logs:
+            log.unlink(missing_ok=True)
+        self.logs.clear()
         return codes
+
+
+def _tail(path: str, lines: int = 40) -> str:
+    return "\n".join(Path(path).read_text(errors="replace").splitlines()[-lines:])
 
 
 NodeFactory = Callable[[str], Awaitable[Node]]
