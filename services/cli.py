@@ -341,6 +341,12 @@ async def cmd_link_set(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+def _port(value: str) -> int:
+    if not value.isdigit() or not 1 <= int(value) <= 65535:
+        raise argparse.ArgumentTypeError(f"{value!r}: a port, 1 to 65535")
+    return int(value)
+
+
 def _duration(value: str) -> timedelta:
     try:
         return parse_duration(value)
@@ -360,10 +366,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("provider", help="serve /oai, /admin, /healthz, /readyz, /metrics")
     p.add_argument("--host")
-    p.add_argument("--port", type=int)
+    p.add_argument("--port", type=_port)
 
     p = sub.add_parser("harvester", help="run the link scheduler (+ /healthz, /readyz, /metrics)")
-    p.add_argument("--port", type=int)
+    p.add_argument("--port", type=_port)
 
     sub.add_parser("run", help="run a whole node (embedded PostgreSQL when no DATABASE_URL)")
 

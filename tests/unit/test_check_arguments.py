@@ -75,6 +75,14 @@ def refusal(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
             "number, 0 to 999999999",
         ),
         (
+            ["provider", "--port", "99999"],
+            "wiscat provider: error: argument --port: '99999': a port, 1 to 65535",
+        ),
+        (
+            ["harvester", "--port", "-1"],
+            "wiscat harvester: error: argument --port: '-1': a port, 1 to 65535",
+        ),
+        (
             ["link", "add", "x", "--url", PEER, "--overlap", "soon"],
             "wiscat link add: error: argument --overlap: 'soon' is not a duration "
             "(examples: 90s, 15m, 1h, 7d, 1h30m)",
