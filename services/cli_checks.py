@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from dataclasses import replace
 from datetime import timedelta
@@ -34,6 +35,16 @@ def _count(value: str) -> int:
     if not value.isdigit() or len(value) > 9:
         raise argparse.ArgumentTypeError(f"{value!r}: a whole number, 0 to 999999999")
     return int(value)
+
+
+def _seconds(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = math.nan
+    if not 0 < seconds <= 86400:  # nan and inf fail too
+        raise argparse.ArgumentTypeError(f"{value!r}: seconds, more than 0 and at most 86400")
+    return seconds
 
 
 def _sample(value: str) -> int:
@@ -100,7 +111,7 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--prefix", default="iso19139", help="metadataPrefix (default iso19139)")
     p.add_argument(
         "--timeout",
-        type=float,
+        type=_seconds,
         metavar="SECONDS",
         help="seconds to wait for a response (default WISCAT_HARVEST_TIMEOUT_SECONDS, 120)",
     )
