@@ -27,6 +27,15 @@ def refusal(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
             "wiscat check: error: the following arguments are required: --source",
         ),
         (
+            ["check", "--set", "S", "--source", PEER, PEER, "--timeout", "-5"],
+            "wiscat check: error: argument --timeout: '-5': seconds, more than 0 and at most 86400",
+        ),
+        (
+            ["check", "--set", "S", "--source", PEER, PEER, "--timeout", "nan"],
+            "wiscat check: error: argument --timeout: 'nan': seconds, more than 0 and at most "
+            "86400",
+        ),
+        (
             ["check", "--set", "S", "--source", PEER],
             "wiscat check: error: the following arguments are required: PEER_URL",
         ),
