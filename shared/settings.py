@@ -17,6 +17,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from shared.urls import http_url
 
 UNION_SET = "WIS-CATALOGUE"
+_DAY = 86400.0  # the longest wait or timeout a setting in seconds may give
 
 # OAI-PMH.xsd: setSpecType's characters (the own set's name is one level, no ':'), emailType
 _SET_LEVEL = re.compile(r"[A-Za-z0-9\-_.!~*'()]+")
@@ -43,38 +44,50 @@ class Settings(BaseSettings):
     admin_token: SecretStr | None = None
     page_size: int = Field(default=500, ge=1, le=10_000)
     token_secret: SecretStr | None = None
-    token_lifetime_hours: float = Field(default=24.0, gt=0)
+    token_lifetime_hours: float = Field(default=24.0, gt=0, le=24 * 366)
     deleted_retention_days: float = Field(
-        default=90, ge=0, description="days tombstones are kept (fractions allowed); 0: forever"
+        default=90,
+        ge=0,
+        le=3660,
+        description="days tombstones are kept (fractions allowed); 0: forever",
     )
-    settle_seconds: float = Field(default=5.0, ge=0)
+    settle_seconds: float = Field(default=5.0, ge=0, le=3600)
     provider_host: str = "127.0.0.1"
     provider_port: int = Field(default=8080, ge=1, le=65535)
     harvester_port: int = Field(default=8081, ge=1, le=65535)
     allow_private_fetch: bool = False
-    max_concurrent_lists: int = Field(default=16, ge=1)
+    max_concurrent_lists: int = Field(default=16, ge=1, le=10_000)
     send_timeout_seconds: float = Field(
         default=300,
         gt=0,
+        le=_DAY,
         description="a client that takes no piece of a list page for this long is cut off",
     )
     read_ahead_pages: int = Field(
-        default=8, ge=0, description="list pages read ahead for the tokens just sent; 0: none"
+        default=8,
+        ge=0,
+        le=1000,
+        description="list pages read ahead for the tokens just sent; 0: none",
     )
-    harvest_concurrency: int = Field(default=16, ge=1, description="links harvested at once")
-    harvest_per_host: int = Field(default=2, ge=1, description="links at once per peer host")
-    harvest_lease_seconds: float = Field(default=300, gt=0)
-    harvest_poll_seconds: float = Field(default=2.0, gt=0)
-    harvest_timeout_seconds: float = Field(default=120, gt=0, description="per response")
-    harvest_max_retries: int = Field(default=5, ge=0)
-    harvest_max_page_bytes: int = Field(default=64 * 1024 * 1024, gt=0)
+    harvest_concurrency: int = Field(
+        default=16, ge=1, le=10_000, description="links harvested at once"
+    )
+    harvest_per_host: int = Field(
+        default=2, ge=1, le=1000, description="links at once per peer host"
+    )
+    harvest_lease_seconds: float = Field(default=300, gt=0, le=_DAY)
+    harvest_poll_seconds: float = Field(default=2.0, gt=0, le=3600)
+    harvest_timeout_seconds: float = Field(default=120, gt=0, le=_DAY, description="per response")
+    harvest_max_retries: int = Field(default=5, ge=0, le=100)
+    harvest_max_page_bytes: int = Field(default=64 * 1024 * 1024, gt=0, le=2**31)
     harvest_page_workers: int = Field(
         default_factory=lambda: min(4, os.cpu_count() or 1),
         ge=0,
+        le=256,
         description="processes that parse and hash harvested pages; 0: a thread",
     )
     mass_delete_share: float = Field(default=0.10, ge=0, le=1)
-    mass_delete_min: int = Field(default=50, ge=0)
+    mass_delete_min: int = Field(default=50, ge=0, le=10**9)
     registry_key_file: Path | None = Field(
         default=None, description="the registry network key file; unset: no registry network"
     )
@@ -85,11 +98,13 @@ class Settings(BaseSettings):
         default=None, description="this node's root URL as peers reach it (default: BASE_URL's)"
     )
     registry_auto_enable_links: bool = False
-    registry_sync_seconds: float = Field(default=60.0, gt=0)
-    registry_rate_limit_per_minute: int = Field(default=10, ge=1, description="POST /urls")
-    registry_fetch_timeout_seconds: float = Field(default=10.0, gt=0)
+    registry_sync_seconds: float = Field(default=60.0, gt=0, le=_DAY)
+    registry_rate_limit_per_minute: int = Field(
+        default=10, ge=1, le=10**6, description="POST /urls"
+    )
+    registry_fetch_timeout_seconds: float = Field(default=10.0, gt=0, le=3600)
     registry_submit_wait_seconds: float = Field(
-        default=5.0, ge=0, description="how long POST /urls waits for the URL's block"
+        default=5.0, ge=0, le=600, description="how long POST /urls waits for the URL's block"
     )
     log_level: str = "INFO"
     log_format: Literal["text", "json"] = "text"

@@ -20,6 +20,9 @@ PEER = "http://127.0.0.1:9/oai"
         ("WISCAT_PROVIDER_PORT", "99999", "Input should be less than or equal to 65535"),
         ("WISCAT_HARVESTER_PORT", "0", "Input should be greater than or equal to 1"),
         ("WISCAT_LOG_LEVEL", "verbose", "one of DEBUG, INFO, WARNING, ERROR, CRITICAL"),
+        # far past any use, and past what a date can hold: every list request was a 500
+        ("WISCAT_TOKEN_LIFETIME_HOURS", "100000000", "less than or equal to 8784"),
+        ("WISCAT_SETTLE_SECONDS", "1e12", "less than or equal to 3600"),
         # each of these would make Identify or ListSets invalid against OAI-PMH.xsd
         ("WISCAT_GISC_NAME", "Offenbach/DWD", "the name is letters, digits and -_.!~*'()"),
         ("WISCAT_ADMIN_EMAIL", "nobody", "an e-mail address"),
