@@ -217,14 +217,21 @@ async def run_list(
         report.status, report.error_kind, report.error = (
             "failed",
             type(exc).__name__,
-            str(exc)[:500],
+            str(exc),
         )
     await _finish(ctx, link, report, started)
     return report
 
 
+# The longest reason stored for a failed run: a peer's error message is the peer's text, of any
+# length, and the reason is stored with the run and the link and shown on the dashboard.
+MAX_REASON = 1000
+
+
 async def _finish(ctx: HarvestContext, link: Link, report: RunReport, started: float) -> None:
     report.seconds = time.monotonic() - started
+    if report.error is not None and len(report.error) > MAX_REASON:
+        report.error = report.error[: MAX_REASON - 3] + "..."
     finished = await link_store.finish_run(
         ctx.pool,
         report.run_id,

@@ -14,7 +14,7 @@ from shared.db import links as link_store
 from shared.generator import generate_record
 from shared.iso19139 import parse_record
 from shared.oaipmh import render
-from shared.oaipmh.errors import BadResumptionToken
+from shared.oaipmh.errors import BadArgument, BadResumptionToken
 from tests import factories
 from tests.harvest_pair import SOURCE_SET, Pair, add_link, content, run
 from tests.servers import list_records_page, serving
@@ -303,6 +303,24 @@ async def test_an_area_link_changes_the_own_set(pair: Pair) -> None:
         )
         == 5
     )
+
+
+async def test_a_peer_s_long_error_message_is_stored_cut(pair: Pair) -> None:
+    # the reason is the peer's text: stored with the run and the link, shown on the dashboard
+    now = datetime.now(UTC)
+    answer = render.render_error(now, "http://peer/oai", None, [BadArgument("x" * 100_000)])
+    async with serving(answer) as url:
+        await link_store.add_link(pair.sink, _link("verbose", url))
+        link = await link_store.get_link(pair.sink, "verbose")
+        assert link is not None
+        from services.harvester.harvest import harvest_link
+
+        report = await harvest_link(pair.ctx, link, window=False)
+    assert report.status == "failed" and report.error_kind == "badArgument"
+    stored = await link_store.get_link(pair.sink, "verbose")
+    assert stored is not None and stored.last_error is not None
+    run_error = await pair.sink.fetchval("select error from harvest_runs")
+    assert stored.last_error == run_error == "peer answered badArgument: " + "x" * 970 + "..."
 
 
 async def test_failure_mid_list_keeps_committed_pages_and_the_old_mark(pair: Pair) -> None:
