@@ -204,7 +204,8 @@ def md_datestamp(root: etree._Element) -> datetime | None:
     text = _text(value)
     moment = parse(text)
     if moment is None:
-        raise RecordError(f"gmd:dateStamp is not a date: {text!r}")
+        shown = text if len(text) <= 60 else text[:57] + "..."  # the record's text, any length
+        raise RecordError(f"gmd:dateStamp is not a date: {shown!r}")
     return moment
 
 

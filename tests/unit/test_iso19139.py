@@ -149,6 +149,12 @@ def test_empty_file_identifier() -> None:
     assert reason(iso(file_id("   "))) == "gmd:fileIdentifier is empty"
 
 
+def test_a_long_date_stamp_is_shown_cut() -> None:
+    assert reason(iso(file_id("a") + date_stamp("DateTime", "9" * 10_000))) == (
+        "gmd:dateStamp is not a date: '" + "9" * 57 + "...'"
+    )
+
+
 def test_file_identifier_longer_than_an_index_entry_can_hold() -> None:
     # 1,024 bytes of UTF-8 at most: "é" is two
     assert parse_record(iso(file_id("é" * 512))).identifier == "é" * 512
