@@ -61,7 +61,7 @@ class Settings(BaseSettings):
         default=300,
         gt=0,
         le=_DAY,
-        description="a client that takes no piece of a list page for this long is cut off",
+        description="a client that takes no piece of a list page in this long is cut off",
     )
     read_ahead_pages: int = Field(
         default=8,

@@ -9,6 +9,7 @@ it for flow control).
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
 import functools
 import logging
@@ -273,7 +274,8 @@ async def _respond_page(request: Request, page: ListPage, on_done: Callable[[], 
 
 
 class _PageResponse(StreamingResponse):
-    """A list page whose client must take each piece within ``send_timeout`` seconds.
+    """A list page whose client must take each piece (at most the page's records, a few MB)
+    within ``send_timeout`` seconds.
 
     A client that stops reading (a frozen process, a half-open connection) would otherwise hold
     the page, and its list slot, for as long as the connection lives: hours, or for ever, and
@@ -296,7 +298,7 @@ class _PageResponse(StreamingResponse):
             except TimeoutError:
                 await self.body_iterator.aclose()  # type: ignore[attr-defined]
                 log.warning(
-                    "%s read nothing of a list page for %g s: cut off, its list slot freed",
+                    "%s took no piece of a list page in %g s: cut off, its list slot freed",
                     self.client,
                     self.send_timeout,
                 )
@@ -307,20 +309,24 @@ class _PageResponse(StreamingResponse):
 
 class _CutOff(logging.Filter):
     """Drops the error the server logs for a response :class:`_PageResponse` cut off on purpose
-    (it closes the connection of any response left unfinished, and says so), once per cut-off."""
+    (it closes the connection of any response left unfinished, and says so): once per cut-off,
+    within a few seconds of it, so that no later error of that kind goes unseen."""
 
     MESSAGE = "ASGI callable returned without completing response."
 
     def __init__(self) -> None:
         super().__init__()
-        self.expected = 0
+        self.pending: collections.deque[float] = collections.deque()
 
     def expect(self) -> None:
-        self.expected += 1
+        self.pending.append(time.monotonic() + 5.0)
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if self.expected and record.getMessage() == self.MESSAGE:
-            self.expected -= 1
+        now = time.monotonic()
+        while self.pending and self.pending[0] < now:
+            self.pending.popleft()
+        if self.pending and record.getMessage() == self.MESSAGE:
+            self.pending.popleft()
             return False
         return True
 

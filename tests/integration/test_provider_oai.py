@@ -433,7 +433,7 @@ async def test_a_client_that_stops_reading_is_cut_off(
         assert len(rest) < length
         writer.close()
         await writer.wait_closed()
-    assert "127.0.0.1 read nothing of a list page for 1 s: cut off" in caplog.text
+    assert "127.0.0.1 took no piece of a list page in 1 s: cut off" in caplog.text
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
 
 
