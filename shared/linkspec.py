@@ -12,6 +12,8 @@ from shared.urls import http_url
 
 #: The name of a link or a scheduled check (the database holds them to it as well).
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+#: How the names of the links the registry adds begin (its URLs are chosen by anyone).
+REGISTRY_LINK_PREFIX = "registry-"
 #: The longest set name a link files records into (the name is indexed with each identifier).
 MAX_SET_SPEC = 200
 #: Bounds of a link's schedule: a longer interval is a link that should be disabled instead, a

@@ -10,16 +10,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import random
+import socket
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any, Generic, TypeVar
 
 import aiohttp
+from aiohappyeyeballs import AddrInfoType
 from isal import isal_zlib
 
 from services.harvester.errors import (
@@ -44,6 +47,7 @@ from shared.oaipmh.pages import (
     read_errors,
     read_identify,
 )
+from shared.registry.safe_fetch import address_allowed
 from shared.urls import safe_url
 
 # isal's type stubs declare its error as an instance, not a class
@@ -54,6 +58,36 @@ log = logging.getLogger("wiscat.harvester.client")
 T = TypeVar("T")
 
 RETRYABLE = frozenset({408, 429, *range(500, 600)})
+
+# On for the requests of a run whose peer URL someone else chose (a link the registry added):
+# their connections, redirects' included, are refused to non-global addresses, as the
+# registry's own fetches are (shared.registry.safe_fetch), so that a registered URL cannot turn
+# the harvester against the node's own network.
+_GUARDED: contextvars.ContextVar[bool] = contextvars.ContextVar("wiscat_guarded", default=False)
+
+
+@contextlib.contextmanager
+def global_addresses_only(on: bool) -> Iterator[None]:
+    """While the block runs (and in the tasks it starts), connect only to global addresses."""
+    token = _GUARDED.set(on)
+    try:
+        yield
+    finally:
+        _GUARDED.reset(token)
+
+
+class _RefusedAddress(OSError):
+    pass
+
+
+def _socket(addr_info: AddrInfoType) -> socket.socket:
+    family, type_, proto, _, sockaddr = addr_info
+    if _GUARDED.get() and not address_allowed(str(sockaddr[0])):
+        raise _RefusedAddress(
+            f"{sockaddr[0]} is not a global address, and this link came from the registry "
+            "(WISCAT_ALLOW_PRIVATE_FETCH allows it)"
+        )
+    return socket.socket(family=family, type=type_, proto=proto)
 
 
 @dataclass(frozen=True)
@@ -133,7 +167,9 @@ class OAIClient:
                 sock_connect=settings.connect_timeout,
                 sock_read=settings.read_timeout,
             ),
-            connector=aiohttp.TCPConnector(limit=0, limit_per_host=settings.connections_per_host),
+            connector=aiohttp.TCPConnector(
+                limit=0, limit_per_host=settings.connections_per_host, socket_factory=_socket
+            ),
             auto_decompress=False,
             headers={"User-Agent": settings.user_agent},
         )
@@ -214,6 +250,9 @@ class OAIClient:
                     raise BadResponse(f"broken response from {shown}: {exc}") from exc
                 problem = f"broken payload: {exc}"
             except aiohttp.ClientConnectionError as exc:
+                refused = getattr(exc, "os_error", None)
+                if isinstance(refused, _RefusedAddress):  # no retry will change that
+                    raise PeerUnreachable(f"cannot reach {shown}: {refused}") from exc
                 if attempt > settings.max_retries:
                     raise PeerUnreachable(f"cannot reach {shown}: {exc}") from exc
                 problem = f"connection: {exc}"

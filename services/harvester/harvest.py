@@ -22,7 +22,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from services.harvester.client import OAIClient
+from services.harvester.client import OAIClient, global_addresses_only
 from services.harvester.errors import HarvestError, LinkRemoved
 from services.harvester.metrics import HarvesterMetrics
 from services.harvester.page_records import PageReaders, PageSorter
@@ -30,6 +30,7 @@ from shared.db import links as link_store
 from shared.db import records as store
 from shared.db.links import Link, PageCounts
 from shared.db.pool import Pool
+from shared.linkspec import REGISTRY_LINK_PREFIX
 from shared.oaipmh.errors import OAIError
 from shared.oaipmh.pages import HeaderItem, IdentifyInfo, RecordItem
 from shared.settings import Settings
@@ -192,11 +193,14 @@ async def run_list(
         until.isoformat() if until else "-",
         run_id,
     )
+    # a link the registry added harvests a URL someone else chose: global addresses only
+    guarded = link.name.startswith(REGISTRY_LINK_PREFIX) and not ctx.settings.allow_private_fetch
     try:
-        if mode == "backup":
-            await _backup(ctx, link, report)
-        else:
-            await _harvest(ctx, link, report, allow_mass_delete, next_window_index)
+        with global_addresses_only(guarded):
+            if mode == "backup":
+                await _backup(ctx, link, report)
+            else:
+                await _harvest(ctx, link, report, allow_mass_delete, next_window_index)
         report.status = "ok"
     except MassDeletion as exc:
         report.status, report.error_kind, report.error = "stopped", "mass_delete", str(exc)

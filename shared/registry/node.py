@@ -26,7 +26,7 @@ from lxml import etree
 from shared.db import links as link_store
 from shared.db import registry as store
 from shared.db.pool import Pool
-from shared.linkspec import LinkSpecError, build_link, set_kind
+from shared.linkspec import REGISTRY_LINK_PREFIX, LinkSpecError, build_link, set_kind
 from shared.oaipmh.errors import OAIError
 from shared.oaipmh.pages import ResponseError, has_doctype, read_identify
 from shared.registry.chain import (
@@ -361,7 +361,7 @@ class RegistryNode:
                 continue
             try:
                 new = build_link(
-                    name=f"registry-{tx.tx_hash[:16]}",
+                    name=f"{REGISTRY_LINK_PREFIX}{tx.tx_hash[:16]}",
                     url=tx.base_url,
                     remote_set=None,
                     into=self.candidate_set,

@@ -4,6 +4,7 @@ mark, the rolling window, quarantine, and a broken peer that fails only its own 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import secrets
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
@@ -191,6 +192,34 @@ async def test_a_source_changed_during_a_run_keeps_its_reset_high_water_mark(pai
     moved = await link_store.get_link(pair.sink, "moved")
     assert moved is not None and moved.base_url == pair.provider.oai
     assert (moved.high_water_mark, moved.last_full_at) == (None, None)
+
+
+async def test_a_registry_link_reaches_only_global_addresses(pair: Pair) -> None:
+    # its URL was chosen by whoever registered it: it must not reach into the node's network
+    from services.harvester.harvest import harvest_link
+
+    good = parse_record(generate_record(1, centre="reg"))
+    page = list_records_page(
+        [render.record(good.identifier, datetime.now(UTC), [], False, good.xml)]
+    )
+    asked: list[str] = []
+
+    async def pages(request: web.Request) -> bytes:
+        asked.append(request.query.get("verb", ""))
+        return page
+
+    async with serving(page, pages=pages) as url:  # on 127.0.0.1
+        await link_store.add_link(pair.sink, _link("registry-0123abcd", url))
+        link = await link_store.get_link(pair.sink, "registry-0123abcd")
+        assert link is not None
+        refused = await harvest_link(pair.ctx, link, window=False)
+        assert (refused.status, refused.error_kind) == ("failed", "PeerUnreachable")
+        assert "127.0.0.1 is not a global address" in (refused.error or "")
+        assert asked == []  # not even connected to, and not retried
+        # a closed network allows it
+        settings = pair.ctx.settings.model_copy(update={"allow_private_fetch": True})
+        allowed = await harvest_link(dataclasses.replace(pair.ctx, settings=settings), link)
+        assert allowed.status == "ok" and allowed.counts["added"] == 1
 
 
 async def harvest_one_page(pair: Pair, name: str, pieces: list[bytes]) -> RunReport:
