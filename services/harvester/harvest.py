@@ -581,8 +581,8 @@ async def _complete(
         if not advanced:
             high_water_mark = None
             _run_log(report).warning(
-                "harvest %s: its peer or set changed during run %d: the high-water mark stays "
-                "reset, and the next run is a full harvest of the new source",
+                "harvest %s: the link was pointed elsewhere or removed during run %d: its "
+                "high-water mark is left as it is (reset by a new source: a full harvest next)",
                 link.name,
                 report.run_id,
             )
