@@ -108,6 +108,17 @@ class ClientSettings:
     user_agent: str = "wiscat-harvester/0.1 (OAI-PMH 2.0)"
 
 
+def _window_bits(head: bytes) -> int:
+    """How to inflate a compressed body that begins with ``head`` (two bytes at least): gzip,
+    zlib (what "deflate" means, RFC 9110 §8.4.1.2), or raw deflate, which some servers send as
+    "deflate" all the same."""
+    if head[:2] == b"\x1f\x8b":
+        return 31
+    if head[0] & 0x0F == 8 and (head[0] << 8 | head[1]) % 31 == 0:
+        return 15
+    return -15
+
+
 def _retry_after(value: str | None, cap: float) -> float | None:
     """Seconds to wait from a ``Retry-After`` header: delta-seconds or an HTTP-date."""
     if not value:
@@ -177,18 +188,25 @@ class OAIClient:
     async def _read(self, response: aiohttp.ClientResponse) -> bytes:
         cap = self.settings.max_decompressed_bytes
         encoding = response.headers.get("Content-Encoding", "identity").lower().strip()
-        decompressor = None
-        if encoding in ("gzip", "x-gzip", "deflate"):
-            # gzip or zlib header, detected; ISA-L inflates pages about twice as fast as zlib
-            decompressor = isal_zlib.decompressobj(47)
-        elif encoding not in ("identity", ""):
+        compressed = encoding in ("gzip", "x-gzip", "deflate")
+        if not compressed and encoding not in ("identity", ""):
             raise BadResponse(f"unsupported Content-Encoding {encoding!r}")
+        decompressor = None
+        head = b""
         parts: list[bytes] = []
         size = 0
         async for chunk in response.content.iter_chunked(256 * 1024):
-            if decompressor is None:
+            if not compressed:
                 data = chunk
             else:
+                if decompressor is None:
+                    # the stream's framing is told by its first two bytes; ISA-L inflates pages
+                    # about twice as fast as zlib
+                    head += chunk
+                    if len(head) < 2:
+                        continue
+                    decompressor = isal_zlib.decompressobj(_window_bits(head))
+                    chunk, head = head, b""
                 try:
                     data = decompressor.decompress(chunk, cap - size + 1)
                 except _INFLATE_ERROR as exc:
@@ -204,6 +222,8 @@ class OAIClient:
                     + (" decompressed" if decompressor else "")
                 )
             parts.append(data)
+        if decompressor is None and head:  # one byte: no stream at all
+            raise BadResponse(f"broken {encoding} stream: {len(head)} byte")
         if decompressor is not None:
             parts.append(decompressor.flush())
         return b"".join(parts)

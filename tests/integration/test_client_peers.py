@@ -341,6 +341,27 @@ async def test_gzip_responses_are_decompressed(serve: Serve, client: OAIClient) 
     assert len(await identifiers(client, peer.url)) == 3
 
 
+@pytest.mark.parametrize(
+    ("encoding", "wbits"),
+    [("deflate", 15), ("deflate", -15), ("gzip", 31), ("deflate", 31)],
+    ids=["deflate-zlib", "deflate-raw", "gzip", "gzip-called-deflate"],
+)
+async def test_every_deflate_framing_is_read(
+    serve: Serve, client: OAIClient, encoding: str, wbits: int
+) -> None:
+    # "deflate" is zlib-wrapped (RFC 9110 §8.4.1.2), yet some servers send it raw: that failed
+    # the list with "broken deflate stream"
+    async def handler(request: web.Request, peer: Peer) -> web.Response:
+        packed = zlib.compressobj(6, zlib.DEFLATED, wbits)
+        body = packed.compress(two_pages(request).body) + packed.flush()  # type: ignore[arg-type]
+        return web.Response(
+            body=body, headers={"Content-Type": "text/xml", "Content-Encoding": encoding}
+        )
+
+    peer = await serve(handler)
+    assert len(await identifiers(client, peer.url)) == 3
+
+
 async def test_a_broken_gzip_stream_fails_the_list(serve: Serve, client: OAIClient) -> None:
     async def handler(request: web.Request, peer: Peer) -> web.Response:
         whole = zlib.compress(two_pages(request).body, wbits=31)  # type: ignore[arg-type]
