@@ -27,6 +27,7 @@ from shared.durations import format_duration, parse_duration
 from shared.heap import freeze_startup_objects, tune_heap
 from shared.linkspec import LinkSpecError, build_link, check_base_url, check_set_spec, set_kind
 from shared.logs import configure
+from shared.registry.keyfile import KeyFileError
 from shared.settings import Settings
 from shared.settings import explain as explain_settings
 from shared.urls import safe_url
@@ -102,7 +103,15 @@ async def _serve_provider(
             stop.set()
 
 
+def _check_key_files(settings: Settings) -> None:
+    """A registry key file that cannot be used stops the start at once, with its reason."""
+    from services.provider.registry import load_key_files
+
+    load_key_files(settings)
+
+
 async def cmd_provider(settings: Settings, args: argparse.Namespace) -> int:
+    _check_key_files(settings)
     stop = asyncio.Event()
     _on_signals(stop.set)
     async with migrated_database(settings) as url:
@@ -136,6 +145,7 @@ async def cmd_harvester(settings: Settings, args: argparse.Namespace) -> int:
 async def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
     from services.harvester.service import serve_harvester
 
+    _check_key_files(settings)
     stop = asyncio.Event()
     _on_signals(stop.set)
     async with migrated_database(settings) as url:
@@ -496,7 +506,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             command = f"registry {args.registry_command}"
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:
             return runner.run(COMMANDS[command](settings, args))
-    except (DatabaseError, CannotListen) as exc:
+    except (DatabaseError, CannotListen, KeyFileError) as exc:
         print(f"wiscat: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:

@@ -19,6 +19,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from fastapi import APIRouter, FastAPI, Query, Request
 from fastapi.responses import HTMLResponse, PlainTextResponse, Response
 from lxml import etree
@@ -27,7 +28,7 @@ from services.provider.oai import ProviderState
 from shared.db import registry as store
 from shared.db.pool import Pool
 from shared.registry.chain import ChainError, InvalidBlock, NotAMember, UnknownParent, url_problem
-from shared.registry.keyfile import NETWORK_NAME, load_network, load_private_key
+from shared.registry.keyfile import NETWORK_NAME, Network, load_network, load_private_key
 from shared.registry.node import (
     TRACKER_MEMBER_TTL,
     NodeConfig,
@@ -80,6 +81,20 @@ class RegistryState:
     fetcher: SafeFetcher | None = field(default=None, repr=False)
 
 
+def load_key_files(settings: Settings) -> tuple[Network | None, Ed25519PrivateKey | None]:
+    """The network's key file and this node's private key, as configured (None when not);
+    :class:`KeyFileError` with the reason when one cannot be used."""
+    if settings.registry_key_file is None:
+        return None, None
+    network = load_network(settings.registry_key_file)
+    key = (
+        load_private_key(settings.registry_private_key_file)
+        if settings.registry_private_key_file
+        else None
+    )
+    return network, key
+
+
 async def start(app: FastAPI, provider: ProviderState) -> None:
     """Join the network of ``WISCAT_REGISTRY_KEY_FILE`` (if set) and start syncing; a node
     without one still serves as a tracker."""
@@ -87,13 +102,8 @@ async def start(app: FastAPI, provider: ProviderState) -> None:
     state = RegistryState(
         provider.pool, settings, RateLimiter(settings.registry_rate_limit_per_minute)
     )
-    if settings.registry_key_file is not None:
-        network = load_network(settings.registry_key_file)
-        key = (
-            load_private_key(settings.registry_private_key_file)
-            if settings.registry_private_key_file
-            else None
-        )
+    network, key = load_key_files(settings)
+    if network is not None:
         state.fetcher = SafeFetcher(
             allow_private=settings.allow_private_fetch,
             timeout=settings.registry_fetch_timeout_seconds,

@@ -157,7 +157,10 @@ def load_network(path: Path) -> Network:
         body = path.read_bytes()
     except OSError as exc:
         raise KeyFileError(f"cannot read the key file {path}: {exc}") from exc
-    return parse_network(body)
+    try:
+        return parse_network(body)
+    except KeyFileError as exc:
+        raise KeyFileError(f"{path}: {exc}") from exc
 
 
 def new_network(

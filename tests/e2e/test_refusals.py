@@ -151,3 +151,21 @@ async def test_files_and_keys_that_cannot_be_used_are_named(
         )  # fmt: skip
         assert code == 2 and "is not a public key: an Ed25519 key's 32 bytes in base64" in err
         assert "Traceback" not in err and not out.exists()
+
+
+async def test_a_registry_key_file_that_cannot_be_used_stops_the_start(
+    make_node: NodeFactory, tmp_path: Path
+) -> None:
+    # it failed the provider's start inside the server, with a traceback (exit 3)
+    node = await make_node("REFUSE")
+    garbage = tmp_path / "network.xml"
+    garbage.write_text("not a key file")
+    for path, reason in [
+        (tmp_path / "missing.xml", "cannot read the key file"),
+        (garbage, f"{garbage}: not a key file: not well-formed XML"),
+    ]:
+        node.extra["WISCAT_REGISTRY_KEY_FILE"] = str(path)
+        for command in ("provider", "run"):
+            code, out, err = await node.wiscat(command, check=False)
+            assert code == 2 and err.startswith(f"wiscat: {reason}"), (command, err)
+            assert out == "" and "Traceback" not in err
