@@ -122,7 +122,9 @@ class Settings(BaseSettings):
     @field_validator("database_url")
     @classmethod
     def _database_url_is_libpq(cls, value: str | None) -> str | None:
-        if value is not None and not value.startswith(("postgresql://", "postgres://")):
+        if not value:
+            return None  # set empty (`WISCAT_DATABASE_URL=` in .env): the embedded server
+        if not value.startswith(("postgresql://", "postgres://")):
             raise ValueError("a libpq URL: postgresql://user@host:port/database")
         return value
 
@@ -140,7 +142,9 @@ class Settings(BaseSettings):
     @field_validator("registry_node_url")
     @classmethod
     def _node_url_is_http(cls, value: str | None) -> str | None:
-        if value is not None and http_url(value) is None:
+        if not value:
+            return None  # set empty: BASE_URL's
+        if http_url(value) is None:
             raise ValueError("this node's http(s) root URL, e.g. http://gisc.example.org:8080")
         return value
 
