@@ -159,7 +159,7 @@ class Settings(BaseSettings):
     @classmethod
     def _repository_name_is_text(cls, value: str) -> str:
         if not value.strip() or _NOT_XML.search(value):
-            raise ValueError("a name without control characters (Identify shows it)")
+            raise ValueError("a name, not empty, without control characters (Identify shows it)")
         return value
 
     @field_validator("log_level")
