@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import signal
 import sys
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
@@ -30,6 +31,7 @@ from shared.logs import configure
 from shared.registry.keyfile import KeyFileError
 from shared.settings import Settings
 from shared.settings import explain as explain_settings
+from shared.settings import unknown as unknown_settings
 from shared.urls import safe_url
 
 log = logging.getLogger("wiscat")
@@ -496,6 +498,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"wiscat: bad settings: {exc}", file=sys.stderr)
         return 2
     configure(settings.log_level, settings.log_format)
+    for line in unknown_settings(os.environ):
+        log.warning("%s", line)
     try:
         command = args.command
         if command == "link":

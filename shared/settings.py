@@ -6,11 +6,14 @@ reads them at import time. Names follow the interface contract (DESIGN §8).
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
+from dotenv import dotenv_values
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -196,4 +199,25 @@ def explain(error: ValidationError) -> list[str]:
         reason = problem["msg"].removeprefix("Value error, ")
         shown = "" if name in secret else f"={problem['input']!r}"
         lines.append(f"WISCAT_{name.upper()}{shown}: {reason}")
+    return lines
+
+
+# WISCAT_ variables that are the project's tests' and benchmarks', not a node's settings
+_NOT_SETTINGS = {"WISCAT_TEST_DATABASE_URL", "WISCAT_BENCH_DATABASE_URL"}
+
+
+def unknown(environ: Mapping[str, str], env_file: Path = Path(".env")) -> list[str]:
+    """A line for each ``WISCAT_`` variable, in ``environ`` or ``env_file``, that is no setting
+    (a typo is otherwise ignored without a word), with the setting it may have meant."""
+    names = {f"WISCAT_{name.upper()}" for name in Settings.model_fields}
+    given = {key.upper() for key in environ if key.upper().startswith("WISCAT_")}
+    if env_file.is_file():
+        given |= {
+            key.upper() for key in dotenv_values(env_file) if key.upper().startswith("WISCAT_")
+        }
+    lines = []
+    for name in sorted(given - names - _NOT_SETTINGS):
+        close = difflib.get_close_matches(name, names, n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        lines.append(f"{name} is not a setting: ignored{hint}")
     return lines

@@ -169,3 +169,11 @@ async def test_a_registry_key_file_that_cannot_be_used_stops_the_start(
             code, out, err = await node.wiscat(command, check=False)
             assert code == 2 and err.startswith(f"wiscat: {reason}"), (command, err)
             assert out == "" and "Traceback" not in err
+
+
+async def test_a_mistyped_setting_is_named_not_silently_ignored(make_node: NodeFactory) -> None:
+    node = await make_node("REFUSE")
+    node.extra["WISCAT_PAGESIZE"] = "5"
+    code, _, err = await node.wiscat("migrate", check=False)
+    assert code == 0
+    assert "WISCAT_PAGESIZE is not a setting: ignored (did you mean WISCAT_PAGE_SIZE?)" in err

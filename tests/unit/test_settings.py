@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from pydantic import ValidationError
 
-from shared.settings import Settings, explain
+from shared.settings import Settings, explain, unknown
 
 
 def settings(**values: object) -> Settings:
@@ -26,4 +28,17 @@ def test_a_bad_setting_is_named_and_no_secret_is_shown() -> None:
         "(Identify shows it)",
         "WISCAT_DATABASE_URL: a libpq URL: postgresql://user@host:port/database",
         "WISCAT_PAGE_SIZE=0: Input should be greater than or equal to 1",
+    ]
+
+
+def test_a_variable_that_is_no_setting_is_named_with_the_likely_one(tmp_path: Path) -> None:
+    env_file = tmp_path / ".env"
+    env_file.write_text("WISCAT_ADMIN_TOKNE=x\nWISCAT_GISC_NAME=OFFENBACH\nOTHER=1\n")
+    environ = {"WISCAT_PAGESIZE": "5", "wiscat_page_size": "5", "WISCAT_TEST_DATABASE_URL": "x"}
+    assert unknown(environ, env_file) == [
+        "WISCAT_ADMIN_TOKNE is not a setting: ignored (did you mean WISCAT_ADMIN_TOKEN?)",
+        "WISCAT_PAGESIZE is not a setting: ignored (did you mean WISCAT_PAGE_SIZE?)",
+    ]
+    assert unknown({"WISCAT_XYZZY": "1"}, tmp_path / "none") == [
+        "WISCAT_XYZZY is not a setting: ignored"
     ]
