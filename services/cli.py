@@ -353,17 +353,13 @@ async def cmd_link_set(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+_DURATION = cli_checks.argument(parse_duration)
+
+
 def _port(value: str) -> int:
     if not value.isdigit() or not 1 <= int(value) <= 65535:
         raise argparse.ArgumentTypeError(f"{value!r}: a port, 1 to 65535")
     return int(value)
-
-
-def _duration(value: str) -> timedelta:
-    try:
-        return parse_duration(value)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -416,11 +412,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", help="the remote set to harvest (default: the whole catalogue)")
     p.add_argument("--into", help="the local set (default: the remote set's name)")
     p.add_argument("--prefix", default="iso19139", help="metadataPrefix (default iso19139)")
-    p.add_argument("--every", type=_duration, default="1h", help="incremental interval")
-    p.add_argument("--full-every", type=_duration, default="7d", help="full re-harvest interval")
+    p.add_argument("--every", type=_DURATION, default="1h", help="incremental interval")
+    p.add_argument("--full-every", type=_DURATION, default="7d", help="full re-harvest interval")
     p.add_argument(
         "--overlap",
-        type=_duration,
+        type=_DURATION,
         default="0s",
         help="ask from = high-water mark minus this (peers with jittery clocks)",
     )

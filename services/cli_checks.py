@@ -3,32 +3,39 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from shared.db import checks as check_store
 from shared.durations import format_duration, parse_duration
-from shared.linkspec import NAME, LinkSpecError, check_base_url, check_set_spec
+from shared.linkspec import NAME, check_base_url, check_set_spec
 from shared.settings import Settings
 
-
-def _url(value: str) -> str:
-    try:
-        return check_base_url(value)
-    except LinkSpecError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from exc
+T = TypeVar("T")
 
 
-def _set(value: str) -> str:
-    try:
-        return check_set_spec(value, "set")
-    except LinkSpecError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from exc
+def argument(check: Callable[[str], T]) -> Callable[[str], T]:
+    """``check`` as an argparse type: its ValueError's message becomes the argument's error
+    (argparse would otherwise say only "invalid value")."""
+
+    def convert(value: str) -> T:
+        try:
+            return check(value)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from exc
+
+    return convert
+
+
+_url = argument(check_base_url)
+_set = argument(functools.partial(check_set_spec, option="set"))
 
 
 def _count(value: str) -> int:
@@ -54,13 +61,11 @@ def _sample(value: str) -> int:
     return count
 
 
+@argument
 def _every(value: str) -> timedelta:
-    try:
-        every = parse_duration(value)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from exc
+    every = parse_duration(value)
     if every < check_store.MIN_EVERY:
-        raise argparse.ArgumentTypeError(
+        raise ValueError(
             f"{value!r}: at least {format_duration(check_store.MIN_EVERY)} between runs"
         )
     return every

@@ -178,9 +178,14 @@ def file_identifier(root: etree._Element) -> str:
     identifier = _text(text)
     if not identifier:
         raise RecordError("gmd:fileIdentifier is empty")
-    if len(identifier.encode()) > MAX_IDENTIFIER_BYTES:
+    if not identifier_fits(identifier):
         raise RecordError(f"gmd:fileIdentifier is longer than {MAX_IDENTIFIER_BYTES} bytes")
     return identifier
+
+
+def identifier_fits(identifier: str) -> bool:
+    """Whether ``identifier`` is short enough to be stored (:data:`MAX_IDENTIFIER_BYTES`)."""
+    return len(identifier.encode()) <= MAX_IDENTIFIER_BYTES
 
 
 def md_datestamp(root: etree._Element) -> datetime | None:

@@ -17,13 +17,13 @@ from dotenv import dotenv_values
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from shared.oaipmh.arguments import SET_LEVEL
 from shared.urls import http_url
 
 UNION_SET = "WIS-CATALOGUE"
 _DAY = 86400.0  # the longest wait or timeout a setting in seconds may give
 
-# OAI-PMH.xsd: setSpecType's characters (the own set's name is one level, no ':'), emailType
-_SET_LEVEL = re.compile(r"[A-Za-z0-9\-_.!~*'()]+")
+# OAI-PMH.xsd's emailType
 _EMAIL = re.compile(r"\S+@(\S+\.)+\S+")
 # what an XML 1.0 document can carry: Identify echoes these settings
 _NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
@@ -115,7 +115,7 @@ class Settings(BaseSettings):
     @field_validator("gisc_name")
     @classmethod
     def _gisc_name_is_a_set_name(cls, value: str) -> str:
-        if not _SET_LEVEL.fullmatch(value):
+        if not SET_LEVEL.fullmatch(value):  # the own set's name is one level, no ':'
             raise ValueError(
                 "the own set is named WIS-GISC-<GISC_NAME>, so the name is letters, digits "
                 "and -_.!~*'() (an OAI-PMH setSpec), e.g. OFFENBACH"

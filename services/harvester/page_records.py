@@ -42,7 +42,12 @@ from lxml import etree
 
 from services.harvester.errors import BadResponse
 from shared.db.rows import IncomingRecord
-from shared.iso19139 import MAX_IDENTIFIER_BYTES, RecordError, record_from_element
+from shared.iso19139 import (
+    MAX_IDENTIFIER_BYTES,
+    RecordError,
+    identifier_fits,
+    record_from_element,
+)
 from shared.oaipmh.errors import NoRecordsMatch
 from shared.oaipmh.pages import HeaderItem, PageReader, PageSummary, RecordItem, ResponseError
 
@@ -144,7 +149,7 @@ def read_page(page: Page) -> PageContent:
             content.greatest = stamp
         if isinstance(item, RecordItem) and not header.deleted:
             content.sorter.take(header, item.metadata)
-        elif len(header.identifier.encode()) > MAX_IDENTIFIER_BYTES:
+        elif not identifier_fits(header.identifier):
             # a header alone: no record can have this identifier (iso19139.file_identifier),
             # nor can a tombstone, so it is neither a deletion nor a record to get
             reason = f"a header whose identifier is longer than {MAX_IDENTIFIER_BYTES} bytes"

@@ -15,7 +15,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from services.provider import admin, monitoring, oai, registry, ui
 from services.provider.metrics import ProviderMetrics
-from services.provider.oai import ProviderState
+from services.provider.oai import CUT_OFF, ProviderState
 from shared.db import records as store
 from shared.db.errors import UNAVAILABLE, UNSTORABLE_TEXT, DatabaseError
 from shared.db.migrate import check_current
@@ -47,6 +47,7 @@ async def _purge_loop(state: ProviderState) -> None:
 
 def create_app(settings: Settings, database_url: str) -> FastAPI:
     """The provider app; the pool and everything else are made in its lifespan."""
+    logging.getLogger("uvicorn.error").addFilter(CUT_OFF)  # added once, however many apps
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

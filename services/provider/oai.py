@@ -267,10 +267,12 @@ async def _respond_page(request: Request, page: ListPage, on_done: Callable[[], 
             await stream.aclose()
 
     headers = {"Content-Length": str(size), **(_GZIP_HEADERS if gzip else _VARY)}
-    response = _PageResponse(whole(), media_type=XML_TYPE, headers=headers)
-    response.send_timeout = page.state.settings.send_timeout_seconds
-    response.client = request.client.host if request.client else "a client"
-    return response
+    return _PageResponse(
+        whole(),
+        headers,
+        send_timeout=page.state.settings.send_timeout_seconds,
+        client=request.client.host if request.client else "a client",
+    )
 
 
 class _PageResponse(StreamingResponse):
@@ -284,12 +286,25 @@ class _PageResponse(StreamingResponse):
     server, as for any response left unfinished; :data:`CUT_OFF` keeps that out of the log).
     """
 
-    send_timeout: float
-    client: str
+    def __init__(
+        self,
+        pieces: AsyncIterator[bytes],
+        headers: dict[str, str],
+        *,
+        send_timeout: float,
+        client: str,
+    ) -> None:
+        super().__init__(pieces, media_type=XML_TYPE, headers=headers)
+        self.send_timeout = send_timeout
+        self.client = client
 
     async def stream_response(self, send: Send) -> None:
-        start = {"type": "http.response.start", "status": self.status_code}
-        await send({**start, "headers": self.raw_headers})
+        start = {
+            "type": "http.response.start",
+            "status": self.status_code,
+            "headers": self.raw_headers,
+        }
+        await send(start)
         async for piece in self.body_iterator:
             try:
                 async with asyncio.timeout(self.send_timeout):
@@ -331,8 +346,8 @@ class _CutOff(logging.Filter):
         return True
 
 
+#: Installed on the server's logger by :func:`services.provider.app.create_app`.
 CUT_OFF = _CutOff()
-logging.getLogger("uvicorn.error").addFilter(CUT_OFF)
 
 
 async def answer(

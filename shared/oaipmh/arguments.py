@@ -60,8 +60,11 @@ ARGUMENTS: frozenset[str] = frozenset(
 # The value syntax the official schema (OAI-PMH.xsd, metadataPrefixType and setSpecType) gives
 # these arguments. A value outside it has "an illegal syntax" (§3.6, badArgument), and echoing
 # it in the request element would make the response itself invalid.
-METADATA_PREFIX = re.compile(r"[A-Za-z0-9\-_.!~*'()]+")
-SET_SPEC = re.compile(r"[A-Za-z0-9\-_.!~*'()]+(?::[A-Za-z0-9\-_.!~*'()]+)*")
+_NAME = r"[A-Za-z0-9\-_.!~*'()]+"
+METADATA_PREFIX = re.compile(_NAME)
+#: one level of a setSpec (levels are joined by ':')
+SET_LEVEL = re.compile(_NAME)
+SET_SPEC = re.compile(rf"{_NAME}(?::{_NAME})*")
 
 
 @dataclass(frozen=True)
