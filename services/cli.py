@@ -10,9 +10,10 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import uvicorn
 from pydantic import ValidationError
@@ -173,6 +174,7 @@ async def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
 
 async def cmd_harvest(settings: Settings, args: argparse.Namespace) -> int:
     from services.harvester.harvest import harvest_link, run_list
+    from services.harvester.scheduler import lease_kept
     from services.harvester.service import harvest_context
 
     async with migrated_database(settings) as url, harvest_context(settings, url) as ctx:
@@ -186,16 +188,18 @@ async def cmd_harvest(settings: Settings, args: argparse.Namespace) -> int:
             print(f"wiscat: link {args.name} is being harvested by another worker", file=sys.stderr)
             return 1
         try:
-            if args.backup_sync:
-                report = await run_list(ctx, link, mode="backup", from_=None, until=None)
-            else:
-                report = await harvest_link(
-                    ctx,
-                    link,
-                    full=args.full,
-                    allow_mass_delete=args.allow_mass_delete,
-                    window=False,
-                )
+            # renewed while the run lasts: a long run must not be taken over by a harvester
+            async with lease_kept(ctx.pool, link.name, owner, lease):
+                if args.backup_sync:
+                    report = await run_list(ctx, link, mode="backup", from_=None, until=None)
+                else:
+                    report = await harvest_link(
+                        ctx,
+                        link,
+                        full=args.full,
+                        allow_mass_delete=args.allow_mass_delete,
+                        window=False,
+                    )
         finally:
             await link_store.release_lease(ctx.pool, link.name, owner, link.next_run_at, link)
     print(report.summary())
@@ -482,6 +486,17 @@ def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     return uvloop.new_event_loop
 
 
+async def _stopped_by_sigterm(command: Coroutine[Any, Any, int]) -> int:
+    """``command``, cancelled by SIGTERM as asyncio's runner cancels it on SIGINT: its cleanup
+    runs (a harvest records its run as stopped and gives its link's lease back, a check removes
+    its temporary files) where SIGTERM's default would end the process on the spot. A service
+    command takes SIGTERM over for its own graceful stop."""
+    task = asyncio.current_task()
+    assert task is not None
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+    return await command
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -505,7 +520,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif command == "registry":
             command = f"registry {args.registry_command}"
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-            return runner.run(COMMANDS[command](settings, args))
+            return runner.run(_stopped_by_sigterm(COMMANDS[command](settings, args)))
     except (DatabaseError, CannotListen, KeyFileError) as exc:
         print(f"wiscat: {exc}", file=sys.stderr)
         return 2
@@ -517,6 +532,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except asyncio.CancelledError:  # SIGTERM, once the command had tidied up
+        print("wiscat: stopped by SIGTERM", file=sys.stderr)
+        return 128 + signal.SIGTERM
 
 
 if __name__ == "__main__":

@@ -213,7 +213,8 @@ async def run_list(
             f"peer answered {exc.code}: {exc.message}",
         )
     except asyncio.CancelledError:
-        report.status, report.error_kind, report.error = "failed", "cancelled", "worker stopped"
+        report.status, report.error_kind = "failed", "cancelled"
+        report.error = "stopped before the list ended: the process was asked to stop"
         await _finish(ctx, link, report, started)
         raise
     except Exception as exc:  # a bug of ours must not take the other links down

@@ -11,14 +11,42 @@ import asyncio
 import contextlib
 import logging
 import random
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from urllib.parse import urlsplit
 
 from services.harvester.harvest import HarvestContext, harvest_link
 from shared.db import links as link_store
 from shared.db.links import Link
+from shared.db.pool import Pool
 
 log = logging.getLogger("wiscat.harvester")
+
+
+@contextlib.asynccontextmanager
+async def lease_kept(pool: Pool, name: str, owner: str, lease: timedelta) -> AsyncIterator[None]:
+    """Renew ``owner``'s lease of link ``name`` every third of ``lease`` while the block runs,
+    so that no other worker takes the link over while its run lasts longer than one lease."""
+    keeper = asyncio.create_task(_keep_lease(pool, name, owner, lease), name=f"lease {name}")
+    try:
+        yield
+    finally:
+        keeper.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await keeper
+
+
+async def _keep_lease(pool: Pool, name: str, owner: str, lease: timedelta) -> None:
+    while True:
+        await asyncio.sleep(lease.total_seconds() / 3)
+        try:
+            renewed = await link_store.renew_lease(pool, name, owner, lease)
+        except Exception as exc:  # the database may be restarting: try again at the next turn
+            log.warning("could not renew the lease of %s: %s", name, exc)
+            continue
+        if not renewed:
+            log.warning("lost the lease of %s", name)
+            return
 
 
 def next_run(link: Link, *, now: datetime, failed: bool) -> datetime:
@@ -86,10 +114,9 @@ class Scheduler:
     async def _run(self, link: Link) -> None:
         host = urlsplit(link.base_url).netloc
         limit = self.host_limits.setdefault(host, asyncio.Semaphore(self.per_host))
-        keeper = asyncio.create_task(self._keep_lease(link.name))
         failed = True
         try:
-            async with limit:
+            async with lease_kept(self.ctx.pool, link.name, self.owner, self.lease), limit:
                 # spread the first requests of links that fall due together
                 await asyncio.sleep(random.uniform(0, 0.5))
                 report = await harvest_link(self.ctx, link, requested=link.run_requested)
@@ -99,9 +126,6 @@ class Scheduler:
         except Exception:
             log.exception("harvest of %s crashed", link.name)
         finally:
-            keeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await keeper
             with contextlib.suppress(Exception):
                 await link_store.release_lease(
                     self.ctx.pool,
@@ -110,10 +134,3 @@ class Scheduler:
                     next_run(link, now=datetime.now(UTC), failed=failed),
                     link,
                 )
-
-    async def _keep_lease(self, name: str) -> None:
-        while True:
-            await asyncio.sleep(self.lease.total_seconds() / 3)
-            if not await link_store.renew_lease(self.ctx.pool, name, self.owner, self.lease):
-                log.warning("lost the lease of %s", name)
-                return

@@ -9,7 +9,7 @@ from datetime import timedelta
 
 import pytest
 
-from services.harvester.scheduler import Scheduler
+from services.harvester.scheduler import Scheduler, lease_kept
 from services.harvester.service import harvest_context
 from shared.db import links as link_store
 from shared.db import records as store
@@ -143,16 +143,21 @@ async def test_requested_run_happens_now(sink: tuple[RunningProvider, str]) -> N
         assert await ctx.pool.fetchval("select run_requested from links") is None
 
 
-async def test_a_run_requested_while_the_link_runs_is_not_lost(db: Pool) -> None:
+async def add_quiet_link(db: Pool, name: str) -> None:
+    """A link to a peer nobody answers for: for tests of its lease alone."""
     await store.ensure_set(db, SOURCE_SET, SOURCE_SET, "remote")
-    new = build_link(
-        name="busy",
+    link = build_link(
+        name=name,
         url="http://127.0.0.1:9/oai",
         remote_set=SOURCE_SET,
         into=None,
         own_set="WIS-GISC-SINK",
     )
-    await link_store.add_link(db, new)
+    await link_store.add_link(db, link)
+
+
+async def test_a_run_requested_while_the_link_runs_is_not_lost(db: Pool) -> None:
+    await add_quiet_link(db, "busy")
     lease = timedelta(minutes=5)
     [leased] = await link_store.lease_due(db, "worker", lease, 10)
     # "harvest now" arrives while the run is under way
@@ -170,3 +175,21 @@ async def test_a_run_requested_while_the_link_runs_is_not_lost(db: Pool) -> None
     link = await link_store.get_link(db, "busy")
     assert link is not None
     assert (link.run_requested, link.next_run_at) == (None, later)
+
+
+async def test_a_lease_is_kept_through_a_database_error(
+    db: Pool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A renewal that fails (the database restarting, say) is retried at the next turn: the
+    lease is not left to run out under a long run, nor its error raised at the run's end."""
+    await add_quiet_link(db, "peer")
+    lease = timedelta(seconds=0.3)
+    assert await link_store.lease_link(db, "peer", "worker", lease) is not None
+    expires = "select lease_expires - now() from links where lease_owner = 'worker'"
+    async with lease_kept(db, "peer", "worker", lease):
+        await db.execute("alter table links rename to links_away")
+        await asyncio.sleep(0.5)  # every renewal meanwhile fails: the table is not there
+        await db.execute("alter table links_away rename to links")
+        await asyncio.sleep(0.25)
+        assert await db.fetchval(expires) > timedelta(seconds=0.1)  # renewed once back
+    assert "could not renew the lease of peer" in caplog.text

@@ -1,0 +1,132 @@
+"""``wiscat harvest NAME`` as a cron job or an operator runs it: a run longer than a lease keeps
+its link, and a run stopped with SIGTERM (a job's time limit, ``timeout``, a container's stop)
+records its run and gives the link back, as one stopped with Ctrl-C does."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+
+import pytest
+from aiohttp import web
+
+from shared.db.pool import connect
+from shared.generator import generate_record
+from shared.iso19139 import parse_record
+from shared.oaipmh import render
+from tests.e2e.nodes import WISCAT, Node, NodeFactory
+from tests.servers import list_records_page, serving
+
+PAGES = 30
+
+
+class SlowPeer:
+    """A peer whose list has ``PAGES`` pages of one record, each sent after ``delay`` s."""
+
+    def __init__(self) -> None:
+        self.delay = 0.3
+        now = datetime.now(UTC)
+        self.pages = []
+        for n in range(PAGES):
+            record = parse_record(generate_record(n, centre="slow"))
+            more = n + 1 < PAGES
+            token = render.resumption_token(
+                f"p{n + 1}" if more else None, cursor=n, complete_list_size=PAGES, expiration=None
+            )
+            piece = render.record(record.identifier, now, [], False, record.xml)
+            self.pages.append(list_records_page([piece + token]))
+
+    async def page(self, request: web.Request) -> bytes:
+        token = request.query.get("resumptionToken")
+        await asyncio.sleep(self.delay)
+        return self.pages[int(token[1:]) if token else 0]
+
+
+@pytest.fixture
+async def peer_url() -> AsyncIterator[tuple[SlowPeer, str]]:
+    peer = SlowPeer()
+    async with serving(b"", pages=peer.page) as url:
+        yield peer, url
+
+
+async def start_harvest(node: Node) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        WISCAT,
+        "harvest",
+        "slow",
+        env=node.env(),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+
+
+async def pages_done(node: Node, at_least: int) -> None:
+    conn = await connect(node.database_url)
+    try:
+        for _ in range(300):
+            if (await conn.fetchval("select max(pages) from harvest_runs") or 0) >= at_least:
+                return
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"the harvest did not reach page {at_least}")
+    finally:
+        await conn.close()
+
+
+async def runs(node: Node) -> list[tuple[str, str | None]]:
+    conn = await connect(node.database_url)
+    try:
+        rows = await conn.fetch("select status, error_kind from harvest_runs order by id")
+    finally:
+        await conn.close()
+    return [(row["status"], row["error_kind"]) for row in rows]
+
+
+async def test_a_run_longer_than_its_lease_keeps_its_link(
+    make_node: NodeFactory, peer_url: tuple[SlowPeer, str]
+) -> None:
+    _, url = peer_url
+    node = await make_node("LEASE")
+    node.extra["WISCAT_HARVEST_LEASE_SECONDS"] = "1"
+    await node.wiscat("link", "add", "slow", "--url", url, "--into", "WIS-GISC-SLOW")
+    first = await start_harvest(node)
+    await pages_done(node, 8)  # 2.4 s at least: the lease was taken more than twice as long ago
+
+    code, _, err = await node.wiscat("harvest", "slow", check=False)
+    assert code == 1
+    assert "link slow is being harvested by another worker" in err
+
+    out, err = await first.communicate()
+    assert first.returncode == 0, err.decode()
+    assert f"pages {PAGES}; added {PAGES}" in out.decode()
+    assert await runs(node) == [("ok", None)]  # one run, never marked abandoned by another
+
+
+async def test_sigterm_ends_the_run_as_stopped_and_frees_the_link(
+    make_node: NodeFactory, peer_url: tuple[SlowPeer, str]
+) -> None:
+    peer, url = peer_url
+    node = await make_node("STOPPED")
+    await node.wiscat("link", "add", "slow", "--url", url, "--into", "WIS-GISC-SLOW")
+    process = await start_harvest(node)
+    await pages_done(node, 3)
+    process.send_signal(signal.SIGTERM)
+    _, err = await process.communicate()
+    assert process.returncode == 128 + signal.SIGTERM
+    assert "wiscat: stopped by SIGTERM" in err.decode()
+    assert "Traceback" not in err.decode()
+    assert await runs(node) == [("failed", "cancelled")]
+    _, listed, _ = await node.wiscat("link", "list")
+    assert "the process was asked to stop" in listed
+
+    # the link is free at once (no lease left to run out), and the next run completes the list
+    peer.delay = 0
+    code, _, err = await node.wiscat("harvest", "slow", check=False)
+    assert code == 0, err
+    assert await runs(node) == [("failed", "cancelled"), ("ok", None)]
+    conn = await connect(node.database_url)
+    try:
+        assert await conn.fetchval("select count(*) from records") == PAGES
+    finally:
+        await conn.close()
