@@ -31,7 +31,8 @@ from shared.db import records as store
 from shared.db.links import Link, PageCounts
 from shared.db.pool import Pool
 from shared.linkspec import REGISTRY_LINK_PREFIX
-from shared.oaipmh.errors import OAIError
+from shared.oaipmh.dates import shifted
+from shared.oaipmh.errors import CannotDisseminateFormat, IdDoesNotExist, OAIError
 from shared.oaipmh.pages import HeaderItem, IdentifyInfo, RecordItem
 from shared.settings import Settings
 
@@ -144,7 +145,7 @@ async def harvest_link(
     mode = choose_mode(link, now=now, requested=requested, full=full)
     from_ = None
     if mode == "incremental" and link.high_water_mark is not None:
-        from_ = link.high_water_mark - link.overlap
+        from_ = shifted(link.high_water_mark, -link.overlap)
     report = await run_list(
         ctx, link, mode=mode, from_=from_, until=None, allow_mass_delete=allow_mass_delete
     )
@@ -301,7 +302,7 @@ async def _harvest(
     ):
         # the peer lists a second only once all of it is visible: its records at the HWM's
         # second arrived last time, so start after it (a quiet run then transfers nothing)
-        report.from_ = report.from_ + timedelta(seconds=1)
+        report.from_ = shifted(report.from_, timedelta(seconds=1))
         await link_store.set_run_from(ctx.pool, report.run_id, report.from_)
     first_response: datetime | None = None
     greatest: datetime | None = None
@@ -441,14 +442,26 @@ async def _get_records(
     ctx: HarvestContext, link: Link, headers: list[HeaderItem], sorter: PageSorter
 ) -> None:
     """The ListIdentifiers + GetRecord strategy (seed 002): fetch a page's records, a few at
-    a time, and sort each as it arrives."""
+    a time, and sort each as it arrives.
+
+    A record the peer will not give (idDoesNotExist: gone since it was listed, from a
+    repository that keeps no deletions; cannotDisseminateFormat: not in this format, §3.6 "not
+    supported by the item") is quarantined with the peer's answer, as a record that cannot be
+    used in a ListRecords page is: failing the run instead would fail every run after it, from
+    the same high-water mark, for as long as the peer keeps listing that header.
+    """
     limit = asyncio.Semaphore(GET_RECORD_CONCURRENCY)
 
     async def one(header: HeaderItem) -> None:
         async with limit:
-            item = await ctx.client.get_record(
-                link.base_url, header.identifier, link.metadata_prefix
-            )
+            try:
+                item = await ctx.client.get_record(
+                    link.base_url, header.identifier, link.metadata_prefix
+                )
+            except (IdDoesNotExist, CannotDisseminateFormat) as exc:
+                reason = f"GetRecord answered {exc.code}: {exc.message}"
+                sorter.quarantined.append((header.identifier, reason[:MAX_REASON], b""))
+                return
         if item.header.deleted:
             return
         sorter.take(header, item.metadata)

@@ -22,14 +22,17 @@ _DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
 _SECONDS = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z")
 
 
+# (isoformat, not strftime: strftime writes year 1 as "1", where the form needs "0001")
+
+
 def format_datestamp(moment: datetime) -> str:
     """Write ``moment`` as ``YYYY-MM-DDThh:mm:ssZ`` (truncated to the second, in UTC)."""
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return moment.astimezone(UTC).replace(tzinfo=None).isoformat("T", "seconds") + "Z"
 
 
 def format_day(moment: datetime) -> str:
     """Write ``moment`` as ``YYYY-MM-DD`` (UTC)."""
-    return moment.astimezone(UTC).strftime("%Y-%m-%d")
+    return moment.astimezone(UTC).date().isoformat()
 
 
 def parse_datestamp(text: str) -> tuple[datetime, Granularity]:
@@ -50,8 +53,23 @@ def parse_datestamp(text: str) -> tuple[datetime, Granularity]:
     )
 
 
+# The first and last instants a datetime holds, in UTC.
+START_OF_TIME = datetime.min.replace(tzinfo=UTC)
+END_OF_TIME = datetime.max.replace(tzinfo=UTC)
+
+
+def shifted(moment: datetime, delta: timedelta) -> datetime:
+    """``moment + delta``, held at the first or last instant a datetime can hold (the day after
+    ``until=9999-12-31``, a peer's high-water mark in year 1 less an overlap) rather than
+    raising OverflowError."""
+    try:
+        return moment + delta
+    except OverflowError:
+        return END_OF_TIME if delta > timedelta(0) else START_OF_TIME
+
+
 def until_upper_bound(moment: datetime, granularity: Granularity) -> datetime:
-    """The first instant *after* an inclusive ``until`` value of the given granularity."""
-    if granularity is Granularity.DAY:
-        return moment + timedelta(days=1)
-    return moment + timedelta(seconds=1)
+    """The first instant *after* an inclusive ``until`` value of the given granularity (or the
+    last instant of all, after the last day or second a date can hold)."""
+    step = timedelta(days=1) if granularity is Granularity.DAY else timedelta(seconds=1)
+    return shifted(moment, step)

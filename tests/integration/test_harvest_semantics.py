@@ -15,10 +15,16 @@ from shared.db import links as link_store
 from shared.generator import generate_record
 from shared.iso19139 import parse_record
 from shared.oaipmh import render
-from shared.oaipmh.errors import BadArgument, BadResumptionToken
+from shared.oaipmh.dates import parse_datestamp
+from shared.oaipmh.errors import (
+    BadArgument,
+    BadResumptionToken,
+    CannotDisseminateFormat,
+    IdDoesNotExist,
+)
 from tests import factories
 from tests.harvest_pair import SOURCE_SET, Pair, add_link, content, run
-from tests.servers import list_records_page, serving
+from tests.servers import identify_document, list_records_page, serving, serving_app
 
 if TYPE_CHECKING:
     from services.harvester.harvest import RunReport
@@ -32,6 +38,95 @@ async def test_list_identifiers_and_get_record_strategy(pair: Pair) -> None:
     assert report.status == "ok", report.summary()
     assert report.counts["added"] == 117 and report.counts["deleted"] == 3
     assert await content(pair.sink, SOURCE_SET) == await content(pair.source, SOURCE_SET)
+
+
+async def test_a_record_that_get_record_refuses_is_quarantined(pair: Pair) -> None:
+    """ListIdentifiers names four records; GetRecord answers idDoesNotExist for one (gone since,
+    on a repository that keeps no deletions) and cannotDisseminateFormat for another (§3.6: "not
+    supported by the item"). Those two are quarantined with the peer's answer, the others stored:
+    one record the peer cannot give must not fail the run, and every run after it."""
+    from services.harvester.harvest import harvest_link
+
+    now = datetime.now(UTC)
+    records = [parse_record(generate_record(n, centre="peer")) for n in range(4)]
+    refusals = {
+        records[1].identifier: IdDoesNotExist(),
+        records[2].identifier: CannotDisseminateFormat(),
+    }
+
+    async def answer(request: web.Request) -> bytes:
+        verb = request.query["verb"]
+        if verb == "ListIdentifiers":
+            headers = b"".join(render.header(r.identifier, now, [], False) for r in records)
+            start = render.response_start(now, "http://peer/oai", dict(request.query), verb)
+            return start + headers + render.response_end(verb)
+        identifier = request.query["identifier"]
+        if identifier in refusals:
+            return render.render_error(
+                now, "http://peer/oai", dict(request.query), [refusals[identifier]]
+            )
+        [record] = [r for r in records if r.identifier == identifier]
+        start = render.response_start(now, "http://peer/oai", dict(request.query), verb)
+        body = render.get_record(record.identifier, now, [], False, record.xml)
+        return start + body + render.response_end(verb)
+
+    async with serving(b"", pages=answer) as url:
+        await link_store.add_link(
+            pair.sink, dataclasses.replace(_link("by-id", url), strategy="ListIdentifiers")
+        )
+        link = await link_store.get_link(pair.sink, "by-id")
+        assert link is not None
+        report = await harvest_link(pair.ctx, link, window=False)
+    assert report.status == "ok", report.summary()
+    assert report.counts["added"] == 2 and report.counts["quarantined"] == 2
+    rows = await pair.sink.fetch("select identifier, reason, raw from quarantine")
+    assert {r["identifier"]: (r["reason"], r["raw"]) for r in rows} == {
+        identifier: (f"GetRecord answered {error.code}: {' '.join(error.message.split())}", b"")
+        for identifier, error in refusals.items()
+    }
+    stored = await pair.sink.fetch("select identifier from records")
+    assert {r["identifier"] for r in stored} == {records[0].identifier, records[3].identifier}
+
+
+async def test_a_window_from_a_peer_whose_earliest_datestamp_is_year_one(pair: Pair) -> None:
+    """A peer may state any earliestDatestamp, 0001-01-01T00:00:00Z included: the window slice
+    that starts there is asked for with from=0001-01-01T00:00:00Z (a four-digit year, §3.3.1);
+    strftime wrote "1-01-01T00:00:00Z", which the peer refused, failing that slice each time."""
+    from services.harvester.harvest import harvest_link
+
+    record = parse_record(generate_record(0, centre="peer"))
+    now = datetime.now(UTC)
+    asked: list[str | None] = []
+
+    async def handler(request: web.Request) -> web.Response:
+        if request.query.get("verb") == "Identify":
+            earliest = datetime(1, 1, 1, tzinfo=UTC)
+            return web.Response(body=identify_document(request, earliest), content_type="text/xml")
+        asked.append(request.query.get("from"))
+        try:
+            parse_datestamp(request.query.get("from") or "2000-01-01")
+        except BadArgument as exc:
+            return web.Response(body=render.render_error(now, "http://peer/oai", None, [exc]))
+        piece = render.record(record.identifier, now, [], False, record.xml)
+        return web.Response(body=list_records_page([piece]), content_type="text/xml")
+
+    app = web.Application()
+    app.router.add_get("/oai", handler)
+    async with serving_app(app) as root:
+        spec = dataclasses.replace(_link("year-one", root + "/oai"), window_slices=2)
+        await link_store.add_link(pair.sink, spec)
+        for _ in range(2):  # a full run, then an incremental one and the window's first slice
+            link = await link_store.get_link(pair.sink, "year-one")
+            assert link is not None
+            report = await harvest_link(pair.ctx, link)
+            assert report.status == "ok", report.summary()
+    runs = await link_store.recent_runs(pair.sink, "year-one")
+    assert [(r["mode"], r["status"]) for r in runs] == [
+        ("window", "ok"),
+        ("incremental", "ok"),
+        ("full", "ok"),
+    ]
+    assert asked[-1] == "0001-01-01T00:00:00Z"
 
 
 async def test_changing_the_peer_resets_the_high_water_mark(pair: Pair) -> None:

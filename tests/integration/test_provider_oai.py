@@ -274,6 +274,27 @@ async def test_datestamps_are_arrival_times(provider: RunningProvider, db: Pool)
         assert header.findtext(f"{OAI}datestamp") <= oldest
 
 
+@pytest.mark.parametrize(
+    "bounds",
+    [
+        {"until": "9999-12-31"},  # a day has no next day to end at
+        {"until": "9999-12-31T23:59:59Z"},
+        {"from": "0001-01-01", "until": "9999-12-31"},
+        {"from": "0001-01-01T00:00:00Z", "until": "9999-12-31T23:59:59Z"},
+    ],
+)
+async def test_the_widest_dates_list_everything(
+    provider: RunningProvider, db: Pool, bounds: dict[str, str]
+) -> None:
+    """The first and last days a datestamp can name are legal from/until values (§3.3.1): the
+    list is the whole catalogue, through its resumptionTokens (a 500 before: the day after
+    9999-12-31 cannot be computed)."""
+    headers = await list_all(provider.oai, metadataPrefix="iso19139", **bounds)
+    assert sorted(h.findtext(f"{OAI}identifier") for h in headers) == sorted(
+        await factories.catalogue(db)
+    )
+
+
 async def test_deleted_records_and_set_departures(provider: RunningProvider, db: Pool) -> None:
     ids = sorted(await factories.catalogue(db))
     await factories.load_records(db, "shared01", [0], kind="shared")  # record 0 also in shared01
