@@ -70,17 +70,24 @@ def build_link(
     window_slices: int = 24,
     enabled: bool = True,
     recovery: bool = False,
+    by_registry: bool = False,
 ) -> NewLink:
     """Check a link definition and fill in its defaults.
 
     ``into`` defaults to the remote set's own name (seed 000 §2: set names are preserved on
     arrival); a link without a remote set harvests the peer's whole catalogue and must say
-    ``into`` (typically an area link into the own set).
+    ``into`` (typically an area link into the own set). Names that begin with
+    :data:`REGISTRY_LINK_PREFIX` are for the links the registry adds (``by_registry``) alone.
     """
     if not NAME.fullmatch(name):
         raise LinkSpecError(
             f"link name {name!r}: letters, digits, '.', '_' and '-', "
             "starting with a letter or digit"
+        )
+    if name.startswith(REGISTRY_LINK_PREFIX) and not by_registry:
+        raise LinkSpecError(
+            f"link name {name!r}: names beginning {REGISTRY_LINK_PREFIX!r} are kept for the "
+            "links the registry adds (harvested from global addresses only)"
         )
     check_base_url(url)
     if remote_set is not None:

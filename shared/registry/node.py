@@ -367,6 +367,7 @@ class RegistryNode:
                     into=self.candidate_set,
                     own_set=self.config.own_set,
                     enabled=self.config.auto_enable_links,
+                    by_registry=True,
                 )
                 await link_store.add_link(
                     self.pool, new, set_kind=set_kind(new.local_set, self.config.own_set)

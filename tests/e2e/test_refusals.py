@@ -73,6 +73,7 @@ async def links(node: Node) -> list[dict[str, object]]:
     [
         (["", "--url", PEER, "--set", "S"], "link name '': letters, digits"),
         (["a/b", "--url", PEER, "--set", "S"], "link name 'a/b': letters, digits"),
+        (["registry-mine", "--url", PEER, "--set", "S"], "kept for the links the registry adds"),
         (["x", "--url", "http://h:99999/oai", "--set", "S"], "is not an http(s) URL"),
         (["x", "--url", "http://h/o ai", "--set", "S"], "is not an http(s) URL"),
         (["x", "--url", PEER, "--set", "a b"], "--set 'a b' is not a set name"),

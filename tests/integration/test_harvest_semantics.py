@@ -332,7 +332,7 @@ async def harvest_one_page(pair: Pair, name: str, pieces: list[bytes]) -> RunRep
 
 
 def _link(name: str, url: str) -> link_store.NewLink:
-    from shared.linkspec import build_link
+    from shared.linkspec import REGISTRY_LINK_PREFIX, build_link
 
     return build_link(
         name=name,
@@ -341,6 +341,7 @@ def _link(name: str, url: str) -> link_store.NewLink:
         into=None,
         own_set="WIS-GISC-SINK",
         window_slices=0,
+        by_registry=name.startswith(REGISTRY_LINK_PREFIX),
     )
 
 

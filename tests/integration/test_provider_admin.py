@@ -125,6 +125,7 @@ PEER = "http://x.example/oai"
     [
         ("POST", "/admin/links", {"name": "a b", "url": PEER, "set": "S"}, "link name 'a b'"),
         ("POST", "/admin/links", {"name": "a\u0000b", "url": PEER, "set": "S"}, "link name"),
+        ("POST", "/admin/links", {"name": "registry-1", "url": PEER, "set": "S"}, "registry adds"),
         ("POST", "/admin/links", {"name": "x", "url": PEER, "set": "S", "window_slices": -1}, ""),
         # numbers past what the database or a date can hold: they were 500s
         (
