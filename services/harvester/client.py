@@ -269,6 +269,22 @@ class OAIClient:
                 if attempt > settings.max_retries:
                     raise BadResponse(f"broken response from {shown}: {exc}") from exc
                 problem = f"broken payload: {exc}"
+            except aiohttp.TooManyRedirects as exc:
+                raise BadResponse(
+                    f"{shown} redirected {len(exc.history)} times without an answer"
+                ) from exc
+            except (aiohttp.RedirectClientError, aiohttp.InvalidURL) as exc:
+                target = safe_url(str(getattr(exc, "url", exc)))
+                raise BadResponse(
+                    f"{shown} redirected to {target!r}, which is not a valid http(s) URL"
+                ) from exc
+            except aiohttp.ClientResponseError as exc:
+                # not HTTP (a bad status line, Content-Length or chunk, headers past 8 KB): the
+                # parser's message, whose next lines point at the fault with a caret
+                broken = (exc.message or "").strip().partition("\n")[0]
+                if attempt > settings.max_retries:
+                    raise BadResponse(f"broken HTTP response from {shown}: {broken}") from exc
+                problem = f"broken HTTP response: {broken}"
             except aiohttp.ClientConnectionError as exc:
                 refused = getattr(exc, "os_error", None)
                 if isinstance(refused, _RefusedAddress):  # no retry will change that

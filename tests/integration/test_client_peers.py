@@ -588,6 +588,75 @@ async def test_an_unreachable_peer(client_for: ClientFactory) -> None:
         await client_for(max_retries=1).identify(f"http://127.0.0.1:{port}/oai")
 
 
+@pytest.mark.parametrize(
+    ("answer", "reason"),
+    [
+        (b"HELLO THERE\r\n\r\n", "Bad status line"),
+        (
+            b"HTTP/1.1 200 OK\r\nContent-Length: abc\r\n\r\nxx",
+            "Invalid character in Content-Length",
+        ),
+        (
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nZZ\r\nxx\r\n0\r\n\r\n",
+            "Invalid character in chunk size",
+        ),
+        (b"HTTP/1.1 200 OK\r\nX-A: " + b"a" * 20_000 + b"\r\n\r\n", "Got more than 8190 bytes"),
+    ],
+)
+async def test_an_answer_that_is_not_http(
+    client: OAIClient, answer: bytes, reason: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A peer (or a broken proxy before it) whose answer HTTP cannot read: retried as a
+    transient fault, then the list fails as BadResponse with the parser's first line; it was
+    an 'unexpected error' with a traceback, as if wiscat had failed, and a made-up HTTP 400."""
+    asked = 0
+
+    async def answer_with(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal asked
+        asked += 1
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(answer)
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(answer_with, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    url = f"http://127.0.0.1:{port}/oai"
+    try:
+        with pytest.raises(BadResponse) as caught:
+            await client.identify(url)
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert caught.value.reason.startswith(f"broken HTTP response from {url}: {reason}")
+    assert "\n" not in caught.value.reason
+    assert asked == SETTINGS.max_retries + 1
+    assert "broken HTTP response" in caplog.text  # each retry logged as such
+
+
+async def test_redirects_that_lead_nowhere(serve: Serve, client: OAIClient) -> None:
+    async def loop(request: web.Request, peer: Peer) -> web.Response:
+        raise web.HTTPFound(f"{peer.url}?hop={peer.count}")
+
+    looping = await serve(loop)
+    with pytest.raises(BadResponse) as caught:
+        await client.identify(looping.url)
+    assert caught.value.reason == f"{looping.url} redirected 10 times without an answer"
+    assert looping.count == 10  # aiohttp gives up at its 10th redirect; not retried
+
+    async def elsewhere(request: web.Request, peer: Peer) -> web.Response:
+        raise web.HTTPMovedPermanently("ftp://user:secret@peer.example/oai")
+
+    moved = await serve(elsewhere)
+    with pytest.raises(BadResponse) as caught:
+        await client.identify(moved.url)
+    assert caught.value.reason == (
+        f"{moved.url} redirected to 'ftp://user:***@peer.example/oai', "
+        "which is not a valid http(s) URL"
+    )
+    assert moved.count == 1
+
+
 # --- bodies that are not usable ---------------------------------------------------------------
 
 
