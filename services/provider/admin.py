@@ -150,8 +150,11 @@ async def harvest_now(
 ) -> JSONResponse:
     """Ask the harvester to run this link now (the WIS emergency update)."""
     mode = "full" if full else "incremental"
-    if not await link_store.request_run(state.pool, name, mode):
+    asked = await link_store.request_run(state.pool, name, mode)
+    if asked is None:
         raise HTTPException(404, f"no link named {name!r}")
+    if not asked:
+        raise HTTPException(409, f"link {name} is disabled: enable it first")
     log.info("admin requested a %s harvest of %s", mode, name)
     return JSONResponse({"link": name, "requested": mode}, status_code=202)
 

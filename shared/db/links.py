@@ -143,9 +143,11 @@ async def set_enabled(db: Executor, name: str, enabled: bool) -> Link | None:
     return _link(row) if row else None
 
 
-async def request_run(db: Executor, name: str, mode: str = "incremental") -> bool:
-    """Ask the harvester to run ``name`` now; False if there is no such link."""
-    return await db.fetchval(_SQL["request_run"], name, mode) is not None
+async def request_run(db: Executor, name: str, mode: str = "incremental") -> bool | None:
+    """Ask the harvester to run ``name`` now: True when asked, False when the link is disabled
+    (a disabled link never runs, so nothing is asked), None if there is no such link."""
+    enabled: bool | None = await db.fetchval(_SQL["request_run"], name, mode)
+    return enabled
 
 
 async def lease_due(db: Executor, owner: str, lease: timedelta, limit: int) -> list[Link]:

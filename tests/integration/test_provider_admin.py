@@ -11,6 +11,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from shared.db import links as link_store
 from shared.db.pool import Pool
 from shared.generator import generate_record, identifier_for
 from shared.ingest import ingest_paths
@@ -161,6 +162,33 @@ async def test_a_link_or_check_that_cannot_work_is_refused(
     assert body["detail"].startswith(("link refused: ", "check refused: "))
     assert await db.fetchval("select count(*) from links") == 0
     assert await db.fetchval("select count(*) from checks") == 0
+
+
+async def test_harvest_now_is_refused_for_a_disabled_link(
+    provider: RunningProvider, db: Pool
+) -> None:
+    """A disabled link never runs: "harvest now" said 202 "requested" and nothing happened (until
+    someone enabled the link, which then ran at once)."""
+    status, _ = await request(
+        "POST",
+        f"{provider.root}/admin/links",
+        json={"name": "peer", "url": PEER, "set": "S"},
+        headers=AUTH,
+    )
+    assert status == 201
+    now = f"{provider.root}/admin/links/peer/harvest"
+    assert await request("POST", now + "?full=true", headers=AUTH) == (
+        202,
+        {"link": "peer", "requested": "full"},
+    )
+    await db.execute("update links set run_requested = null, next_run_at = now() + interval '1h'")
+    await link_store.set_enabled(db, "peer", False)
+    status, body = await request("POST", now, headers=AUTH)
+    assert (status, body) == (409, {"detail": "link peer is disabled: enable it first"})
+    assert await db.fetchval("select run_requested from links") is None
+    assert await db.fetchval("select next_run_at > now() from links")
+    status, body = await request("POST", f"{provider.root}/admin/links/nope/harvest", headers=AUTH)
+    assert (status, body) == (404, {"detail": "no link named 'nope'"})
 
 
 @pytest.mark.parametrize("report", ["0", "-1", "123", str(2**63), "9" * 30])

@@ -31,8 +31,12 @@ returning *
 update links set enabled = $2 where name = $1 returning *
 
 -- name: request_run --
--- Ask the harvester to run a link as soon as it can (the WIS emergency update).
-update links set run_requested = $2, next_run_at = now() where name = $1 returning name
+-- Ask the harvester to run a link as soon as it can (the WIS emergency update), if it is enabled:
+-- whether it is (no row: no such link).
+with asked as (
+    update links set run_requested = $2, next_run_at = now() where name = $1 and enabled
+)
+select enabled from links where name = $1
 
 -- name: lease_due_links --
 -- Lease up to $3 links that are due, for $2; a crashed worker's lease runs out and is taken over.
