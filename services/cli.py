@@ -330,6 +330,11 @@ async def cmd_link_remove(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def cmd_link_set(settings: Settings, args: argparse.Namespace) -> int:
+    if args.url is None and args.set is None and not (args.enable or args.disable):
+        print(
+            "wiscat: nothing to change: give --url, --set, --enable or --disable", file=sys.stderr
+        )
+        return 2
     try:
         if args.url is not None:
             check_base_url(args.url)
@@ -346,11 +351,16 @@ async def cmd_link_set(settings: Settings, args: argparse.Namespace) -> int:
         if args.url or args.set is not None:
             url = args.url or link.base_url
             remote_set = (args.set or None) if args.set is not None else link.remote_set
-            link = await link_store.update_source(pool, args.name, url, remote_set)
-            print(
-                f"link {args.name} now harvests {safe_url(url)} set={remote_set or '(all)'}; "
-                "high-water mark reset: the next run is a full harvest"
-            )
+            source = f"{safe_url(url)} set={remote_set or '(all)'}"
+            if (url, remote_set) == (link.base_url, link.remote_set):
+                # not a new source: its high-water mark stays, and no full harvest is due
+                print(f"link {args.name} harvests {source} already; its source is unchanged")
+            else:
+                link = await link_store.update_source(pool, args.name, url, remote_set)
+                print(
+                    f"link {args.name} now harvests {source}; "
+                    "high-water mark reset: the next run is a full harvest"
+                )
         if args.enable or args.disable:
             link = await link_store.set_enabled(pool, args.name, bool(args.enable))
             print(f"link {args.name} {'enabled' if args.enable else 'disabled'}")

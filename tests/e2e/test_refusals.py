@@ -115,6 +115,37 @@ async def test_a_link_is_not_changed_into_one_that_cannot_work(make_node: NodeFa
     assert (after["base_url"], after["remote_set"]) == ("http://127.0.0.1:10/oai", None)
 
 
+async def test_link_set_to_the_same_source_keeps_the_high_water_mark(
+    make_node: NodeFactory,
+) -> None:
+    """Naming the source a link has already is no new source: its high-water mark stays (it was
+    reset, so the next run re-read the peer's whole set, a million records for a GISC)."""
+    node = await make_node("SAME")
+    await node.wiscat("link", "add", "peer", "--url", PEER, "--set", "WIS-GISC-PEER")
+    conn = await connect(node.database_url)
+    try:
+        await conn.execute("update links set high_water_mark = '2026-01-02T03:04:05Z'")
+        for argv in (
+            ["--url", PEER],
+            ["--set", "WIS-GISC-PEER"],
+            ["--url", PEER, "--set", "WIS-GISC-PEER"],
+        ):
+            _, out, _ = await node.wiscat("link", "set", "peer", *argv)
+            assert (
+                out
+                == f"link peer harvests {PEER} set=WIS-GISC-PEER already; its source is unchanged\n"
+            )
+        assert (
+            await conn.fetchval("select extract(epoch from high_water_mark) from links")
+            == 1767323045
+        )
+    finally:
+        await conn.close()
+    code, out, err = await node.wiscat("link", "set", "peer", check=False)
+    assert (code, out) == (2, "")
+    assert err.endswith("wiscat: nothing to change: give --url, --set, --enable or --disable\n")
+
+
 async def test_a_database_migrated_by_a_newer_wiscat_is_refused(make_node: NodeFactory) -> None:
     # an operator rolls the software back after a newer one migrated the database
     node = await make_node("REFUSE")
