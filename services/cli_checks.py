@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from shared.db import checks as check_store
 from shared.durations import format_duration, parse_duration
-from shared.linkspec import NAME, check_base_url, check_set_spec
+from shared.linkspec import NAME, LinkSpecError, check_base_url, check_peer_urls, check_set_spec
 from shared.settings import Settings
 
 T = TypeVar("T")
@@ -147,12 +147,24 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--json", action="store_true")
 
 
+def _refused_peers(args: argparse.Namespace) -> int:
+    """2 (after saying why) when the peers cannot make a useful check, else 0."""
+    try:
+        check_peer_urls(args.source, args.peers)
+    except LinkSpecError as exc:
+        print(f"wiscat: check refused: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
 async def cmd_check(settings: Settings, args: argparse.Namespace) -> int:
     from services.harvester.check import CheckRequest, run_check
     from services.harvester.check_output import table_lines, write_json
     from services.harvester.client import OAIClient
     from services.harvester.service import client_settings
 
+    if refused := _refused_peers(args):
+        return refused
     config = client_settings(settings)
     if args.timeout is not None:
         config = replace(config, read_timeout=args.timeout)
@@ -179,6 +191,8 @@ async def cmd_check(settings: Settings, args: argparse.Namespace) -> int:
 async def cmd_checks_add(settings: Settings, args: argparse.Namespace) -> int:
     from services.cli import migrated_pool
 
+    if refused := _refused_peers(args):
+        return refused
     async with migrated_pool(settings) as pool:
         check = await check_store.save_check(
             pool,

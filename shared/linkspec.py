@@ -37,6 +37,21 @@ def check_base_url(url: str) -> str:
     return url
 
 
+def check_peer_urls(source: str, peers: list[str] | tuple[str, ...]) -> None:
+    """Refuse the peers of a consistency check that could only mislead: the source itself (a
+    set compared with itself finds every datestamp copied) or one peer given twice."""
+    seen: set[str] = set()
+    for peer in peers:
+        if peer == source:
+            raise LinkSpecError(
+                f"peer {peer} is the source itself: a set compared with itself finds every "
+                "datestamp copied"
+            )
+        if peer in seen:
+            raise LinkSpecError(f"peer {peer} is given twice")
+        seen.add(peer)
+
+
 def check_set_spec(value: str, option: str) -> str:
     """``value`` if it is a setSpec the protocol allows (OAI-PMH.xsd ``setSpecType``)."""
     if len(value) > MAX_SET_SPEC or not SET_SPEC.fullmatch(value):

@@ -19,7 +19,14 @@ from shared.db import checks as check_store
 from shared.db import links as link_store
 from shared.durations import format_duration, parse_duration
 from shared.iso19139 import MAX_RECORD_BYTES, RecordError, parse_record
-from shared.linkspec import NAME, build_link, check_base_url, check_set_spec, set_kind
+from shared.linkspec import (
+    NAME,
+    build_link,
+    check_base_url,
+    check_peer_urls,
+    check_set_spec,
+    set_kind,
+)
 from shared.urls import safe_url
 
 log = logging.getLogger("wiscat.admin")
@@ -210,6 +217,7 @@ async def put_check(
             check_base_url(url)
         if not body.peers:
             raise ValueError("a check needs at least one peer")
+        check_peer_urls(body.source, body.peers)
         if not 0 <= body.sample <= check_store.MAX_SAMPLE:
             raise ValueError(f"sample is 0 to {check_store.MAX_SAMPLE}")
         if not NAME.fullmatch(name):

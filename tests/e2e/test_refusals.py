@@ -146,6 +146,26 @@ async def test_link_set_to_the_same_source_keeps_the_high_water_mark(
     assert err.endswith("wiscat: nothing to change: give --url, --set, --enable or --disable\n")
 
 
+@pytest.mark.parametrize(
+    ("argv", "reason"),
+    [
+        (["check", "--source", PEER, PEER], f"peer {PEER} is the source itself"),
+        (["check", "--source", PEER, PEER + "2", PEER + "2"], f"peer {PEER}2 is given twice"),
+        (["checks", "add", "c", "--source", PEER, PEER], f"peer {PEER} is the source itself"),
+    ],
+)
+async def test_a_check_against_the_source_itself_is_refused(
+    make_node: NodeFactory, argv: list[str], reason: str
+) -> None:
+    """Compared with itself, a set shows every datestamp copied: a report that misleads."""
+    node = await make_node("CHECKS")
+    code, out, err = await node.wiscat(*argv, "--set", "WIS-GISC-PEER", check=False)
+    assert (code, out) == (2, "")
+    assert f"wiscat: check refused: {reason}" in err
+    _, listed, _ = await node.wiscat("checks", "list")
+    assert listed == "no checks\n"
+
+
 async def test_a_database_migrated_by_a_newer_wiscat_is_refused(make_node: NodeFactory) -> None:
     # an operator rolls the software back after a newer one migrated the database
     node = await make_node("REFUSE")

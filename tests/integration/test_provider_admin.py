@@ -151,6 +151,14 @@ PEER = "http://x.example/oai"
         ("POST", "/admin/links", {"name": "x", "url": "http://x:0/oai", "set": "S"}, "http(s)"),
         ("PUT", "/admin/checks/c", {"set": "a b", "source": PEER, "peers": [PEER]}, "'a b'"),
         ("PUT", "/admin/checks/c", {"set": "S", "source": PEER, "peers": [PEER + "?x"]}, "query"),
+        # a set compared with itself, or twice with one peer: a report that can only mislead
+        ("PUT", "/admin/checks/c", {"set": "S", "source": PEER, "peers": [PEER]}, "source itself"),
+        (
+            "PUT",
+            "/admin/checks/c",
+            {"set": "S", "source": PEER, "peers": [PEER + "2", PEER + "2"]},
+            "given twice",
+        ),
     ],
 )
 async def test_a_link_or_check_that_cannot_work_is_refused(
