@@ -26,10 +26,12 @@ BATCH = 200
 
 @dataclass
 class IngestReport:
-    """What an ingest did: outcome counts, and each refused file with its reason."""
+    """What an ingest did: outcome counts, each bad file with its reason, and each file whose
+    record was refused because the stored copy is newer (invariant 5)."""
 
     counts: Counter[str] = field(default_factory=Counter)
     refused: list[tuple[str, str]] = field(default_factory=list)
+    older: list[tuple[str, str]] = field(default_factory=list)
 
     def summary(self) -> str:
         parts = [f"{name} {self.counts[name]}" for name in sorted(self.counts)]
@@ -71,21 +73,27 @@ async def ensure_own_set(db: store.Executor, own_set: str) -> None:
     await store.ensure_set(db, own_set, f"Records of {own_set}'s area of responsibility", "own")
 
 
+OLDER = "its gmd:dateStamp is older than the stored copy's"
+
+
 async def write_local(
-    pool: asyncpg.Pool, own_set: str, batch: Sequence[Record], report: IngestReport
+    pool: asyncpg.Pool, own_set: str, batch: Sequence[tuple[Path, Record]], report: IngestReport
 ) -> None:
     async with pool.acquire() as conn, conn.transaction():
-        result = await store.upsert_records(conn, own_set, [incoming(r) for r in batch])
+        result = await store.upsert_records(conn, own_set, [incoming(r) for _, r in batch])
     report.counts.update(result.counts)
-    for identifier in result.identifiers("refused_older"):
-        log.warning("refused %s: its gmd:dateStamp is older than the stored copy's", identifier)
+    refused = set(result.identifiers("refused_older"))
+    for path, record in batch:
+        if record.identifier in refused:
+            report.older.append((str(path), OLDER))
+            log.warning("refused %s (%s): %s", path, record.identifier, OLDER)
 
 
 async def ingest_paths(pool: asyncpg.Pool, own_set: str, paths: Sequence[Path]) -> IngestReport:
     """Load ISO 19139 files or folders into the own set."""
     await ensure_own_set(pool, own_set)
     report = IngestReport()
-    batch: list[Record] = []
+    batch: list[tuple[Path, Record]] = []
     for given in paths:
         files = xml_files(given) if given.is_dir() else [given]
         if not files:
@@ -98,7 +106,7 @@ async def ingest_paths(pool: asyncpg.Pool, own_set: str, paths: Sequence[Path]) 
                 report.refused.append((str(path), str(exc)))
                 log.warning("refused %s: %s", path, exc)
                 continue
-            batch.append(record)
+            batch.append((path, record))
             if len(batch) >= BATCH:
                 await write_local(pool, own_set, batch, report)
                 batch = []

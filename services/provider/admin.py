@@ -70,9 +70,7 @@ async def put_record(
     log.info("admin put %s: %s", identifier, outcome)
     status = 201 if outcome == "added" else 200
     if outcome == "refused_older":
-        raise HTTPException(
-            409, "record refused: its gmd:dateStamp is older than the stored copy's"
-        )
+        raise HTTPException(409, f"record refused: {ingest.OLDER}")
     return JSONResponse({"identifier": identifier, "outcome": outcome}, status_code=status)
 
 

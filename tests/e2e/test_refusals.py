@@ -4,11 +4,13 @@ links that could not work or would make the node's own answers invalid."""
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from shared.db.pool import connect
+from shared.generator import generate_record
 from tests.e2e.nodes import Node, NodeFactory
 
 PEER = "http://127.0.0.1:9/oai"
@@ -164,6 +166,22 @@ async def test_a_check_against_the_source_itself_is_refused(
     assert f"wiscat: check refused: {reason}" in err
     _, listed, _ = await node.wiscat("checks", "list")
     assert listed == "no checks\n"
+
+
+async def test_ingest_of_an_older_copy_says_it_stored_nothing(
+    make_node: NodeFactory, tmp_path: Path
+) -> None:
+    """A file whose record is older than the stored copy is not stored (invariant 5): it is named
+    on stderr and the exit status is 1, as for a bad file; it was only counted, with exit 0."""
+    node = await make_node("OLDER")
+    newer, older = tmp_path / "newer.xml", tmp_path / "older.xml"
+    newer.write_bytes(generate_record(1, md_datestamp=datetime(2025, 6, 1, tzinfo=UTC)))
+    older.write_bytes(generate_record(1, md_datestamp=datetime(2024, 6, 1, tzinfo=UTC), version=1))
+    await node.wiscat("ingest", str(newer))
+    code, out, err = await node.wiscat("ingest", str(older), check=False)
+    assert code == 1
+    assert f"refused: {older}: its gmd:dateStamp is older than the stored copy's\n" in err
+    assert out == "WIS-GISC-OLDER: refused_older 1, bad 0\n"
 
 
 async def test_a_database_migrated_by_a_newer_wiscat_is_refused(make_node: NodeFactory) -> None:
