@@ -90,6 +90,11 @@ def _socket(addr_info: AddrInfoType) -> socket.socket:
     return socket.socket(family=family, type=type_, proto=proto)
 
 
+# Named in the reason, so that an operator can raise the cap for a peer that sends larger pages
+# (a page of 10,000 records of 9 KB is about 90 MB).
+_CAP_SETTING = " (the cap is WISCAT_HARVEST_MAX_PAGE_BYTES)"
+
+
 @dataclass(frozen=True)
 class ClientSettings:
     """Timeouts and the guards against broken peers, as named settings."""
@@ -214,12 +219,14 @@ class OAIClient:
                 if decompressor.unconsumed_tail:
                     raise ResponseTooLarge(
                         f"response from {response.url.host} exceeds {cap} bytes decompressed"
+                        f"{_CAP_SETTING}"
                     )
             size += len(data)
             if size > cap:
                 raise ResponseTooLarge(
                     f"response from {response.url.host} exceeds {cap} bytes"
                     + (" decompressed" if decompressor else "")
+                    + _CAP_SETTING
                 )
             parts.append(data)
         if decompressor is None and head:  # one byte: no stream at all
