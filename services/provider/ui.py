@@ -157,6 +157,34 @@ def bar_plot(title: str, bars: Sequence[tuple[str, int]], y_label: str) -> str:
     return _frame(title, parts, 0, top, y_label, "day (UTC)", legend=[])
 
 
+# A plot shows at most one series per colour, and at most this many points of each: a node
+# with 150 links, each run hourly, made a page of megabytes (a circle per run and link) that
+# browsers drew slowly and no one could read.
+MAX_SERIES = len(PALETTE)
+MAX_POINTS = 200
+
+
+def _highest(
+    series: dict[str, list[tuple[datetime, float]]], limit: int
+) -> dict[str, list[tuple[datetime, float]]]:
+    """The ``limit`` series that reach the highest values (the slowest links, the longest lags):
+    those worth a look."""
+    ranked = sorted(series.items(), key=lambda item: (-max(v for _, v in item[1]), item[0]))
+    return dict(ranked[:limit])
+
+
+def thinned(values: list[tuple[datetime, float]], limit: int) -> list[tuple[datetime, float]]:
+    """At most ``limit`` points of ``values`` (in time order): of each run of consecutive points,
+    the highest, so that a spike is never thinned away."""
+    if len(values) <= limit:
+        return values
+    step = len(values) / limit
+    return [
+        max(values[int(n * step) : int((n + 1) * step)], key=lambda point: point[1])
+        for n in range(limit)
+    ]
+
+
 def line_plot(
     title: str,
     series: dict[str, list[tuple[datetime, float]]],
@@ -164,7 +192,13 @@ def line_plot(
     empty: str,
     y_format: Any = duration,
 ) -> str:
-    """One line per series over time; points carry a tooltip."""
+    """One line per series over time; points carry a tooltip. Many series: the
+    :data:`MAX_SERIES` highest, as the title says; long ones thinned to :data:`MAX_POINTS`."""
+    series = {name: values for name, values in series.items() if values}
+    if len(series) > MAX_SERIES:
+        title = f"{title}: the {MAX_SERIES} highest of {len(series)} links"
+        series = _highest(series, MAX_SERIES)
+    series = {name: thinned(values, MAX_POINTS) for name, values in series.items()}
     points = [p for values in series.values() for p in values]
     if not points:
         return (
