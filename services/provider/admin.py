@@ -247,8 +247,11 @@ async def remove_check(name: str, state: ProviderState = Depends(require_admin))
 @router.post("/checks/{name}/run")
 async def run_check_now(name: str, state: ProviderState = Depends(require_admin)) -> JSONResponse:
     """Ask the harvester to run this check at its next poll."""
-    if not await check_store.request_check(state.pool, name):
+    asked = await check_store.request_check(state.pool, name)
+    if asked is None:
         raise HTTPException(404, f"no check named {name!r}")
+    if not asked:
+        raise HTTPException(409, f"check {name} is disabled: enable it first")
     return JSONResponse({"check": name, "requested": True}, status_code=202)
 
 

@@ -139,6 +139,8 @@ async def latest_per_check(db: Executor) -> list[dict[str, Any]]:
     return [_row(row) for row in await db.fetch(_SQL["latest_per_check"])]
 
 
-async def request_check(db: Executor, name: str) -> bool:
-    """Have the harvester run ``name`` at its next poll; False if there is no such check."""
-    return await db.fetchval(_SQL["request_check"], name) is not None
+async def request_check(db: Executor, name: str) -> bool | None:
+    """Have the harvester run ``name`` at its next poll: True when asked, False when the check
+    is disabled (it never runs, so nothing is asked), None if there is no such check."""
+    enabled: bool | None = await db.fetchval(_SQL["request_check"], name)
+    return enabled

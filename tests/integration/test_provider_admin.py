@@ -199,6 +199,22 @@ async def test_harvest_now_is_refused_for_a_disabled_link(
     assert (status, body) == (404, {"detail": "no link named 'nope'"})
 
 
+async def test_run_now_is_refused_for_a_disabled_check(provider: RunningProvider, db: Pool) -> None:
+    """As with links: a disabled check never runs, so "run now" is refused, not 202."""
+    check = {"set": "S", "source": PEER, "peers": [PEER + "2"], "enabled": False}
+    url = f"{provider.root}/admin/checks/c"
+    assert (await request("PUT", url, json=check, headers=AUTH))[0] == 200
+    before = await db.fetchval("select next_run_at from checks")
+    status, body = await request("POST", url + "/run", headers=AUTH)
+    assert (status, body) == (409, {"detail": "check c is disabled: enable it first"})
+    assert await db.fetchval("select next_run_at from checks") == before
+    assert (await request("PUT", url, json={**check, "enabled": True}, headers=AUTH))[0] == 200
+    status, body = await request("POST", url + "/run", headers=AUTH)
+    assert (status, body) == (202, {"check": "c", "requested": True})
+    status, body = await request("POST", f"{provider.root}/admin/checks/nope/run", headers=AUTH)
+    assert (status, body) == (404, {"detail": "no check named 'nope'"})
+
+
 @pytest.mark.parametrize("report", ["0", "-1", "123", str(2**63), "9" * 30])
 async def test_a_report_that_does_not_exist_is_not_found(
     provider: RunningProvider, report: str

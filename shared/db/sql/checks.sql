@@ -72,5 +72,6 @@ where check_name is not null
 order by check_name, finished_at desc
 
 -- name: request_check --
--- Run a check at the harvester's next poll.
-update checks set next_run_at = now() where name = $1 returning name
+-- Run a check at the harvester's next poll, if it is enabled: whether it is (no row: no such check).
+with asked as (update checks set next_run_at = now() where name = $1 and enabled)
+select enabled from checks where name = $1
