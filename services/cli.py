@@ -222,8 +222,8 @@ async def cmd_ingest(settings: Settings, args: argparse.Namespace) -> int:
             await pool.close()
     for path, reason in report.refused:
         print(f"bad: {path}: {reason}", file=sys.stderr)
-    for path, reason in report.older:
-        print(f"refused: {path}: {reason}", file=sys.stderr)
+    for path in report.older:
+        print(f"refused: {path}: {ingest.OLDER}", file=sys.stderr)
     print(f"{settings.own_set}: {report.summary()}")
     return 1 if report.refused or report.older else 0
 

@@ -31,7 +31,7 @@ class IngestReport:
 
     counts: Counter[str] = field(default_factory=Counter)
     refused: list[tuple[str, str]] = field(default_factory=list)
-    older: list[tuple[str, str]] = field(default_factory=list)
+    older: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
         parts = [f"{name} {self.counts[name]}" for name in sorted(self.counts)]
@@ -85,7 +85,7 @@ async def write_local(
     refused = set(result.identifiers("refused_older"))
     for path, record in batch:
         if record.identifier in refused:
-            report.older.append((str(path), OLDER))
+            report.older.append(str(path))
             log.warning("refused %s (%s): %s", path, record.identifier, OLDER)
 
 

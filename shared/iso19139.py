@@ -25,6 +25,8 @@ from datetime import UTC, date, datetime, time
 
 from lxml import etree
 
+from shared.text import clipped
+
 # Namespaces of ISO 19139 (the 2005 schemas WMO Core 1.3 profiles) and of what records carry.
 GMD = "http://www.isotc211.org/2005/gmd"
 GCO = "http://www.isotc211.org/2005/gco"
@@ -209,8 +211,8 @@ def md_datestamp(root: etree._Element) -> datetime | None:
     text = _text(value)
     moment = parse(text)
     if moment is None:
-        shown = text if len(text) <= 60 else text[:57] + "..."  # the record's text, any length
-        raise RecordError(f"gmd:dateStamp is not a date: {shown!r}")
+        # the record's text, of any length
+        raise RecordError(f"gmd:dateStamp is not a date: {clipped(text, 60)!r}")
     return moment
 
 

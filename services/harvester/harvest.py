@@ -35,6 +35,7 @@ from shared.oaipmh.dates import shifted
 from shared.oaipmh.errors import CannotDisseminateFormat, IdDoesNotExist, OAIError
 from shared.oaipmh.pages import HeaderItem, IdentifyInfo, RecordItem
 from shared.settings import Settings
+from shared.text import clipped
 
 log = logging.getLogger("wiscat.harvester")
 
@@ -236,8 +237,8 @@ MAX_REASON = 1000
 
 async def _finish(ctx: HarvestContext, link: Link, report: RunReport, started: float) -> None:
     report.seconds = time.monotonic() - started
-    if report.error is not None and len(report.error) > MAX_REASON:
-        report.error = report.error[: MAX_REASON - 3] + "..."
+    if report.error is not None:
+        report.error = clipped(report.error, MAX_REASON)
     finished = await link_store.finish_run(
         ctx.pool,
         report.run_id,
@@ -459,8 +460,8 @@ async def _get_records(
                     link.base_url, header.identifier, link.metadata_prefix
                 )
             except (IdDoesNotExist, CannotDisseminateFormat) as exc:
-                reason = f"GetRecord answered {exc.code}: {exc.message}"
-                sorter.quarantined.append((header.identifier, reason[:MAX_REASON], b""))
+                reason = clipped(f"GetRecord answered {exc.code}: {exc.message}", MAX_REASON)
+                sorter.quarantined.append((header.identifier, reason, b""))
                 return
         if item.header.deleted:
             return

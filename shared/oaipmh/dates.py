@@ -22,11 +22,12 @@ _DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
 _SECONDS = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z")
 
 
-# (isoformat, not strftime: strftime writes year 1 as "1", where the form needs "0001")
-
-
 def format_datestamp(moment: datetime) -> str:
-    """Write ``moment`` as ``YYYY-MM-DDThh:mm:ssZ`` (truncated to the second, in UTC)."""
+    """Write ``moment`` as ``YYYY-MM-DDThh:mm:ssZ`` (truncated to the second, in UTC).
+
+    isoformat, not strftime, here and in :func:`format_day`: strftime writes year 1 as "1",
+    where the form needs "0001".
+    """
     return moment.astimezone(UTC).replace(tzinfo=None).isoformat("T", "seconds") + "Z"
 
 

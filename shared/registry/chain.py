@@ -54,6 +54,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from lxml import etree
 
 from shared.oaipmh.pages import has_doctype
+from shared.text import clipped
 
 ZERO_HASH = "0" * 128
 MAX_TRANSACTIONS = 500
@@ -185,9 +186,8 @@ def load_public_key(text: str) -> Ed25519PublicKey:
     except (UnicodeEncodeError, binascii.Error):
         raw = b""
     if len(raw) != 32:
-        shown = text if len(text) <= 60 else text[:57] + "..."
         raise ValueError(
-            f"{shown!r} is not a public key: an Ed25519 key's 32 bytes in base64, "
+            f"{clipped(text, 60)!r} is not a public key: an Ed25519 key's 32 bytes in base64, "
             "as `wiscat registry keygen` prints it"
         )
     return Ed25519PublicKey.from_public_bytes(raw)
