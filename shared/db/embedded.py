@@ -7,10 +7,21 @@ After an unclean stop (a crash, a power cut, a killed container) the server firs
 write-ahead log, which for a large catalogue takes longer than the 10 seconds ``pgserver`` waits
 for it; the server goes on starting all the same. :meth:`EmbeddedPostgres.start` then waits for
 it, saying so in the log, up to :attr:`EmbeddedPostgres.start_timeout`.
+
+An unclean stop also leaves ``postmaster.pid`` behind, naming a process id that, after a restart,
+another process may hold (in a container, very likely). ``pgserver`` trusts any live process of
+that id: it would attach to a server that does not run, and at exit stop "it" with SIGTERM, then
+SIGKILL. :meth:`EmbeddedPostgres.start` first checks that the process is this folder's server,
+and removes the file when it is not, as PostgreSQL itself does with a lock file whose process is
+gone. It also forgets the processes that no longer run from ``pgserver``'s list of those using
+the server: a process killed with SIGKILL stays in it, and the server, which is stopped when its
+last user exits, would then never be stopped.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 import os
 import re
@@ -50,6 +61,18 @@ def import_pgserver() -> Any:
     return pgserver
 
 
+def _attached(lines: list[str]) -> bool:
+    """Whether processes are still attached to the shared memory that ``postmaster.pid``
+    (``lines``) names: the killed server's own, still ending. PostgreSQL refuses to start then,
+    and so the file is kept. True when that cannot be read (no ``/proc/sysvipc``)."""
+    try:
+        shmid = lines[6].split()[1]
+        table = Path("/proc/sysvipc/shm").read_text().splitlines()[1:]
+    except (OSError, IndexError):
+        return True
+    return any(row.split()[1] == shmid and row.split()[6] != "0" for row in table)
+
+
 class EmbeddedPostgres:
     """A running embedded server; ``url`` is its libpq URL. ``stop()`` shuts it down."""
 
@@ -74,6 +97,7 @@ class EmbeddedPostgres:
         pgserver = import_pgserver()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         deadline = time.monotonic() + self.start_timeout
+        self._forget_the_gone()
         try:
             self._server = self._attach(pgserver, deadline)
             current = int(str(self._server.psql("show max_connections;")).split()[2])
@@ -88,6 +112,51 @@ class EmbeddedPostgres:
             raise EmbeddedServerError(f"embedded PostgreSQL failed to start: {exc}") from exc
         log.info("embedded PostgreSQL running in %s", self.path)
         return str(self._server.get_uri())
+
+    def _forget_the_gone(self) -> None:
+        """Remove a ``postmaster.pid`` whose process is not this folder's server, and the
+        processes that no longer run from ``pgserver``'s list of the server's users."""
+        import psutil  # pgserver's own dependency: loaded, like pgserver, by embedded nodes only
+
+        lock = self.path / "postmaster.pid"
+        try:
+            lines = lock.read_text().splitlines()
+            pid = int(lines[0])
+        except (OSError, ValueError, IndexError):
+            pid = None  # no server, or one writing the file: PostgreSQL judges it
+        if pid is not None and not self._may_be_this_server(pid) and not _attached(lines):
+            log.warning(
+                "embedded PostgreSQL: %s names process %d, which is not this folder's server "
+                "(a file left by an unclean stop); removing it",
+                lock,
+                pid,
+            )
+            if len(lines) > 4:  # and the lock of its socket, which names the same process
+                socket_lock = Path(lines[4].strip(), f".s.PGSQL.{lines[3].strip()}.lock")
+                with contextlib.suppress(OSError, IndexError):
+                    if socket_lock.read_text().splitlines()[0].strip() == str(pid):
+                        socket_lock.unlink()
+            lock.unlink(missing_ok=True)
+        users = self.path / ".handle_pids.json"
+        try:
+            pids = json.loads(users.read_text())
+        except (OSError, ValueError):
+            return
+        running = [p for p in pids if isinstance(p, int) and psutil.pid_exists(p)]
+        if running != pids:
+            users.write_text(json.dumps(running))
+
+    def _may_be_this_server(self, pid: int) -> bool:
+        """False when process ``pid`` runs and is surely not a PostgreSQL server of this folder
+        (``postgres -D path``). A process that is gone is left to PostgreSQL, which removes the
+        file itself; one whose command line cannot be read is left alone."""
+        import psutil
+
+        try:
+            command = psutil.Process(pid).cmdline()
+        except psutil.Error:  # gone, or not ours to read
+            return True
+        return bool(command) and Path(command[0]).name == "postgres" and str(self.path) in command
 
     def _attach(self, pgserver: Any, deadline: float) -> Any:
         """``pgserver``'s handle on the server, started if need be, once it accepts connections."""

@@ -13,6 +13,7 @@ import contextlib
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -20,10 +21,12 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import pgserver
+import psutil
 import pytest
 from pgserver._commands import pg_ctl
 
-from shared.db.embedded import EmbeddedPostgres
+from shared.db.embedded import EmbeddedPostgres, _attached
 from shared.db.errors import EmbeddedServerError
 from shared.db.pool import connect
 
@@ -139,3 +142,91 @@ def test_a_folder_the_server_cannot_start_in_is_refused_untouched(
     with pytest.raises(EmbeddedServerError, match="set WISCAT_DATA_DIR to a plain path"):
         EmbeddedPostgres(data_dir).start()
     assert list(tmp_path.iterdir()) == []  # nothing made, nothing run
+
+
+def _killed(server: EmbeddedPostgres) -> list[str]:
+    """Kill the running server as a power cut would, once its processes have all ended; return
+    the ``postmaster.pid`` it left."""
+    lines = (server.path / "postmaster.pid").read_text().splitlines()
+    os.kill(int(lines[0]), signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while psutil.pid_exists(int(lines[0])) or _attached(lines):
+        assert time.monotonic() < deadline, "the killed server's processes did not end"
+        time.sleep(0.1)
+    server._server = None  # the handle of a server that is gone
+    pgserver.PostgresServer._instances.pop(server.path, None)
+    return lines
+
+
+def test_a_lock_file_naming_another_process_is_removed_and_that_process_left_alone(
+    folder: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # After a restart the process id in the lock files an unclean stop left is often another
+    # process's (in a container, almost always): pgserver took it for the server, the start
+    # failed ("psql ... returned non-zero exit status 2"), and at exit pgserver stopped that
+    # process with SIGTERM.
+    server = EmbeddedPostgres(folder)
+    server.start()
+    lines = _killed(server)
+    with subprocess.Popen(["sleep", "600"]) as other:
+        try:
+            socket_lock = Path(lines[4].strip(), f".s.PGSQL.{lines[3].strip()}.lock")
+            for lock in (server.path / "postmaster.pid", socket_lock):
+                kept = lock.read_text().splitlines()[1:]
+                lock.write_text("\n".join([str(other.pid), *kept]) + "\n")
+
+            again = EmbeddedPostgres(folder)
+            url = again.start()
+            assert f"names process {other.pid}, which is not this folder's server" in caplog.text
+            running = (server.path / "postmaster.pid").read_text().splitlines()[0]
+            assert running != str(other.pid) and psutil.Process(int(running)).name() == "postgres"
+            assert asyncio.run(_one(url)) == 1
+            again.stop()
+            assert not (server.path / "postmaster.pid").exists()  # that server stopped
+            time.sleep(0.5)
+            assert other.poll() is None  # and the other process was left alone
+        finally:
+            other.kill()
+
+
+def test_a_lock_file_of_this_server_is_kept(folder: Path) -> None:
+    server = EmbeddedPostgres(folder)
+    server.start()
+    try:
+        # a second user of the running server (another wiscat process) attaches to it
+        second = EmbeddedPostgres(folder)
+        assert asyncio.run(_one(second.start())) == 1
+        second.stop()
+    finally:
+        server.stop()
+
+
+def test_a_user_killed_with_sigkill_does_not_keep_the_server_running(folder: Path) -> None:
+    # pgserver stops the server when the last process using it exits; a process killed with
+    # SIGKILL stayed on its list for ever, so the server was never stopped again.
+    start = (
+        "import sys, time; from pathlib import Path; from shared.db.embedded import "
+        "EmbeddedPostgres; EmbeddedPostgres(Path(sys.argv[1])).start(); print('up', flush=True); "
+        "time.sleep(600)"
+    )
+    with subprocess.Popen(
+        [sys.executable, "-c", start, str(folder)], stdout=subprocess.PIPE, text=True
+    ) as user:
+        try:
+            assert user.stdout is not None and user.stdout.readline() == "up\n"
+        finally:
+            user.kill()
+    assert (folder / "postgres" / "postmaster.pid").exists()  # its server runs on
+
+    server = EmbeddedPostgres(folder)
+    server.start()
+    server.stop()
+    assert not (folder / "postgres" / "postmaster.pid").exists()
+
+
+async def _one(url: str) -> int:
+    conn = await connect(url)
+    try:
+        return int(await conn.fetchval("select 1"))
+    finally:
+        await conn.close()
