@@ -13,6 +13,7 @@ Exception tree::
      +-- TooManyRequests         the list needed more requests than allowed
      +-- BadResponse             not OAI-PMH, or not well-formed (wraps pages.ResponseError)
      +-- LinkRemoved             the link was removed while it ran (its runs went with it)
+ +-- RunTakenOver            another worker took the link over while this run was held up
 
 Its own module, without aiohttp, so that the harvester's page workers can raise them.
 """
@@ -68,3 +69,9 @@ class BadResponse(HarvestError):
 
 class LinkRemoved(HarvestError):
     """The run's link was removed while it ran: the run stops at its next page, unwritten."""
+
+
+class RunTakenOver(HarvestError):
+    """Another worker leased the link and closed this run as abandoned (this worker's lease
+    ran out unrenewed: the process was paused, or cut off from the database, for longer than a
+    lease): the run stops at its next page, unwritten, so the link never runs twice at once."""

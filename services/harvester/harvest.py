@@ -23,13 +23,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from services.harvester.client import OAIClient, global_addresses_only
-from services.harvester.errors import HarvestError, LinkRemoved
+from services.harvester.errors import HarvestError, LinkRemoved, RunTakenOver
 from services.harvester.metrics import HarvesterMetrics
 from services.harvester.page_records import PageReaders, PageSorter
 from shared.db import links as link_store
 from shared.db import records as store
 from shared.db.links import Link, PageCounts
-from shared.db.pool import Pool
+from shared.db.pool import Connection, Pool
 from shared.linkspec import REGISTRY_LINK_PREFIX
 from shared.oaipmh.dates import shifted
 from shared.oaipmh.errors import CannotDisseminateFormat, IdDoesNotExist, OAIError
@@ -256,7 +256,8 @@ async def _finish(ctx: HarvestContext, link: Link, report: RunReport, started: f
         return
     if report.status != "ok":
         ctx.identified.pop(link.base_url, None)  # the peer may have changed: ask it again
-        await link_store.fail_link(ctx.pool, link.name, report.run_id, report.error or "")
+        if report.error_kind != RunTakenOver.__name__:  # the link's state is its new run's
+            await link_store.fail_link(ctx.pool, link.name, report.run_id, report.error or "")
         ctx.metrics.errors.labels(link.name, report.error_kind or "unknown").inc()
         _run_log(report).warning("harvest %s", report.summary())
     else:
@@ -395,6 +396,7 @@ async def _backup(ctx: HarvestContext, link: Link, report: RunReport) -> None:
         report.pages += 1
         report.bytes += page.bytes
         async with ctx.pool.acquire() as conn, conn.transaction():
+            await _hold_run(conn, link, report)
             result = await store.backup_records(
                 conn,
                 link.local_set,
@@ -411,8 +413,7 @@ async def _backup(ctx: HarvestContext, link: Link, report: RunReport) -> None:
                 refused=counts["refused_protected"],
                 quarantined=len(sorter.quarantined),
             )
-            if not await link_store.record_page(conn, report.run_id, page_counts):
-                raise LinkRemoved(f"link {link.name} was removed during the run")
+            await link_store.record_page(conn, report.run_id, page_counts)
             await link_store.quarantine(
                 conn, link.name, report.run_id, report.pages, sorter.quarantined
             )
@@ -494,10 +495,11 @@ async def _store_page(
     async with ctx.pool.acquire() as conn, conn.transaction():
         # Invariant 2: a write transaction must end well inside the provider's settle window.
         await conn.execute(f"set local statement_timeout = {timeout_ms}")
+        await _hold_run(conn, link, report)
         result = await store.upsert_records(conn, link.local_set, batch, protected_set=protected)
         counts = result.counts
         refused = counts["refused_older"] + counts["refused_protected"]
-        recorded = await link_store.record_page(
+        await link_store.record_page(
             conn,
             report.run_id,
             PageCounts(
@@ -509,8 +511,6 @@ async def _store_page(
                 quarantined=len(quarantined),
             ),
         )
-        if not recorded:  # the transaction ends unwritten
-            raise LinkRemoved(f"link {link.name} was removed during the run")
         await link_store.quarantine(conn, link.name, report.run_id, report.pages, quarantined)
     ctx.metrics.bytes.labels(link.name).inc(size)
     page_counts = {
@@ -543,6 +543,20 @@ async def _store_page(
         _run_log(report).warning("harvest %s: quarantined %s: %s", link.name, held, reason)
 
 
+async def _hold_run(conn: Connection, link: Link, report: RunReport) -> None:
+    """Start a write of the run: stop it, the transaction unwritten, if it no longer runs."""
+    status = await link_store.hold_run(conn, report.run_id)
+    if status is None:
+        raise LinkRemoved(f"link {link.name} was removed during the run")
+    if status != "running":
+        raise RunTakenOver(
+            f"another worker took link {link.name} over during this run, whose lease had run "
+            "out unrenewed (the process held up, or cut off from the database, for longer than "
+            "WISCAT_HARVEST_LEASE_SECONDS); this run stopped, its pages written before are "
+            "kept, and the high-water mark is the other run's to move"
+        )
+
+
 async def _complete(
     ctx: HarvestContext,
     link: Link,
@@ -569,6 +583,7 @@ async def _complete(
     counts: Counter[str] = Counter()
     timeout_ms = int(ctx.settings.write_timeout_seconds * 1000)
     async with ctx.pool.acquire() as conn, conn.transaction():
+        await _hold_run(conn, link, report)
         for start in range(0, len(deletions), DELETE_BATCH):
             await conn.execute(f"set local statement_timeout = {timeout_ms}")
             result = await store.delete_records(

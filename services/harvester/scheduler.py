@@ -45,7 +45,7 @@ async def _keep_lease(pool: Pool, name: str, owner: str, lease: timedelta) -> No
             log.warning("could not renew the lease of %s: %s", name, exc)
             continue
         if not renewed:
-            log.warning("lost the lease of %s", name)
+            log.warning("lost the lease of %s: another worker took it over; this run stops", name)
             return
 
 

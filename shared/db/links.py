@@ -204,9 +204,16 @@ class PageCounts:
     quarantined: int = 0
 
 
-async def record_page(conn: Connection, run_id: int, counts: PageCounts) -> bool:
-    """Add a page's counts to its run; False if the run is gone (its link was removed)."""
-    row = await conn.fetchval(
+async def hold_run(conn: Connection, run_id: int) -> str | None:
+    """The run's status, its row locked for the rest of ``conn``'s transaction; None if the run
+    is gone (its link was removed)."""
+    status: str | None = await conn.fetchval(_SQL["hold_run"], run_id)
+    return status
+
+
+async def record_page(conn: Connection, run_id: int, counts: PageCounts) -> None:
+    """Add a page's counts to its run (held by :func:`hold_run` in the same transaction)."""
+    await conn.execute(
         _SQL["record_page"],
         run_id,
         counts.bytes,
@@ -217,7 +224,6 @@ async def record_page(conn: Connection, run_id: int, counts: PageCounts) -> bool
         counts.refused,
         counts.quarantined,
     )
-    return row is not None
 
 
 async def finish_run(

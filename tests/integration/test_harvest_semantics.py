@@ -275,6 +275,36 @@ async def test_a_link_removed_while_it_runs_stops_its_run(pair: Pair) -> None:
     assert await pair.sink.fetchval("select count(*) from harvest_runs") == 0
 
 
+async def test_a_run_whose_link_another_worker_took_over_stops(pair: Pair) -> None:
+    # A worker held up for longer than its lease (paused, or cut off from the database) lets
+    # another worker lease the link and run it, which closes the first run as abandoned. The
+    # first run went on when its worker came back: its pages, and at the end its high-water
+    # mark, written while the other run of the same link wrote its own.
+    from services.harvester.harvest import harvest_link
+
+    peer = SlowPeer()
+    async with serving(b"", pages=peer.page) as url:
+        first = await peer.harvest_until_third_page(pair, "taken", url)
+        link = await link_store.get_link(pair.sink, "taken")
+        assert link is not None
+        second = asyncio.create_task(harvest_link(pair.ctx, link, window=False))
+        stopped, done = await asyncio.wait_for(asyncio.gather(first, second), 60)
+    assert (stopped.status, stopped.error_kind) == ("failed", "RunTakenOver"), stopped.summary()
+    assert stopped.error is not None and "another worker took link taken over" in stopped.error
+    assert done.status == "ok", done.summary()
+    assert peer.asked.count(20) == 1  # the list's end was asked for by the second run alone
+    runs = await pair.sink.fetch("select id, status, error_kind from harvest_runs order by id")
+    assert [tuple(r) for r in runs] == [
+        (stopped.run_id, "failed", "RunTakenOver"),
+        (done.run_id, "ok", None),
+    ]
+    state = await pair.sink.fetchrow(
+        "select last_run_id, last_error from links where name = 'taken'"
+    )
+    assert tuple(state) == (done.run_id, None)  # the stopped run did not mark the link failed
+    assert await pair.sink.fetchval("select count(*) from records") == 200
+
+
 async def test_a_source_changed_during_a_run_keeps_its_reset_high_water_mark(pair: Pair) -> None:
     # the run of the old source, once done, set the high-water mark the change had reset: the
     # next run asked the new peer only for what came after the old peer's last datestamp

@@ -83,15 +83,19 @@ returning id
 -- The from a run asked for, once it is known (after the peer's Identify).
 update harvest_runs set from_date = $2 where id = $1
 
+-- name: hold_run --
+-- The run's status, its row locked until the transaction ends: each write of a run first checks
+-- that the run still runs, and no other worker can close it (take the link over) meanwhile.
+-- No row when the run is gone (its link was removed).
+select status from harvest_runs where id = $1 for update
+
 -- name: record_page --
--- Add one page's counts to its run (in the page's own transaction); no row when the run is gone
--- (its link was removed).
+-- Add one page's counts to its run (in the page's own transaction, after hold_run).
 update harvest_runs
 set pages = pages + 1, bytes = bytes + $2, added = added + $3, updated = updated + $4,
     unchanged = unchanged + $5, deleted = deleted + $6, refused = refused + $7,
     quarantined = quarantined + $8
 where id = $1
-returning id
 
 -- name: finish_run --
 -- Close a run with its status and reason.
