@@ -54,6 +54,13 @@ class Settings(BaseSettings):
         le=3660,
         description="days tombstones are kept (fractions allowed); 0: forever",
     )
+    history_retention_days: float = Field(
+        default=90,
+        ge=0,
+        le=3660,
+        description="days harvest runs, quarantined records and check reports are kept (each "
+        "link's last run and each check's latest report always); 0: forever",
+    )
     settle_seconds: float = Field(default=5.0, ge=0, le=3600)
     provider_host: str = "127.0.0.1"
     provider_port: int = Field(default=8080, ge=1, le=65535)

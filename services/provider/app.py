@@ -16,8 +16,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from services.provider import admin, monitoring, oai, registry, ui
 from services.provider.metrics import ProviderMetrics
 from services.provider.oai import CUT_OFF, ProviderState
+from shared.db import checks as check_store
+from shared.db import links as link_store
 from shared.db import records as store
-from shared.db.errors import UNAVAILABLE, UNSTORABLE_TEXT, DatabaseError
+from shared.db.errors import UNAVAILABLE, UNSTORABLE_TEXT
 from shared.db.migrate import check_current
 from shared.db.pool import create_pool
 from shared.ingest import ensure_own_set
@@ -30,18 +32,36 @@ PURGE_EVERY = 3600.0
 
 
 async def _purge_loop(state: ProviderState) -> None:
-    """Drop tombstones once the retention period has passed (seed 002: kept three months)."""
-    retention = timedelta(days=state.settings.deleted_retention_days)
+    """Drop what has outlived its retention period: tombstones (seed 002: kept three months),
+    and the history (harvest runs, quarantined records, check reports), which would otherwise
+    grow without end."""
+    settings = state.settings
+    tombstones = timedelta(days=settings.deleted_retention_days)
+    history = timedelta(days=settings.history_retention_days)
     # hourly; a retention shorter than a few hours (a test, a demo) is checked more often
-    every = min(PURGE_EVERY, max(retention.total_seconds() / 4, 1.0))
+    shortest = min(r for r in (tombstones, history) if r > timedelta(0))
+    every = min(PURGE_EVERY, max(shortest.total_seconds() / 4, 1.0))
     while True:
         try:
-            purged = await store.purge_tombstones(state.pool, retention)
-            if purged:
-                state.metrics.tombstones_purged.inc(purged)
-                log.info("purged %d tombstones older than %s", purged, retention)
-        except DatabaseError as exc:  # pragma: no cover - logged, retried next round
-            log.warning("tombstone purge failed: %s", exc)
+            if tombstones:
+                purged = await store.purge_tombstones(state.pool, tombstones)
+                if purged:
+                    state.metrics.tombstones_purged.inc(purged)
+                    log.info("purged %d tombstones older than %s", purged, tombstones)
+            if history:
+                runs, quarantined = await link_store.purge_history(state.pool, history)
+                reports = await check_store.purge_reports(state.pool, history)
+                if runs or quarantined or reports:
+                    log.info(
+                        "purged %d harvest runs, %d quarantined records and %d check reports "
+                        "older than %s",
+                        runs,
+                        quarantined,
+                        reports,
+                        history,
+                    )
+        except Exception as exc:  # a database outage: logged, tried again next round
+            log.warning("purge failed: %s: %s", type(exc).__name__, exc)
         await asyncio.sleep(every)
 
 
@@ -67,7 +87,7 @@ def create_app(settings: Settings, database_url: str) -> FastAPI:
             await registry.start(app, state)
             purge = (
                 asyncio.create_task(_purge_loop(state))
-                if settings.deleted_retention_days > 0
+                if settings.deleted_retention_days > 0 or settings.history_retention_days > 0
                 else None
             )
             log.info("provider ready: %s (own set %s)", settings.base_url, settings.own_set)

@@ -130,6 +130,11 @@ async def recent_reports(
     return [_row(row) for row in await db.fetch(_SQL["recent_reports"], name, limit)]
 
 
+async def purge_reports(db: Executor, retention: timedelta) -> int:
+    """Drop reports older than ``retention`` but each check's latest; return how many."""
+    return int(await db.fetchval(_SQL["purge_reports"], retention))
+
+
 async def get_report(db: Executor, report_id: int) -> dict[str, Any] | None:
     row = await db.fetchrow(_SQL["get_report"], report_id)
     return _row(row) if row else None

@@ -265,6 +265,14 @@ async def complete_list(
     return row is not None
 
 
+async def purge_history(db: Executor, retention: timedelta) -> tuple[int, int]:
+    """Drop runs (but each link's last) and quarantined records older than ``retention``;
+    return how many of each."""
+    runs = int(await db.fetchval(_SQL["purge_runs"], retention))
+    quarantined = int(await db.fetchval(_SQL["purge_quarantine"], retention))
+    return runs, quarantined
+
+
 async def fail_link(db: Executor, name: str, run_id: int, reason: str) -> None:
     await db.execute(_SQL["fail_link"], name, run_id, reason)
 

@@ -192,6 +192,35 @@ async def test_unusable_records_are_quarantined_and_the_rest_stored(pair: Pair) 
     assert b"hello" in next(r["raw"] for r in rows if r["identifier"] == "wrong-root")
 
 
+async def test_a_bad_record_sent_again_keeps_one_quarantine_row(pair: Pair) -> None:
+    # a peer's bad record comes back at every full and window run: each time it was stored
+    # again, raw bytes and all (a peer with 5,000 such records, weekly full runs: 40 MB a week)
+    from services.harvester.harvest import harvest_link
+
+    now = datetime.now(UTC)
+    bad = render.record("wrong-root", now, [], False, "<x:thing xmlns:x='urn:x'>hi</x:thing>")
+    empty = "<gmd:MD_Metadata xmlns:gmd='http://www.isotc211.org/2005/gmd'/>"
+    pieces = [
+        bad,
+        bad,  # twice in one page
+        render.record("no-file-id", now, [], False, empty),
+        render.record("no-file-id", now, [], False, empty.replace("/>", "><x/></gmd:MD_Metadata>")),
+    ]
+    async with serving(list_records_page(pieces)) as url:
+        await link_store.add_link(pair.sink, _link("again", url))
+        link = await link_store.get_link(pair.sink, "again")
+        assert link is not None
+        first = await harvest_link(pair.ctx, link, full=True, window=False)
+        second = await harvest_link(pair.ctx, link, full=True, window=False)
+    assert first.status == second.status == "ok", second.summary()
+    assert first.counts["quarantined"] == second.counts["quarantined"] == 4  # each one counted
+    rows = await pair.sink.fetch("select identifier, run_id from quarantine order by id")
+    # one row per bad record (the same identifier with other bytes is another record), each
+    # from the latest run
+    assert sorted(r["identifier"] for r in rows) == ["no-file-id", "no-file-id", "wrong-root"]
+    assert {r["run_id"] for r in rows} == {second.run_id}
+
+
 async def test_an_identifier_too_long_to_store_is_quarantined(pair: Pair) -> None:
     # PostgreSQL indexes no entry over 2,704 bytes: one such identifier in a page used to fail
     # the page's one statement, so the link's every run, for good

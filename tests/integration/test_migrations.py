@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
 import uuid
+from pathlib import Path
 
 from shared.db import migrate as migrations
 from shared.db.errors import SchemaNotCurrent
@@ -49,6 +51,40 @@ async def test_migrations_apply_to_an_empty_database_once(template_ready: str) -
                 "where attrelid = 'records'::regclass and attname = 'xml'"
             )
             assert storage == (b"x" if lz4 else b"e")
+        finally:
+            await conn.close()
+    finally:
+        await drop_database(template_ready, url)
+
+
+async def test_quarantine_copies_stored_before_0006_are_dropped_but_the_newest(
+    template_ready: str, tmp_path: Path
+) -> None:
+    # before 0006 a bad record sent again was stored again: the migration keeps one row of each
+    name = "wiscat_m_" + uuid.uuid4().hex[:10]
+    admin = await connect(template_ready)
+    await admin.execute(f"create database {name}")
+    await admin.close()
+    url = with_database(template_ready, name)
+    for migration in migrations.available():
+        if migration.version < 6:
+            shutil.copy(migration.path, tmp_path)
+    try:
+        conn = await connect(url)
+        try:
+            assert len(await migrations.migrate(conn, tmp_path)) == 5
+            await conn.execute("insert into sets (spec, name, kind) values ('S', 'S', 'remote')")
+            await conn.execute(
+                "insert into links (name, base_url, local_set) values ('peer', 'http://p/oai', 'S')"
+            )
+            await conn.execute(
+                "insert into quarantine (link, identifier, reason, raw) values "
+                "('peer', 'a', 'r1', 'x'), ('peer', 'a', 'r2', 'x'), ('peer', 'a', 'r3', 'y'), "
+                "('peer', null, 'r4', 'z'), ('peer', null, 'r5', 'z'), (null, 'a', 'r6', 'x')"
+            )
+            assert await migrations.migrate(conn) == ["0006_history.sql"]
+            kept = await conn.fetch("select identifier, reason from quarantine order by id")
+            assert [tuple(r) for r in kept] == [("a", "r2"), ("a", "r3"), (None, "r5"), ("a", "r6")]
         finally:
             await conn.close()
     finally:

@@ -75,3 +75,18 @@ order by check_name, finished_at desc
 -- Run a check at the harvester's next poll, if it is enabled: whether it is (no row: no such check).
 with asked as (update checks set next_run_at = now() where name = $1 and enabled)
 select enabled from checks where name = $1
+
+-- name: purge_reports --
+-- Drop reports that finished before $1 ago, but the latest of each check (its metrics).
+with gone as (
+    delete from check_reports r
+    where r.finished_at < now() - $1::interval
+      and r.id <> coalesce((
+          select latest.id from check_reports latest
+          where latest.check_name = r.check_name
+          order by latest.finished_at desc, latest.id desc
+          limit 1
+      ), 0)
+    returning 1
+)
+select count(*) from gone

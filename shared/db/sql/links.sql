@@ -122,10 +122,16 @@ returning name
 update links set last_run_id = $2, last_error = $3 where name = $1
 
 -- name: quarantine_records --
--- Keep records that could not be used, with their raw bytes and the reason.
+-- Keep records that could not be used, with their raw bytes and the reason; one row per bad
+-- record and link: a record quarantined before (same identifier and bytes) gets this run's
+-- page, reason and time instead of a second row.
 insert into quarantine (link, run_id, page, identifier, reason, raw)
-select $1, $2, $3, identifier, reason, raw
+select distinct on (md5(coalesce(identifier, '')), sha256(raw))
+    $1, $2, $3, identifier, reason, raw
 from unnest($4::text[], $5::text[], $6::bytea[]) as t (identifier, reason, raw)
+on conflict (link, md5(coalesce(identifier, '')), sha256(raw)) do update
+set run_id = excluded.run_id, page = excluded.page, reason = excluded.reason,
+    received_at = now()
 
 -- name: live_in_set --
 -- How many of these identifiers are live in a set (for the mass-deletion circuit breaker).
@@ -147,7 +153,7 @@ limit $2
 -- The latest quarantined records, newest first (without their raw bytes).
 select id, link, run_id, page, identifier, reason, length(raw) as size, received_at
 from quarantine
-order by id desc
+order by received_at desc, id desc
 limit $1
 
 -- name: close_abandoned_runs --
@@ -157,3 +163,21 @@ set status = 'failed', finished_at = now(), error_kind = 'abandoned',
     error = 'the worker stopped during the run (killed or crashed); the next run starts over from the high-water mark'
 where link = $1 and status = 'running'
 returning id
+
+-- name: purge_runs --
+-- Drop runs that finished before $1 ago, but each link's last run (its state on the dashboard).
+with gone as (
+    delete from harvest_runs r
+    where r.finished_at < now() - $1::interval
+      and not exists (select 1 from links l where l.last_run_id = r.id)
+    returning 1
+)
+select count(*) from gone
+
+-- name: purge_quarantine --
+-- Drop quarantined records last received before $1 ago (a bad record a peer still sends is
+-- received again at each full or window run, and stays).
+with gone as (
+    delete from quarantine where received_at < now() - $1::interval returning 1
+)
+select count(*) from gone

@@ -1,0 +1,118 @@
+"""The history's retention (WISCAT_HISTORY_RETENTION_DAYS): harvest runs, quarantined records and
+check reports older than it are dropped, but each link's last run and each check's latest
+report, which show its state; the provider purges them on its own, as it does tombstones."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from datetime import timedelta
+
+import asyncpg
+
+from shared.db import checks as check_store
+from shared.db import links as link_store
+from tests.servers import running_provider
+
+OLD = "now() - interval '100 days'"
+
+
+async def _history(db: asyncpg.Pool) -> dict[str, int]:
+    """Ids of the rows made by _make_history, by what they are."""
+    await db.execute("insert into sets (spec, name, kind) values ('S', 'S', 'remote')")
+    for name in ("a", "b"):
+        await db.execute(
+            "insert into links (name, base_url, local_set) values ($1, 'http://p/oai', 'S')", name
+        )
+
+    async def run(link: str, finished: str | None) -> int:
+        ended = f"{finished}, 'ok'" if finished else "null, 'running'"
+        return int(
+            await db.fetchval(
+                "insert into harvest_runs (link, mode, started_at, finished_at, status) "
+                f"values ($1, 'full', {OLD}, {ended}) returning id",
+                link,
+            )
+        )
+
+    ids = {
+        "old run": await run("a", OLD),
+        "a's last run, old": await run("a", OLD),
+        "b's old run": await run("b", OLD),
+        "recent run": await run("b", "now()"),
+        "still running": await run("b", None),
+    }
+    await db.execute("update links set last_run_id = $1 where name = 'a'", ids["a's last run, old"])
+    for label, received in (("old quarantined", OLD), ("recent quarantined", "now()")):
+        ids[label] = await db.fetchval(
+            "insert into quarantine (link, identifier, reason, raw, received_at) "
+            f"values ('a', $1, 'bad', 'x', {received}) returning id",
+            label,
+        )
+    await db.execute(
+        "insert into checks (name, set_spec, source_url, peer_urls) "
+        "values ('c', 'S', 'http://s/oai', '{http://p/oai}')"
+    )
+
+    async def report(check: str | None, finished: str) -> int:
+        return int(
+            await db.fetchval(
+                "insert into check_reports (check_name, set_spec, source_url, started_at, "
+                f"finished_at, outcome, report) values ($1, 'S', 'http://s/oai', {finished}, "
+                f"{finished}, 'consistent', $2) returning id",
+                check,
+                json.dumps([]),
+            )
+        )
+
+    ids["old report"] = await report("c", "now() - interval '101 days'")
+    ids["c's latest report, old"] = await report("c", OLD)
+    ids["old report of a removed check"] = await report(None, OLD)
+    return ids
+
+
+async def test_purge_drops_old_history_but_what_shows_the_state(db: asyncpg.Pool) -> None:
+    ids = await _history(db)
+    assert await link_store.purge_history(db, timedelta(days=90)) == (2, 1)
+    assert await check_store.purge_reports(db, timedelta(days=90)) == 2
+    kept = {
+        "a's last run, old",
+        "recent run",
+        "still running",
+        "recent quarantined",
+        "c's latest report, old",
+    }
+    left = await db.fetch(
+        "select 'run' as kind, id from harvest_runs union all "
+        "select 'quarantine', id from quarantine union all select 'report', id from check_reports"
+    )
+    assert len(left) == len(kept)
+    by_kind = {(r["kind"], r["id"]) for r in left}
+    expected = {
+        ("run" if "run" in k else "quarantine" if "quarantined" in k else "report", ids[k])
+        for k in kept
+    }
+    assert by_kind == expected
+    # nothing older than the retention period is left, so a second purge finds nothing
+    assert await link_store.purge_history(db, timedelta(days=90)) == (0, 0)
+    assert await check_store.purge_reports(db, timedelta(days=90)) == 0
+
+
+async def test_the_provider_purges_the_history_on_its_own(database_url: str) -> None:
+    pool = await asyncpg.create_pool(database_url, min_size=1, max_size=2)
+    counts = (
+        "select (select count(*) from harvest_runs), (select count(*) from quarantine), "
+        "(select count(*) from check_reports)"
+    )
+    try:
+        await _history(pool)
+        assert tuple(await pool.fetchrow(counts)) == (5, 2, 3)
+        # 50 days: the rows of 100 days go, but a link's last run and a check's latest report
+        async with running_provider(database_url, history_retention_days=50):
+            deadline = time.monotonic() + 30
+            while tuple(await pool.fetchrow(counts)) != (3, 1, 1):
+                assert time.monotonic() < deadline, await pool.fetchrow(counts)
+                await asyncio.sleep(0.1)
+    finally:
+        await pool.close()
