@@ -116,3 +116,34 @@ async def test_the_provider_purges_the_history_on_its_own(database_url: str) -> 
                 await asyncio.sleep(0.1)
     finally:
         await pool.close()
+
+
+async def test_the_purge_goes_on_after_a_database_outage(database_url: str) -> None:
+    # its first failure (an outage, a restart of the server) ended it until the next restart
+    from tests.integration.test_database_unavailable import relay_to
+
+    pool = await asyncpg.create_pool(database_url, min_size=1, max_size=2)
+    try:
+        await _history(pool)
+        await pool.execute("delete from harvest_runs where finished_at < now()")
+        # purged every second: a retention of 4 s, checked every 1 s (a quarter of it)
+        async with (
+            relay_to(database_url) as relay,
+            running_provider(relay.url, history_retention_days=4 / 86400),
+        ):
+            await relay.cut()
+            await asyncio.sleep(2.5)  # two purges fail
+            await relay.start()
+            await pool.execute(
+                "insert into harvest_runs (link, mode, started_at, finished_at, status) "
+                f"values ('b', 'full', {OLD}, {OLD}, 'ok')"
+            )
+            deadline = time.monotonic() + 15
+            old_runs = (
+                "select count(*) from harvest_runs where finished_at < now() - '1 day'::interval"
+            )
+            while await pool.fetchval(old_runs):
+                assert time.monotonic() < deadline, "the purge stopped at the outage"
+                await asyncio.sleep(0.1)
+    finally:
+        await pool.close()
