@@ -18,11 +18,12 @@ import logging
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import cast
 
 from lxml import etree
 
+from shared.oaipmh.dates import shifted
 from shared.oaipmh.errors import OAIError, error_for_code
 
 log = logging.getLogger("wiscat.harvester.pages")
@@ -48,19 +49,41 @@ class MalformedResponse(ResponseError):
 
 
 _SECONDS_FORM = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z")
-_DAY_FORM = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
+# Every other date a peer may send: a day (xs:date, with or without a time zone) or a second
+# with a fraction of it or a time-zone offset (xs:dateTime). OAI-PMH.xsd allows fractions in
+# datestamps, and any xs:dateTime in responseDate and expirationDate; the protocol's text allows
+# neither in datestamps, but peers send them (DSpace did, with milliseconds).
+_ANY_FORM = re.compile(
+    r"([0-9]{4})-([0-9]{2})-([0-9]{2})"
+    r"(?:T([0-9]{2}):([0-9]{2}):([0-9]{2})(?:\.[0-9]+)?)?"
+    r"(Z|[+-][0-9]{2}:[0-9]{2})?"
+)
 
 
 def parse_oai_date(text: str) -> datetime:
-    """A datestamp of either granularity from a peer, as UTC (day values mean midnight)."""
+    """A date from a peer, as UTC: a datestamp of either granularity (day values mean
+    midnight), or a responseDate or expirationDate. A fraction of a second is dropped (read to
+    the second, a datestamp still falls within a ``from`` of that second), an offset applied,
+    and a date-time without a time zone taken as UTC."""
     value = text.strip()
-    try:
-        if _SECONDS_FORM.fullmatch(value):
+    if _SECONDS_FORM.fullmatch(value):  # the protocol's own form, nearly always
+        try:
             return datetime.fromisoformat(value)  # "Z": UTC
-        if _DAY_FORM.fullmatch(value):
-            return datetime.fromisoformat(value).replace(tzinfo=UTC)
-    except ValueError:
-        pass  # the right shape, but no such date or time
+        except ValueError:
+            pass  # the right shape, but no such date or time: refused below
+    parts = _ANY_FORM.fullmatch(value)
+    if parts is not None:
+        year, month, day, hour, minute, second, zone = parts.groups()
+        try:
+            clock = (int(hour or 0), int(minute or 0), int(second or 0))
+            moment = datetime(int(year), int(month), int(day), *clock, tzinfo=UTC)
+        except ValueError:
+            pass  # no such date or time
+        else:
+            if zone is None or zone == "Z":
+                return moment
+            offset = timedelta(hours=int(zone[1:3]), minutes=int(zone[4:6]))
+            return shifted(moment, offset if zone[0] == "-" else -offset)
     raise MalformedResponse(f"{value!r} is not an OAI-PMH datestamp")
 
 

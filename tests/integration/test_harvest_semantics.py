@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import re
 import secrets
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
@@ -219,6 +220,56 @@ async def test_a_bad_record_sent_again_keeps_one_quarantine_row(pair: Pair) -> N
     # from the latest run
     assert sorted(r["identifier"] for r in rows) == ["no-file-id", "no-file-id", "wrong-root"]
     assert {r["run_id"] for r in rows} == {second.run_id}
+
+
+async def test_dates_the_schema_allows_beyond_the_protocols_two_forms(pair: Pair) -> None:
+    # OAI-PMH.xsd types responseDate and expirationDate as any xs:dateTime, and datestamps as
+    # xs:date or an xs:dateTime in UTC, fractions allowed; peers send them (DSpace sent
+    # milliseconds). Each such page failed the run ("... is not an OAI-PMH datestamp"), and so
+    # every run after it.
+    from services.harvester.harvest import harvest_link
+
+    now = datetime.now(UTC)
+    records = [parse_record(generate_record(n, centre="ms")) for n in range(4)]
+    stamps = [
+        "2017-11-09T12:50:22.485Z",
+        "2017-11-09T12:50:23.9Z",
+        "2017-11-10Z",
+        "2017-11-10T13:00:00.5Z",
+    ]
+
+    async def page(request: web.Request) -> bytes:
+        first = "resumptionToken" not in request.query
+        pieces = [
+            re.sub(
+                rb"<datestamp>[^<]*</datestamp>",
+                f"<datestamp>{stamps[n]}</datestamp>".encode(),
+                render.record(records[n].identifier, now, [SOURCE_SET], False, records[n].xml),
+            )
+            for n in ((0, 1) if first else (2, 3))
+        ]
+        token = (
+            b'<resumptionToken expirationDate="2030-01-01T10:00:00.25+01:00">t</resumptionToken>'
+            if first
+            else b""
+        )
+        body = list_records_page([*pieces, token])
+        return re.sub(
+            rb"<responseDate>[^<]*</responseDate>",
+            b"<responseDate>2017-11-10T14:00:00.123+01:00</responseDate>",
+            body,
+        )
+
+    async with serving(b"", pages=page) as url:
+        await link_store.add_link(pair.sink, _link("fractions", url))
+        link = await link_store.get_link(pair.sink, "fractions")
+        assert link is not None
+        report = await harvest_link(pair.ctx, link, window=False)
+    assert report.status == "ok", report.summary()
+    assert report.counts["added"] == 4 and report.pages == 2
+    stored = await link_store.get_link(pair.sink, "fractions")
+    assert stored is not None  # read to the second: the greatest datestamp, its fraction dropped
+    assert stored.high_water_mark == datetime(2017, 11, 10, 13, tzinfo=UTC)
 
 
 async def test_an_identifier_too_long_to_store_is_quarantined(pair: Pair) -> None:

@@ -113,13 +113,40 @@ def test_get_record() -> None:
         ("2024-03-05T10:11:12Z", datetime(2024, 3, 5, 10, 11, 12, tzinfo=UTC)),
         ("2024-03-05", datetime(2024, 3, 5, tzinfo=UTC)),
         (" 2024-03-05 ", datetime(2024, 3, 5, tzinfo=UTC)),
+        # what OAI-PMH.xsd allows beyond the protocol's two forms (xs:date in datestamps,
+        # fractions in datestamps, any xs:dateTime in responseDate and expirationDate), and
+        # peers send: read to the second, in UTC
+        ("2017-11-09T12:50:22.485Z", datetime(2017, 11, 9, 12, 50, 22, tzinfo=UTC)),
+        ("2017-11-09T12:50:22.9999999Z", datetime(2017, 11, 9, 12, 50, 22, tzinfo=UTC)),
+        ("2024-03-05Z", datetime(2024, 3, 5, tzinfo=UTC)),
+        ("2024-03-05+02:00", datetime(2024, 3, 4, 22, tzinfo=UTC)),
+        ("2024-03-05T10:11:12+01:30", datetime(2024, 3, 5, 8, 41, 12, tzinfo=UTC)),
+        ("2024-03-05T23:11:12-05:00", datetime(2024, 3, 6, 4, 11, 12, tzinfo=UTC)),
+        ("2024-03-05T10:11:12.5-00:00", datetime(2024, 3, 5, 10, 11, 12, tzinfo=UTC)),
+        ("2024-03-05T10:11:12", datetime(2024, 3, 5, 10, 11, 12, tzinfo=UTC)),
+        ("0001-01-01T00:00:00+02:00", datetime(1, 1, 1, tzinfo=UTC)),  # held at the first
     ],
 )
 def test_datestamps_of_both_granularities(text: str, expected: datetime) -> None:
     assert parse_oai_date(text) == expected
 
 
-@pytest.mark.parametrize("text", ["2024-03-05 10:11:12", "05/03/2024", "", "2024-13-01"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "2024-03-05 10:11:12",
+        "05/03/2024",
+        "",
+        "2024-13-01",
+        "2024-02-30T00:00:00Z",
+        "2024-03-05T24:00:00Z",
+        "2024-03-05T10:11Z",
+        "2024-03-05T10:11:12.Z",
+        "2024-03-05T10:11:12+0200",
+        "2024-03-05TZ",
+        "20240305",
+    ],
+)
 def test_bad_datestamps_are_malformed(text: str) -> None:
     with pytest.raises(MalformedResponse):
         parse_oai_date(text)
