@@ -403,16 +403,21 @@ def read_identify(body: bytes) -> IdentifyInfo:
             granularity,
         )
         granularity = "YYYY-MM-DD"
-    earliest = text("earliestDatestamp")
-    if not earliest:
-        log.warning("Identify of %s gives no earliestDatestamp: using 1970-01-01", text("baseURL"))
+    try:
+        earliest = parse_oai_date(text("earliestDatestamp"))
+    except MalformedResponse:
+        # §4.2 requires it; used only to slice the peer's range for the rolling re-harvest
+        log.warning(
+            "Identify of %s gives no valid earliestDatestamp (%r): using 1970-01-01",
+            text("baseURL"),
+            text("earliestDatestamp"),
+        )
+        earliest = datetime(1970, 1, 1, tzinfo=UTC)
     return IdentifyInfo(
         repository_name=text("repositoryName"),
         base_url=text("baseURL"),
         protocol_version=text("protocolVersion"),
-        earliest_datestamp=(
-            parse_oai_date(earliest) if earliest else datetime(1970, 1, 1, tzinfo=UTC)
-        ),
+        earliest_datestamp=earliest,
         deleted_record=text("deletedRecord"),
         granularity=granularity,
         compression=tuple((c.text or "").strip() for c in identify.findall(_Q + "compression")),

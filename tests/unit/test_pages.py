@@ -4,6 +4,7 @@ the error they show)."""
 from __future__ import annotations
 
 import os
+import re
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -169,6 +170,16 @@ def test_identify_day_granularity() -> None:
     assert info.earliest_datestamp == datetime(2011, 6, 30, tzinfo=UTC)
     assert info.deleted_record == "no"
     assert info.compression == ()
+
+
+@pytest.mark.parametrize("earliest", ["", "<earliestDatestamp>soon</earliestDatestamp>"])
+def test_identify_without_a_valid_earliest_datestamp_is_read(earliest: str) -> None:
+    # used only to slice the peer's range for the rolling re-harvest: no reason to fail every run
+    body = fixture("Identify.xml")
+    body = re.sub(rb"<earliestDatestamp>[^<]*</earliestDatestamp>", earliest.encode(), body)
+    info = read_identify(body)
+    assert info.earliest_datestamp == datetime(1970, 1, 1, tzinfo=UTC)
+    assert info.granularity == "YYYY-MM-DDThh:mm:ssZ"
 
 
 @pytest.mark.parametrize(
