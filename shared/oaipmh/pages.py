@@ -239,6 +239,16 @@ def _header(element: etree._Element) -> HeaderItem:
     )
 
 
+def _content_start(body: bytes) -> int:
+    """Where the document begins: after any white space before it. XML allows none before the
+    XML declaration, but servers whose templates start with a blank line send it (PHP's, often),
+    and it is never anything but a blank line."""
+    if not body[:1].isspace():
+        return 0
+    head = body[:4096]
+    return len(head) - len(head.lstrip())
+
+
 class PageReader:
     """Parse one response body; iterate :meth:`items`, then read :attr:`summary`."""
 
@@ -258,7 +268,7 @@ class PageReader:
         parser = _parser()
         root_checked = False
         in_record = False
-        for start in range(0, len(self.body), _CHUNK):
+        for start in range(_content_start(self.body), len(self.body), _CHUNK):
             try:
                 parser.feed(self.body[start : start + _CHUNK])
                 events = _events(parser)
@@ -386,7 +396,8 @@ def read_identify(body: bytes) -> IdentifyInfo:
     reader = PageReader(body)
     for _ in reader.items():
         pass
-    root = etree.fromstring(body, etree.XMLParser(resolve_entities=False, no_network=True))
+    parser = etree.XMLParser(resolve_entities=False, no_network=True)
+    root = etree.fromstring(body[_content_start(body) :], parser)
     identify = root.find(_Q + "Identify")
     if identify is None:
         raise NotOAIResponse("the Identify response has no Identify element")

@@ -172,6 +172,18 @@ def test_identify_day_granularity() -> None:
     assert info.compression == ()
 
 
+def test_blank_lines_before_the_xml_declaration_are_passed_over() -> None:
+    # not well-formed (XML allows nothing before its declaration), but servers whose templates
+    # begin with a blank line send it, PHP's often; every page of such a peer failed
+    expected, _ = read_all(fixture("ListRecords-page1.xml"))
+    items, reader = read_all(b"\n\r\n  \t" + fixture("ListRecords-page1.xml"))
+    assert [identifier_of(i) for i in items] == [identifier_of(i) for i in expected]
+    assert reader.summary.resumption_token is not None
+    assert read_identify(b"\n" + fixture("Identify.xml")).repository_name == "GISC Peer"
+    with pytest.raises(MalformedResponse):  # anything else before it stays an error
+        read_all(b"\nx" + fixture("ListRecords-page1.xml"))
+
+
 @pytest.mark.parametrize("earliest", ["", "<earliestDatestamp>soon</earliestDatestamp>"])
 def test_identify_without_a_valid_earliest_datestamp_is_read(earliest: str) -> None:
     # used only to slice the peer's range for the rolling re-harvest: no reason to fail every run
