@@ -583,6 +583,7 @@ async def _complete(
     counts: Counter[str] = Counter()
     timeout_ms = int(ctx.settings.write_timeout_seconds * 1000)
     async with ctx.pool.acquire() as conn, conn.transaction():
+        await link_store.hold_link(conn, link.name)  # updated last; locked first (see there)
         await _hold_run(conn, link, report)
         for start in range(0, len(deletions), DELETE_BATCH):
             await conn.execute(f"set local statement_timeout = {timeout_ms}")

@@ -211,6 +211,11 @@ async def hold_run(conn: Connection, run_id: int) -> str | None:
     return status
 
 
+async def hold_link(conn: Connection, name: str) -> None:
+    """Lock link ``name``'s row for the rest of ``conn``'s transaction (before its run's)."""
+    await conn.execute(_SQL["hold_link"], name)
+
+
 async def record_page(conn: Connection, run_id: int, counts: PageCounts) -> None:
     """Add a page's counts to its run (held by :func:`hold_run` in the same transaction)."""
     await conn.execute(

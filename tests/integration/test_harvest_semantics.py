@@ -10,9 +10,11 @@ import secrets
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
+import pytest
 from aiohttp import web
 
 from shared.db import links as link_store
+from shared.db.pool import Pool
 from shared.generator import generate_record
 from shared.iso19139 import parse_record
 from shared.oaipmh import render
@@ -383,6 +385,62 @@ async def test_a_run_whose_link_another_worker_took_over_stops(pair: Pair) -> No
     )
     assert tuple(state) == (done.run_id, None)  # the stopped run did not mark the link failed
     assert await pair.sink.fetchval("select count(*) from records") == 200
+
+
+async def test_a_link_removed_while_its_list_is_completed_is_no_deadlock(
+    pair: Pair, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The list's last transaction (its deletions, then the high-water mark on the link's row)
+    # holds its run's row; a removal of the link takes the link's row, then its runs'. Taken in
+    # those orders, each waited for the other, and PostgreSQL ended one of them.
+    from services.harvester.harvest import harvest_link
+
+    now = datetime.now(UTC)
+    record = parse_record(generate_record(1, centre="dl"))
+    deleted = False
+
+    async def page(request: web.Request) -> bytes:
+        return list_records_page(
+            [render.record(record.identifier, now, [SOURCE_SET], deleted, record.xml)]
+        )
+
+    async with serving(b"", pages=page) as url:
+        await link_store.add_link(pair.sink, _link("doomed", url))
+        link = await link_store.get_link(pair.sink, "doomed")
+        assert link is not None
+        assert (await harvest_link(pair.ctx, link, window=False)).counts["added"] == 1
+        deleted = True
+        async with pair.sink.acquire() as blocker, blocker.transaction():
+            # the deletion the list brings waits for this: its run's row is held by then
+            await blocker.execute(
+                "select 1 from records where identifier = $1 for update", record.identifier
+            )
+            running = asyncio.create_task(
+                harvest_link(pair.ctx, link, full=True, window=False, allow_mass_delete=True)
+            )
+            await _until_waiting_for_locks(pair.sink, 1)
+            removing = asyncio.create_task(link_store.remove_link(pair.sink, "doomed"))
+            await _until_waiting_for_locks(pair.sink, 2)
+        report, removed = await asyncio.wait_for(asyncio.gather(running, removing), 30)
+    assert removed is True
+    assert await pair.sink.fetchval("select count(*) from links") == 0
+    # the run ended whole (the removal waited for it), and found its link removed or not yet
+    assert (report.status, report.error_kind) in {("ok", None), ("stopped", "LinkRemoved")}
+    # not with a deadlock, which the removal's "stopped" would then hide
+    assert "deadlock" not in caplog.text.lower()
+    assert not [r for r in caplog.records if r.levelname == "ERROR"], caplog.text
+
+
+async def _until_waiting_for_locks(db: Pool, waiting: int) -> None:
+    """Until ``waiting`` statements of this database wait for a lock."""
+    deadline = asyncio.get_running_loop().time() + 10
+    query = (
+        "select count(*) from pg_stat_activity "
+        "where datname = current_database() and wait_event_type = 'Lock'"
+    )
+    while await db.fetchval(query) < waiting:
+        assert asyncio.get_running_loop().time() < deadline, "nothing waited"
+        await asyncio.sleep(0.05)
 
 
 async def test_a_source_changed_during_a_run_keeps_its_reset_high_water_mark(pair: Pair) -> None:

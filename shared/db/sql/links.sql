@@ -89,6 +89,12 @@ update harvest_runs set from_date = $2 where id = $1
 -- No row when the run is gone (its link was removed).
 select status from harvest_runs where id = $1 for update
 
+-- name: hold_link --
+-- Lock the link's row until the transaction ends, before its run's (hold_run): a transaction
+-- that changes both takes them in the order the link's removal does (the link, then its runs),
+-- so the two never wait for each other.
+select 1 from links where name = $1 for no key update
+
 -- name: record_page --
 -- Add one page's counts to its run (in the page's own transaction, after hold_run).
 update harvest_runs
