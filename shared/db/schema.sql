@@ -277,9 +277,13 @@ CREATE INDEX check_reports_name ON public.check_reports USING btree (check_name,
 
 CREATE INDEX checks_due ON public.checks USING btree (next_run_at) WHERE enabled;
 
+CREATE INDEX harvest_runs_finished ON public.harvest_runs USING btree (finished_at);
+
 CREATE INDEX harvest_runs_link ON public.harvest_runs USING btree (link, started_at DESC);
 
 CREATE INDEX links_due ON public.links USING btree (next_run_at) WHERE enabled;
+
+CREATE UNIQUE INDEX quarantine_once ON public.quarantine USING btree (link, md5(COALESCE(identifier, ''::text)), sha256(raw));
 
 CREATE INDEX quarantine_received ON public.quarantine USING btree (received_at DESC);
 
