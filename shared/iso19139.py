@@ -167,7 +167,9 @@ def record_from_element(root: etree._Element, *, safe_parsed: bool = False) -> R
 
 
 def file_identifier(root: etree._Element) -> str:
-    """The trimmed ``gmd:fileIdentifier/gco:CharacterString`` of a record; RecordError if none."""
+    """The trimmed text of a record's ``gmd:fileIdentifier``: its ``gco:CharacterString``, or a
+    ``gmx:Anchor`` in its stead (an element of that element's substitution group in the ISO
+    19139 schemas, which records made by newer tools use); RecordError if none."""
     found = _children(root, _FILE_IDENTIFIER)
     if not found:
         raise RecordError("no gmd:fileIdentifier")
@@ -176,7 +178,9 @@ def file_identifier(root: etree._Element) -> str:
         raise RecordError("more than one gmd:fileIdentifier")
     text = _child(found[0], _CHARACTER_STRING)
     if text is None:
-        raise RecordError("gmd:fileIdentifier has no gco:CharacterString")
+        text = _child(found[0], _ANCHOR)
+    if text is None:
+        raise RecordError("gmd:fileIdentifier has no gco:CharacterString (nor gmx:Anchor)")
     identifier = _text(text)
     if not identifier:
         raise RecordError("gmd:fileIdentifier is empty")
@@ -376,6 +380,7 @@ def _refuse_dtd(root: etree._Element) -> None:
 _FILE_IDENTIFIER = f"{{{GMD}}}fileIdentifier"
 _DATE_STAMP = f"{{{GMD}}}dateStamp"
 _CHARACTER_STRING = f"{{{GCO}}}CharacterString"
+_ANCHOR = f"{{{GMX}}}Anchor"
 _DATE_TIME = f"{{{GCO}}}DateTime"
 _DATE_ONLY = f"{{{GCO}}}Date"
 

@@ -163,7 +163,18 @@ def test_file_identifier_longer_than_an_index_entry_can_hold() -> None:
 
 def test_file_identifier_without_character_string() -> None:
     body = '<gmd:fileIdentifier gco:nilReason="missing"/>'
-    assert reason(iso(body)) == "gmd:fileIdentifier has no gco:CharacterString"
+    assert reason(iso(body)) == "gmd:fileIdentifier has no gco:CharacterString (nor gmx:Anchor)"
+
+
+def test_file_identifier_as_an_anchor() -> None:
+    # gmx:Anchor stands in for gco:CharacterString (its substitution group in the ISO 19139
+    # schemas); such a record was quarantined as having no identifier
+    body = (
+        '<gmd:fileIdentifier><gmx:Anchor xmlns:gmx="http://www.isotc211.org/2005/gmx" '
+        'xmlns:xlink="http://www.w3.org/1999/xlink" xlink:href="https://example.org/md/a">'
+        " urn:x-wmo:md:int.wmo.wis::a </gmx:Anchor></gmd:fileIdentifier>"
+    )
+    assert parse_record(iso(body)).identifier == "urn:x-wmo:md:int.wmo.wis::a"
 
 
 def test_two_file_identifiers() -> None:
