@@ -40,6 +40,8 @@ from shared.text import clipped
 log = logging.getLogger("wiscat.harvester")
 
 DELETE_BATCH = 5000
+# A long list says how far it has got this often (a full harvest of a GISC takes hours).
+PROGRESS_SECONDS = 60.0
 
 
 @dataclass
@@ -313,6 +315,7 @@ async def _harvest(
     # One page's write runs in PostgreSQL while the next page is fetched and parsed here; at
     # most one write is in flight, and the pages commit in order.
     writing: asyncio.Task[None] | None = None
+    told = time.monotonic()
     try:
         # Pages are parsed and hashed in worker processes (or a thread), several at once, while
         # this loop writes the one before.
@@ -339,6 +342,9 @@ async def _harvest(
                 await writing
             report.pages += 1
             report.bytes += page.bytes
+            if time.monotonic() - told >= PROGRESS_SECONDS:
+                told = time.monotonic()
+                _progress(report, len(deletions), page.summary.complete_list_size)
             writing = asyncio.create_task(
                 _store_page(
                     ctx, link, report, sorter.batch, sorter.quarantined, protected, page.bytes
@@ -367,6 +373,22 @@ async def _harvest(
         allow_mass_delete,
         high_water_mark=_high_water_mark(greatest, first_response, report.mode),
         next_window_index=next_window_index,
+    )
+
+
+def _progress(report: RunReport, deletions: int, size: int | None) -> None:
+    """Log how far a long list has got: its pages, and the records of those written."""
+    done = deletions + sum(
+        report.counts[outcome]
+        for outcome in ("added", "updated", "unchanged", "refused", "quarantined")
+    )
+    _run_log(report).info(
+        "harvest %s run %d: %d pages, %d records so far%s",
+        report.link,
+        report.run_id,
+        report.pages,
+        done,
+        f" (the peer gives {size} in all)" if size else "",
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import re
 import secrets
 from datetime import UTC, datetime, timedelta
@@ -355,6 +356,32 @@ async def test_a_link_removed_while_it_runs_stops_its_run(pair: Pair) -> None:
     stored = await pair.sink.fetchval("select count(*) from records")
     assert 0 < stored < 200 and stored % 10 == 0  # the pages written before stay, whole
     assert await pair.sink.fetchval("select count(*) from harvest_runs") == 0
+
+
+async def test_a_long_list_says_how_far_it_has_got(
+    pair: Pair, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a full harvest of a GISC takes hours, and said nothing between its first line and its last
+    from services.harvester import harvest
+    from services.harvester.harvest import harvest_link
+
+    monkeypatch.setattr(harvest, "PROGRESS_SECONDS", 1.0)
+    caplog.set_level(logging.INFO, logger="wiscat.harvester")
+    peer = SlowPeer()  # 20 pages, 0.2 s each
+    async with serving(b"", pages=peer.page) as url:
+        await link_store.add_link(pair.sink, _link("long", url))
+        link = await link_store.get_link(pair.sink, "long")
+        assert link is not None
+        report = await harvest_link(pair.ctx, link, window=False)
+    assert report.status == "ok", report.summary()
+    lines = [r.getMessage() for r in caplog.records if "so far" in r.getMessage()]
+    assert 2 <= len(lines) <= 5, lines
+    progress = [
+        tuple(int(n) for n in re.findall(r"(\d+) (?:pages|records)", line)) for line in lines
+    ]
+    assert all(line.startswith(f"harvest long run {report.run_id}: ") for line in lines)
+    assert progress == sorted(progress) and progress[-1][0] < 20
+    assert all(records == (pages - 1) * 10 or records == pages * 10 for pages, records in progress)
 
 
 async def test_a_run_whose_link_another_worker_took_over_stops(pair: Pair) -> None:
