@@ -13,7 +13,7 @@ Exception tree::
      +-- TooManyRequests         the list needed more requests than allowed
      +-- BadResponse             not OAI-PMH, or not well-formed (wraps pages.ResponseError)
      +-- LinkRemoved             the link was removed while it ran (its runs went with it)
- +-- RunTakenOver            another worker took the link over while this run was held up
+     +-- RunTakenOver            another worker took the link over while this run was held up
 
 Its own module, without aiohttp, so that the harvester's page workers can raise them.
 """
