@@ -1,9 +1,11 @@
 """Consistency checks on a schedule (seed 003): the harvester runs each stored check when it falls
 due, stores its report, and exports the latest counts as metrics.
 
-Checks are leased like links (``FOR UPDATE SKIP LOCKED``), so with several harvester processes on
-one database each check runs once per interval. One check runs at a time per process: a check
-lists whole sets from several GISCs, and should stay the low-impact audit the seed describes.
+Checks are leased like links (``FOR UPDATE SKIP LOCKED``), and the lease renewed while a check
+runs, so with several harvester processes on one database each check runs once per interval,
+however long it takes; a crashed worker's check is taken over once its lease has run out. One
+check runs at a time per process: a check lists whole sets from several GISCs, and should stay
+the low-impact audit the seed describes.
 """
 
 from __future__ import annotations
@@ -16,16 +18,18 @@ from datetime import UTC, datetime, timedelta
 
 from services.harvester.check import CATEGORIES, CheckReport, CheckRequest, run_check
 from services.harvester.harvest import HarvestContext
+from services.harvester.scheduler import lease_kept
 from shared.db import checks as check_store
 from shared.db.checks import Check
 
 log = logging.getLogger("wiscat.check")
 
-LEASE = timedelta(hours=6)
-
-
-async def run_stored_check(ctx: HarvestContext, check: Check) -> tuple[CheckReport, int]:
-    """Run ``check`` now and store its report; returns the report and its id."""
+async def run_stored_check(
+    ctx: HarvestContext, check: Check, *, leased_by: str | None = None
+) -> tuple[CheckReport, int | None]:
+    """Run ``check`` now and store its report; returns the report and its id. With
+    ``leased_by``, the report is stored only while that worker holds the check's lease (None
+    then): another worker that took the check over stores its own."""
     request = CheckRequest(
         set_spec=check.set_spec,
         source=check.source_url,
@@ -41,8 +45,18 @@ async def run_stored_check(ctx: HarvestContext, check: Check) -> tuple[CheckRepo
             report.as_json(items=request.keep),
             report.started_at,
             report.finished_at,
+            leased_by=leased_by,
         )
     ctx.metrics.check_duration.labels(check.name).observe(time.monotonic() - started)
+    if report_id is None:
+        log.warning(
+            "check %s of %s: %s, not stored: another worker took the check over",
+            check.name,
+            check.set_spec,
+            report.outcome,
+            extra={"check": check.name, "outcome": report.outcome},
+        )
+        return report, None
     log.info(
         "check %s of %s: %s (report %d)",
         check.name,
@@ -57,15 +71,18 @@ async def run_stored_check(ctx: HarvestContext, check: Check) -> tuple[CheckRepo
 async def run_due_checks(ctx: HarvestContext, stop: asyncio.Event) -> None:
     """Run due checks one after another until ``stop`` is set."""
     poll = max(ctx.settings.harvest_poll_seconds, 1.0)
+    lease = timedelta(seconds=ctx.settings.harvest_lease_seconds)
     while not stop.is_set():
         check = None
         try:
-            check = await check_store.lease_due(ctx.pool, ctx.worker, LEASE)
+            check = await check_store.lease_due(ctx.pool, ctx.worker, lease)
         except Exception as exc:  # the database may be restarting: try again later
             log.warning("could not lease checks: %s", exc)
         if check is not None:
             try:
-                await run_stored_check(ctx, check)
+                renew = check_store.renew_lease
+                async with lease_kept(ctx.pool, check.name, ctx.worker, lease, renew=renew):
+                    await run_stored_check(ctx, check, leased_by=ctx.worker)
             except asyncio.CancelledError:
                 raise
             except Exception:

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import logging
 import random
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from urllib.parse import urlsplit
 
@@ -23,11 +23,19 @@ from shared.db.pool import Pool
 log = logging.getLogger("wiscat.harvester")
 
 
+Renew = Callable[[Pool, str, str, timedelta], Awaitable[bool]]
+
+
 @contextlib.asynccontextmanager
-async def lease_kept(pool: Pool, name: str, owner: str, lease: timedelta) -> AsyncIterator[None]:
-    """Renew ``owner``'s lease of link ``name`` every third of ``lease`` while the block runs,
-    so that no other worker takes the link over while its run lasts longer than one lease."""
-    keeper = asyncio.create_task(_keep_lease(pool, name, owner, lease), name=f"lease {name}")
+async def lease_kept(
+    pool: Pool, name: str, owner: str, lease: timedelta, *, renew: Renew = link_store.renew_lease
+) -> AsyncIterator[None]:
+    """Renew ``owner``'s lease of ``name`` (a link; a check with ``renew`` of the checks) every
+    third of ``lease`` while the block runs, so that no other worker takes it over while its
+    run lasts longer than one lease."""
+    keeper = asyncio.create_task(
+        _keep_lease(pool, name, owner, lease, renew), name=f"lease {name}"
+    )
     try:
         yield
     finally:
@@ -36,16 +44,16 @@ async def lease_kept(pool: Pool, name: str, owner: str, lease: timedelta) -> Asy
             await keeper
 
 
-async def _keep_lease(pool: Pool, name: str, owner: str, lease: timedelta) -> None:
+async def _keep_lease(pool: Pool, name: str, owner: str, lease: timedelta, renew: Renew) -> None:
     while True:
         await asyncio.sleep(lease.total_seconds() / 3)
         try:
-            renewed = await link_store.renew_lease(pool, name, owner, lease)
+            renewed = await renew(pool, name, owner, lease)
         except Exception as exc:  # the database may be restarting: try again at the next turn
             log.warning("could not renew the lease of %s: %s", name, exc)
             continue
         if not renewed:
-            log.warning("lost the lease of %s: another worker took it over; this run stops", name)
+            log.warning("lost the lease of %s: another worker took it over", name)
             return
 
 

@@ -107,20 +107,28 @@ async def store_report(
     report: dict[str, Any],
     started_at: datetime,
     finished_at: datetime,
-) -> int:
-    """Store a report (as :meth:`CheckReport.as_json` gives it); returns its id."""
-    return int(
-        await db.fetchval(
-            _SQL["insert_report"],
-            check_name,
-            report["set"],
-            report["source"]["url"],
-            started_at,
-            finished_at,
-            report["outcome"],
-            json.dumps(report),
-        )
+    *,
+    leased_by: str | None = None,
+) -> int | None:
+    """Store a report (as :meth:`CheckReport.as_json` gives it); returns its id. With
+    ``leased_by``, only while that worker holds the check's lease (None otherwise)."""
+    stored = await db.fetchval(
+        _SQL["insert_report"],
+        check_name,
+        report["set"],
+        report["source"]["url"],
+        started_at,
+        finished_at,
+        report["outcome"],
+        json.dumps(report),
+        leased_by,
     )
+    return None if stored is None else int(stored)
+
+
+async def renew_lease(db: Executor, name: str, owner: str, lease: timedelta) -> bool:
+    """Renew ``owner``'s lease of check ``name``; False if it no longer holds it."""
+    return await db.fetchval(_SQL["renew_check_lease"], name, owner, lease) is not None
 
 
 async def recent_reports(

@@ -24,6 +24,7 @@ from shared.db import checks as check_store
 from shared.db.pool import Pool, create_pool
 from shared.generator import generate_record
 from shared.iso19139 import parse_record
+from shared.oaipmh import render
 from tests import factories
 from tests.harvest_pair import sink_settings
 from tests.pg import clone_template, drop_database
@@ -477,3 +478,66 @@ async def test_scheduled_check_is_stored_exported_and_served(
         async with http.post("/admin/checks/offenbach/run", headers=headers) as response:
             assert response.status == 202
         assert (await check_store.all_checks(db))[0][0].next_run_at <= datetime.now(UTC)
+
+
+async def test_a_check_longer_than_its_lease_runs_once(database_url: str) -> None:
+    # Two harvester processes on one database: a check that outlasted its lease (6 hours, never
+    # renewed: a check of a large set against slow GISCs) was leased again by the other, and run
+    # again against every peer at once, storing two reports.
+    db = await create_pool(database_url)
+    asked: list[str] = []
+    now = datetime.now(UTC)
+
+    async def slow_list(request: web.Request) -> bytes:
+        token = request.query.get("resumptionToken")
+        asked.append(f"{request.url.port} {token}")
+        await asyncio.sleep(1.0)  # two pages a list: each list takes 2 s, the lease is 1 s
+        ids = [f"urn:x-wmo:md:test::{n}" for n in (range(5) if token is None else range(5, 10))]
+        headers = b"".join(render.header(i, now, [SET], False) for i in ids)
+        more = b"" if token else b"<resumptionToken>2</resumptionToken>"
+        start = render.response_start(
+            now, "http://peer/oai", dict(request.query), "ListIdentifiers"
+        )
+        return start + headers + more + render.response_end("ListIdentifiers")
+
+    settings = sink_settings(
+        database_url, harvest_max_retries=0, harvest_poll_seconds=0.2, harvest_lease_seconds=1
+    )
+    try:
+        async with serving(b"", pages=slow_list) as source, serving(b"", pages=slow_list) as peer:
+            await check_store.save_check(db, "slow", SET, source, [peer])
+            stop = asyncio.Event()
+            async with (
+                harvest_context(settings, database_url) as first,
+                harvest_context(settings, database_url) as second,
+            ):
+                first.worker, second.worker = "first:1", "second:2"
+                tasks = [asyncio.create_task(run_due_checks(ctx, stop)) for ctx in (first, second)]
+                try:
+                    for _ in range(150):
+                        if await check_store.recent_reports(db, "slow"):
+                            break
+                        await asyncio.sleep(0.1)
+                    await asyncio.sleep(3)  # time for a second run to end, if one began
+                finally:
+                    stop.set()
+                    await asyncio.wait_for(asyncio.gather(*tasks), 30)
+        reports = await check_store.recent_reports(db, "slow")
+        assert len(reports) == 1, reports
+        assert len(asked) == 4, asked  # two pages from the source, two from the peer: once
+    finally:
+        await db.close()
+
+
+async def test_a_report_is_stored_only_by_the_worker_holding_the_check(db: Pool) -> None:
+    # a worker whose lease ran out anyway (cut off from the database for longer than a lease)
+    # leaves the check, and its report, to the worker that took it over
+    await check_store.save_check(db, "held", SET, "http://source/oai", ["http://peer/oai"])
+    leased = await check_store.lease_due(db, "holder", timedelta(minutes=5))
+    assert leased is not None and leased.name == "held"
+    report = {"set": SET, "source": {"url": "http://source/oai"}, "outcome": "consistent"}
+    now = datetime.now(UTC)
+    assert await check_store.store_report(db, "held", report, now, now, leased_by="late") is None
+    stored = await check_store.store_report(db, "held", report, now, now, leased_by="holder")
+    assert stored is not None
+    assert [r["id"] for r in await check_store.recent_reports(db, "held")] == [stored]

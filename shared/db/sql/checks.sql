@@ -41,11 +41,19 @@ update checks set lease_owner = null, lease_expires = null, next_run_at = $3
 where name = $1 and lease_owner = $2
 
 -- name: insert_report --
--- Store a check's report.
+-- Store a check's report; with $8, only while worker $8 still holds the check's lease (no row
+-- otherwise: the check is another worker's now).
 insert into check_reports (check_name, set_spec, source_url, started_at, finished_at, outcome,
                            report)
-values ($1, $2, $3, $4, $5, $6, $7::jsonb)
+select $1, $2, $3, $4, $5, $6, $7::jsonb
+where $8::text is null or exists (select 1 from checks where name = $1 and lease_owner = $8)
 returning id
+
+-- name: renew_check_lease --
+-- Keep a check's lease alive while it runs.
+update checks set lease_expires = now() + $3::interval
+where name = $1 and lease_owner = $2
+returning name
 
 -- name: recent_reports --
 -- The newest reports, of one check ($1) or of all (null), without their item lists.
