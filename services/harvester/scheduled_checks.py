@@ -50,7 +50,8 @@ async def run_stored_check(
     ctx.metrics.check_duration.labels(check.name).observe(time.monotonic() - started)
     if report_id is None:
         log.warning(
-            "check %s of %s: %s, not stored: another worker took the check over",
+            "check %s of %s: %s, not stored: the check was removed meanwhile, or another "
+            "worker took it over",
             check.name,
             check.set_spec,
             report.outcome,

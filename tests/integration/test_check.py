@@ -541,3 +541,6 @@ async def test_a_report_is_stored_only_by_the_worker_holding_the_check(db: Pool)
     stored = await check_store.store_report(db, "held", report, now, now, leased_by="holder")
     assert stored is not None
     assert [r["id"] for r in await check_store.recent_reports(db, "held")] == [stored]
+    # nor a check removed while it ran (its report failed the run: a foreign key violation)
+    assert await check_store.remove_check(db, "held")
+    assert await check_store.store_report(db, "held", report, now, now, leased_by="holder") is None

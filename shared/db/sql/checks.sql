@@ -42,7 +42,7 @@ where name = $1 and lease_owner = $2
 
 -- name: insert_report --
 -- Store a check's report; with $8, only while worker $8 still holds the check's lease (no row
--- otherwise: the check is another worker's now).
+-- otherwise: the check was removed, or is another worker's now).
 insert into check_reports (check_name, set_spec, source_url, started_at, finished_at, outcome,
                            report)
 select $1, $2, $3, $4, $5, $6, $7::jsonb
