@@ -24,12 +24,10 @@ from shared.db.checks import Check
 
 log = logging.getLogger("wiscat.check")
 
-async def run_stored_check(
-    ctx: HarvestContext, check: Check, *, leased_by: str | None = None
-) -> tuple[CheckReport, int | None]:
-    """Run ``check`` now and store its report; returns the report and its id. With
-    ``leased_by``, the report is stored only while that worker holds the check's lease (None
-    then): another worker that took the check over stores its own."""
+async def run_stored_check(ctx: HarvestContext, check: Check) -> tuple[CheckReport, int | None]:
+    """Run ``check``, leased by this worker, now and store its report; returns the report and
+    its id, None when the report is not stored because this worker no longer holds the check
+    (removed meanwhile, or taken over by another worker, which stores its own report)."""
     request = CheckRequest(
         set_spec=check.set_spec,
         source=check.source_url,
@@ -45,7 +43,7 @@ async def run_stored_check(
             report.as_json(items=request.keep),
             report.started_at,
             report.finished_at,
-            leased_by=leased_by,
+            leased_by=ctx.worker,
         )
     ctx.metrics.check_duration.labels(check.name).observe(time.monotonic() - started)
     if report_id is None:
@@ -83,7 +81,7 @@ async def run_due_checks(ctx: HarvestContext, stop: asyncio.Event) -> None:
             try:
                 renew = check_store.renew_lease
                 async with lease_kept(ctx.pool, check.name, ctx.worker, lease, renew=renew):
-                    await run_stored_check(ctx, check, leased_by=ctx.worker)
+                    await run_stored_check(ctx, check)
             except asyncio.CancelledError:
                 raise
             except Exception:

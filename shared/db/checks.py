@@ -108,10 +108,10 @@ async def store_report(
     started_at: datetime,
     finished_at: datetime,
     *,
-    leased_by: str | None = None,
+    leased_by: str,
 ) -> int | None:
-    """Store a report (as :meth:`CheckReport.as_json` gives it); returns its id. With
-    ``leased_by``, only while that worker holds the check's lease (None otherwise)."""
+    """Store a report (as :meth:`CheckReport.as_json` gives it) while worker ``leased_by`` holds
+    the check's lease; returns its id, or None (the check was removed, or is another worker's)."""
     stored = await db.fetchval(
         _SQL["insert_report"],
         check_name,

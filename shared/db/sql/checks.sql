@@ -41,12 +41,12 @@ update checks set lease_owner = null, lease_expires = null, next_run_at = $3
 where name = $1 and lease_owner = $2
 
 -- name: insert_report --
--- Store a check's report; with $8, only while worker $8 still holds the check's lease (no row
--- otherwise: the check was removed, or is another worker's now).
+-- Store a check's report while worker $8 holds the check's lease (no row otherwise: the check
+-- was removed, or is another worker's now).
 insert into check_reports (check_name, set_spec, source_url, started_at, finished_at, outcome,
                            report)
 select $1, $2, $3, $4, $5, $6, $7::jsonb
-where $8::text is null or exists (select 1 from checks where name = $1 and lease_owner = $8)
+where exists (select 1 from checks where name = $1 and lease_owner = $8)
 returning id
 
 -- name: renew_check_lease --
