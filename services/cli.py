@@ -72,9 +72,15 @@ class _Server(uvicorn.Server):
 
 
 def _on_signals(callback: Callable[[], None]) -> None:
+    """``callback`` on SIGINT and SIGTERM, each logged (a service that stops says why)."""
     loop = asyncio.get_running_loop()
+
+    def received(sig: signal.Signals) -> None:
+        log.info("%s received: stopping", sig.name)
+        callback()
+
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, callback)
+        loop.add_signal_handler(sig, received, sig)
 
 
 async def _serve_provider(
@@ -125,6 +131,7 @@ async def cmd_provider(settings: Settings, args: argparse.Namespace) -> int:
             args.port or settings.provider_port,
             stop,
         )
+    log.info("provider stopped")
     return 0
 
 

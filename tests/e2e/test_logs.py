@@ -4,6 +4,7 @@ and every run, every refused and every quarantined record says why."""
 from __future__ import annotations
 
 import json
+import signal
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -101,3 +102,21 @@ async def test_harvest_logs_say_why_in_json_lines(make_node: NodeFactory, tmp_pa
     # a run's events name its link and run as fields of their own
     runs = [e for e in found if e["logger"] == "wiscat.harvester" and "link" in e]
     assert runs and all(e["link"] == "broken" and isinstance(e["run"], int) for e in runs)
+
+
+async def test_a_service_stopped_by_a_signal_says_which_and_that_it_stopped(
+    make_node: NodeFactory,
+) -> None:
+    """An operator (or a test that sees a service gone) reads in its log why it stopped."""
+    node = await make_node("SIGNALS")
+    for command, port, sig, stopped in (
+        ("provider", node.provider_port, signal.SIGTERM, "provider stopped"),
+        ("harvester", node.harvester_port, signal.SIGINT, "harvester stopped"),
+        ("run", node.provider_port, signal.SIGTERM, "node stopped"),
+    ):
+        process = await node.start(command, f"http://127.0.0.1:{port}/readyz")
+        process.send_signal(sig)
+        assert await process.wait() == 0, command
+        found = events(node.logs[-1].read_text())
+        assert said(found, "info", f"{sig.name} received: stopping"), (command, found[-5:])
+        assert said(found, "info", stopped), (command, found[-5:])
