@@ -24,6 +24,7 @@ from shared.db.checks import Check
 
 log = logging.getLogger("wiscat.check")
 
+
 async def run_stored_check(ctx: HarvestContext, check: Check) -> tuple[CheckReport, int | None]:
     """Run ``check``, leased by this worker, now and store its report; returns the report and
     its id, None when the report is not stored because this worker no longer holds the check

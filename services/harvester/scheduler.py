@@ -33,9 +33,7 @@ async def lease_kept(
     """Renew ``owner``'s lease of ``name`` (a link; a check with ``renew`` of the checks) every
     third of ``lease`` while the block runs, so that no other worker takes it over while its
     run lasts longer than one lease."""
-    keeper = asyncio.create_task(
-        _keep_lease(pool, name, owner, lease, renew), name=f"lease {name}"
-    )
+    keeper = asyncio.create_task(_keep_lease(pool, name, owner, lease, renew), name=f"lease {name}")
     try:
         yield
     finally:
