@@ -8,6 +8,7 @@ Nothing of a bad document is stored.
 from __future__ import annotations
 
 import logging
+import os
 import stat
 from collections import Counter
 from collections.abc import Sequence
@@ -46,17 +47,24 @@ def incoming(record: Record) -> store.IncomingRecord:
 
 
 def xml_files(folder: Path) -> list[Path]:
-    """Every regular ``*.xml`` file under ``folder`` (any case of the suffix), in a stable order.
+    """Every ``*.xml`` under ``folder`` (any case of the suffix) but folders, in a stable order.
 
-    Links to folders are not followed (no loops); named pipes, sockets and devices are skipped.
+    That is regular files, and also what cannot be read as one (a link to nothing, a named
+    pipe): the ingest lists those as refused, with the reason, rather than passing over a file
+    the operator may expect to be loaded. Links to folders are not followed (no loops).
     """
-    return sorted(p for p in folder.rglob("*") if p.suffix.lower() == ".xml" and p.is_file())
+    return sorted(p for p in folder.rglob("*") if p.suffix.lower() == ".xml" and not p.is_dir())
 
 
 def read_file(path: Path) -> bytes:
     """The bytes of one record file, read only if it is a regular file no larger than a record
     can be (a named pipe would block the ingest, a device such as /dev/zero never end)."""
-    info = path.stat()
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        if path.is_symlink():
+            raise RecordError(f"a link to nothing: {os.readlink(path)} does not exist") from None
+        raise
     if not stat.S_ISREG(info.st_mode):
         raise RecordError("not a regular file")
     too_large = RecordError(f"larger than {MAX_RECORD_BYTES} bytes: not one metadata record")

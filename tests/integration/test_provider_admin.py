@@ -262,16 +262,27 @@ async def test_folder_ingest_keeps_good_files_and_names_bad_ones(tmp_path: Path,
     assert again.counts["unchanged"] == 5
 
 
-async def test_ingest_reads_only_files_that_can_be_records(tmp_path: Path, db: Pool) -> None:
+async def test_ingest_reads_only_files_that_can_be_records_and_lists_the_others(
+    tmp_path: Path, db: Pool
+) -> None:
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / "UPPER.XML").write_bytes(generate_record(1))  # any case of the suffix
     os.mkfifo(tmp_path / "in" / "pipe.xml")  # reading it would wait for a writer, for ever
+    (tmp_path / "in" / "gone.xml").symlink_to(tmp_path / "removed.xml")  # a link to nothing
+    (tmp_path / "in" / "folder.xml").mkdir()  # a folder is walked, not read
+    (tmp_path / "in" / "folder.xml" / "inner.xml").write_bytes(generate_record(2))
     os.mkfifo(tmp_path / "given.xml")
     (tmp_path / "empty").mkdir()
     given = [tmp_path / "in", tmp_path / "given.xml", Path("/dev/zero"), tmp_path / "empty"]
     report = await asyncio.wait_for(ingest_paths(db, OWN, given), 30)
-    assert report.counts["added"] == 1
+    assert report.counts["added"] == 2
+    # in a folder too, what looks like a record file but cannot be read is listed, not skipped
     assert report.refused == [
+        (
+            str(tmp_path / "in" / "gone.xml"),
+            f"a link to nothing: {tmp_path}/removed.xml does not exist",
+        ),
+        (str(tmp_path / "in" / "pipe.xml"), "not a regular file"),
         (str(tmp_path / "given.xml"), "not a regular file"),
         ("/dev/zero", "not a regular file"),
         (str(tmp_path / "empty"), "a folder without any .xml file"),
