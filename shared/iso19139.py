@@ -129,7 +129,7 @@ def parse_xml(data: bytes | str) -> etree._Element:
     try:
         root = etree.fromstring(raw, safe_parser(encoding=encoding))
     except etree.XMLSyntaxError as exc:
-        raise RecordError(f"not well-formed XML: {exc}") from exc
+        raise RecordError(f"not well-formed XML: {exc.msg}") from exc
     _refuse_dtd(root)
     return root
 

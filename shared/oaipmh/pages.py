@@ -273,7 +273,7 @@ class PageReader:
                 parser.feed(self.body[start : start + _CHUNK])
                 events = _events(parser)
             except etree.XMLSyntaxError as exc:
-                raise MalformedResponse(f"not well-formed XML: {exc}") from exc
+                raise MalformedResponse(f"not well-formed XML: {exc.msg}") from exc
             for event, element in events:
                 tag = element.tag
                 if event == "start":
@@ -300,7 +300,7 @@ class PageReader:
         try:
             root = parser.close()
         except etree.XMLSyntaxError as exc:
-            raise MalformedResponse(f"not well-formed XML: {exc}") from exc
+            raise MalformedResponse(f"not well-formed XML: {exc.msg}") from exc
         if not root_checked:
             raise NotOAIResponse(f"the root element is {root.tag}, not OAI-PMH")
         if self.summary.errors:

@@ -322,7 +322,7 @@ def parse_xml(body: bytes) -> etree._Element:
     try:
         return etree.fromstring(body, _PARSER)
     except etree.XMLSyntaxError as exc:
-        raise InvalidBlock(f"not well-formed XML: {exc}") from exc
+        raise InvalidBlock(f"not well-formed XML: {exc.msg}") from exc
 
 
 def _child_text(element: etree._Element, tag: str) -> str:

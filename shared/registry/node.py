@@ -240,7 +240,7 @@ class RegistryNode:
         except (ResponseError, OAIError) as exc:
             raise UrlRefused(f"not an OAI-PMH Identify response: {exc}") from exc
         except etree.XMLSyntaxError as exc:
-            raise UrlRefused(f"the Identify response is not well-formed XML: {exc}") from exc
+            raise UrlRefused(f"the Identify response is not well-formed XML: {exc.msg}") from exc
         if info.protocol_version != "2.0":
             raise UrlRefused(f"protocolVersion is {info.protocol_version!r}, not '2.0'")
         if info.base_url != url:
