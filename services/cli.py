@@ -23,7 +23,7 @@ from services.listen import CannotListen, listen, url_host
 from shared import ingest
 from shared.db import links as link_store
 from shared.db import migrate as migrations
-from shared.db.errors import DatabaseError
+from shared.db.errors import FAILED, UNAVAILABLE, DatabaseError
 from shared.db.pool import Pool, connect, create_pool, database_url
 from shared.durations import format_duration, parse_duration
 from shared.heap import freeze_startup_objects, tune_heap
@@ -39,9 +39,24 @@ log = logging.getLogger("wiscat")
 
 
 @contextlib.asynccontextmanager
-async def migrated_database(settings: Settings) -> AsyncIterator[str]:
-    """The database URL (embedded server started if none is configured), schema brought current."""
-    async with database_url(settings.database_url, settings.data_dir) as url:
+async def migrated_database(
+    settings: Settings, stop: asyncio.Event | None = None
+) -> AsyncIterator[str]:
+    """The database URL (embedded server started if none is configured), schema brought current.
+
+    A service passes its ``stop``: if the embedded server stops running under it, the service is
+    stopped, and the command then fails with the reason (the end of the server's log).
+    """
+    lost: list[str] = []
+
+    def on_lost(reason: str) -> None:
+        log.error("%s; stopping", reason)
+        lost.append(reason)
+        if stop is not None:
+            stop.set()
+
+    watched = on_lost if stop is not None else None
+    async with database_url(settings.database_url, settings.data_dir, on_lost=watched) as url:
         conn = await connect(url)
         try:
             applied = await migrations.migrate(conn)
@@ -50,6 +65,8 @@ async def migrated_database(settings: Settings) -> AsyncIterator[str]:
         if applied:
             log.info("applied migrations: %s", ", ".join(applied))
         yield url
+    if lost:
+        raise DatabaseError(lost[0])
 
 
 async def cmd_migrate(settings: Settings, args: argparse.Namespace) -> int:
@@ -123,7 +140,7 @@ async def cmd_provider(settings: Settings, args: argparse.Namespace) -> int:
     _check_key_files(settings)
     stop = asyncio.Event()
     _on_signals(stop.set)
-    async with migrated_database(settings) as url:
+    async with migrated_database(settings, stop) as url:
         await _serve_provider(
             settings,
             url,
@@ -140,7 +157,7 @@ async def cmd_harvester(settings: Settings, args: argparse.Namespace) -> int:
 
     stop = asyncio.Event()
     _on_signals(stop.set)
-    async with migrated_database(settings) as url:
+    async with migrated_database(settings, stop) as url:
         await serve_harvester(
             settings,
             url,
@@ -158,7 +175,7 @@ async def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
     _check_key_files(settings)
     stop = asyncio.Event()
     _on_signals(stop.set)
-    async with migrated_database(settings) as url:
+    async with migrated_database(settings, stop) as url:
         host, port = settings.provider_host, settings.provider_port
         harvester = asyncio.create_task(
             serve_harvester(settings, url, host=host, port=settings.harvester_port, stop=stop)
@@ -221,18 +238,35 @@ async def cmd_ingest(settings: Settings, args: argparse.Namespace) -> int:
     if missing:
         print(f"no such file or folder: {', '.join(missing)}", file=sys.stderr)
         return 2
+    report = ingest.IngestReport()
     async with migrated_database(settings) as url:
         pool = await create_pool(url, max_size=2)
         try:
-            report = await ingest.ingest_paths(pool, settings.own_set, paths)
+            await ingest.ingest_paths(pool, settings.own_set, paths, report)
+        except UNAVAILABLE + FAILED as exc:  # a file's own errors are the report's
+            # what was stored stays stored: said, so that the operator knows where it stopped
+            log.debug("ingest stopped by the database", exc_info=exc)
+            _print_ingest(settings, report)
+            print(
+                f"wiscat: the database failed during the ingest: {exc or type(exc).__name__}. "
+                "The counts above are what was stored before; the batch being written (up "
+                f"to {ingest.BATCH} files) was not. The same ingest, run again, goes on: what "
+                "was stored comes back unchanged.",
+                file=sys.stderr,
+            )
+            return 2
         finally:
             await pool.close()
+    _print_ingest(settings, report)
+    return 1 if report.refused or report.older else 0
+
+
+def _print_ingest(settings: Settings, report: ingest.IngestReport) -> None:
     for path, reason in report.refused:
         print(f"bad: {path}: {reason}", file=sys.stderr)
     for path in report.older:
         print(f"refused: {path}: {ingest.OLDER}", file=sys.stderr)
     print(f"{settings.own_set}: {report.summary()}")
-    return 1 if report.refused or report.older else 0
 
 
 async def cmd_delete(settings: Settings, args: argparse.Namespace) -> int:
@@ -542,6 +576,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return runner.run(_stopped_by_sigterm(COMMANDS[command](settings, args)))
     except (DatabaseError, CannotListen, KeyFileError) as exc:
         print(f"wiscat: {exc}", file=sys.stderr)
+        return 2
+    except FAILED as exc:  # not a bug of ours: the reason says it, the traceback is for debugging
+        log.debug("stopped by the database", exc_info=exc)
+        print(f"wiscat: the database failed: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:
         # a file that cannot be written or read (a key file, a report): its name and the reason

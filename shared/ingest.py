@@ -97,10 +97,13 @@ async def write_local(
             log.warning("refused %s (%s): %s", path, record.identifier, OLDER)
 
 
-async def ingest_paths(pool: asyncpg.Pool, own_set: str, paths: Sequence[Path]) -> IngestReport:
-    """Load ISO 19139 files or folders into the own set."""
+async def ingest_paths(
+    pool: asyncpg.Pool, own_set: str, paths: Sequence[Path], report: IngestReport | None = None
+) -> IngestReport:
+    """Load ISO 19139 files or folders into the own set, in transactions of :data:`BATCH`
+    files; ``report`` (a new one if None) holds the outcome, so far if the database fails."""
+    report = report if report is not None else IngestReport()
     await ensure_own_set(pool, own_set)
-    report = IngestReport()
     batch: list[tuple[Path, Record]] = []
     for given in paths:
         files = xml_files(given) if given.is_dir() else [given]

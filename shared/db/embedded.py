@@ -39,6 +39,22 @@ log = logging.getLogger("wiscat.db")
 # unquoted: a space or a shell character there breaks the start (or worse).
 _PLAIN_PATH = re.compile(r"[\w/.+,@%=:~-]+")
 
+# A line of the server's log: its time and process, then the level and the message.
+_LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d [\d:.]+ \w+ \[\d+\] ")
+# A line that says why a server stopped: an error that ended a process of it, not a connection
+# refused while it was starting or stopping ("the database system is shutting down").
+_CAUSE = re.compile(r"^(PANIC|FATAL):\s+(?!the database system is )")
+
+
+def _last_words(lines: list[str]) -> str:
+    """What a stopped server's log says of its end: the last error that ended a process of it
+    (the cause: "FATAL: could not write to file ...: No space left on device"), if any among its
+    last lines, then its last line, each without its time and process."""
+    recent = [_LOG_LINE.sub("", line).strip() for line in lines[-50:]]
+    recent = [line for line in recent if line]
+    causes = [line for line in recent if _CAUSE.match(line)]
+    return " | ".join(causes[-1:] + recent[-1:])
+
 
 class _NoTimeoutDump(logging.Filter):
     """Drops the copy of the server's whole log that ``pgserver`` writes when its wait times out:
@@ -219,6 +235,28 @@ class EmbeddedPostgres:
                     status,
                 )
             time.sleep(0.5)
+
+    def lost(self) -> str | None:
+        """Why the server this handle started (or attached to) no longer runs, with the end of
+        its log; None while it runs (or before :meth:`start`).
+
+        A server whose backend crashed restarts itself and keeps running; one that shut down
+        (its disk full while it replayed its log, stopped by hand, killed) is lost.
+        """
+        if self._server is None:
+            return None
+        for _ in range(2):  # a lock file being rewritten reads as none for a moment
+            if self._status() is not None:
+                return None
+            time.sleep(0.5)
+        try:
+            lines = (self.path / "log").read_text(errors="replace").splitlines()
+        except OSError:
+            lines = []
+        words = _last_words(lines)
+        return f"the embedded PostgreSQL in {self.path} is no longer running" + (
+            f"; its log: {words}" if words else ""
+        )
 
     def stop(self) -> None:
         if self._server is not None:

@@ -26,6 +26,16 @@ UNAVAILABLE: tuple[type[Exception], ...] = (
     asyncpg.InterfaceError,  # a connection closed under a query, a pool closing
 )
 
+FAILED: tuple[type[Exception], ...] = (
+    asyncpg.PostgresConnectionError,
+    asyncpg.OperatorInterventionError,
+    asyncpg.InterfaceError,
+    asyncpg.InsufficientResourcesError,  # disk full, out of memory, too many connections
+)
+"""What ends a command when the database fails under it: ``UNAVAILABLE`` but the system's own
+errors (a command's file errors are those too), and the server out of a resource. Not an error
+in a query, which is a bug, with a traceback."""
+
 UNSTORABLE_TEXT: tuple[type[Exception], ...] = (
     asyncpg.CharacterNotInRepertoireError,  # U+0000 in text
     asyncpg.UntranslatableCharacterError,  # \u0000 in jsonb

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import asyncpg
@@ -33,19 +34,44 @@ async def create_pool(url: str, *, min_size: int = 1, max_size: int = 10) -> asy
     return pool
 
 
+# How often a service looks whether its embedded server still runs.
+WATCH_SECONDS = 2.0
+
+
 @contextlib.asynccontextmanager
-async def database_url(configured: str | None, data_dir: Path) -> AsyncIterator[str]:
+async def database_url(
+    configured: str | None, data_dir: Path, *, on_lost: Callable[[str], None] | None = None
+) -> AsyncIterator[str]:
     """Yield the database URL to use: the configured one, or an embedded server's (started here,
-    stopped on exit)."""
+    stopped on exit).
+
+    ``on_lost`` is for services, which run for months: it is called, once, with the reason when
+    the embedded server they started stops running. Nothing here would start it again, so the
+    service had better stop, saying why, than answer "unavailable" for ever.
+    """
     if configured:
         yield configured
         return
     server = EmbeddedPostgres(data_dir)
     url = server.start()
+    watch = asyncio.create_task(_watch(server, on_lost)) if on_lost else None
     try:
         yield url
     finally:
+        if watch is not None:
+            watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watch
         server.stop()
+
+
+async def _watch(server: EmbeddedPostgres, on_lost: Callable[[str], None]) -> None:
+    while True:
+        await asyncio.sleep(WATCH_SECONDS)
+        reason = await asyncio.to_thread(server.lost)
+        if reason is not None:
+            on_lost(reason)
+            return
 
 
 async def connect(url: str) -> asyncpg.Connection:

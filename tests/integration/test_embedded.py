@@ -26,9 +26,11 @@ import psutil
 import pytest
 from pgserver._commands import pg_ctl
 
-from shared.db.embedded import EmbeddedPostgres, _attached
+from shared.db.embedded import EmbeddedPostgres, _attached, _last_words
 from shared.db.errors import EmbeddedServerError
 from shared.db.pool import connect
+from shared.generator import generate_record
+from tests.e2e.nodes import Node
 
 
 @pytest.fixture
@@ -230,3 +232,89 @@ async def _one(url: str) -> int:
         return int(await conn.fetchval("select 1"))
     finally:
         await conn.close()
+
+
+async def test_a_node_whose_embedded_server_stops_stops_and_says_why(folder: Path) -> None:
+    """Nothing would start the embedded server again: a node that answered "unavailable" for
+    ever would hide it. It stops instead, failing, with the end of the server's log."""
+    node = Node("LONE", "", extra={"WISCAT_DATA_DIR": str(folder), "WISCAT_LOG_FORMAT": "text"})
+    try:
+        process = await node.start("run", f"http://127.0.0.1:{node.provider_port}/readyz")
+        # stopped as a full disk or an operator's pg_ctl would stop it
+        pg_ctl(["stop", "-m", "fast"], pgdata=folder / "postgres", **_as_server_user())
+        assert await asyncio.wait_for(process.wait(), 30) == 2
+        err = node.logs[-1].read_text()
+    finally:
+        await node.stop()
+    last = err.strip().splitlines()[-1]
+    assert last.startswith(f"wiscat: the embedded PostgreSQL in {folder / 'postgres'} is no longer")
+    assert "database system is shut down" in last  # the server's own last words
+    logged = [line for line in err.splitlines() if " ERROR " in line]
+    assert logged and logged[0].endswith("database system is shut down; stopping")
+
+
+# The end of the log of a server whose disk filled up, as a node's ingest made it (a tmpfs of
+# 120 MB): its recovery could not write, and it shut down.
+FULL_DISK_LOG = [
+    "2026-11-24 02:31:54.351 UTC [26191] LOG:  database system was interrupted",
+    "2026-11-24 02:31:54.356 UTC [26194] FATAL:  the database system is in recovery mode",
+    "2026-11-24 02:31:54.363 UTC [26191] LOG:  redo starts at 0/1480470",
+    "2026-11-24 02:31:54.459 UTC [26191] FATAL:  could not write to file "
+    '"pg_wal/xlogtemp.26191": No space left on device',
+    "2026-11-24 02:31:54.463 UTC [26171] LOG:  startup process (PID 26191) exited with exit code 1",
+    "2026-11-24 02:31:54.463 UTC [26171] LOG:  shutting down due to startup process failure",
+    "2026-11-24 02:31:54.474 UTC [26171] LOG:  database system is shut down",
+]
+
+
+def test_a_stopped_server_is_told_by_its_cause_and_its_last_line() -> None:
+    assert _last_words(FULL_DISK_LOG) == (
+        'FATAL:  could not write to file "pg_wal/xlogtemp.26191": No space left on device'
+        " | LOG:  database system is shut down"
+    )
+    assert _last_words([]) == ""
+
+
+async def test_an_ingest_whose_database_stops_says_what_it_stored(folder: Path) -> None:
+    """The database gone in the middle of an ingest: the command fails with the reason and the
+    counts of the batches stored before (which stay stored), not a traceback."""
+    records = folder / "records"
+    records.mkdir()
+    for n in range(3000):
+        (records / f"r{n:04}.xml").write_bytes(generate_record(n))
+    server = EmbeddedPostgres(folder)  # the same server the ingest will attach to
+    conn = await connect(server.start())
+    try:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("WISCAT_")}
+        env.update(WISCAT_DATA_DIR=str(folder), WISCAT_GISC_NAME="LONE")
+        wiscat = str(Path(sys.executable).with_name("wiscat"))
+        ingest = await asyncio.create_subprocess_exec(
+            wiscat, "ingest", str(records), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
+        stored = 0
+        while not stored and ingest.returncode is None:
+            with contextlib.suppress(Exception):  # the schema may not be there yet
+                stored = await conn.fetchval("select count(*) from records")
+            await asyncio.sleep(0.01)
+        pg_ctl(["stop", "-m", "immediate"], pgdata=folder / "postgres", **_as_server_user())
+        out, err = await asyncio.wait_for(ingest.communicate(), 60)
+    finally:
+        with contextlib.suppress(Exception):
+            await conn.close(timeout=1)
+        server.stop()
+    assert ingest.returncode == 2, (out, err)
+    summary = out.decode().strip()
+    assert summary.startswith("WIS-GISC-LONE: added ")
+    added = int(summary.split("added ")[1].split(",")[0])
+    assert stored <= added < 3000 and added % 200 == 0  # whole batches, from before the stop
+    message = err.decode().strip().splitlines()[-1]
+    assert message.startswith("wiscat: the database failed during the ingest: ")
+    assert "The same ingest, run again, goes on" in message
+    assert "Traceback" not in err.decode()
+
+    # the server started again (it recovers): the same ingest stores the rest
+    again = subprocess.run(
+        [wiscat, "ingest", str(records)], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert again.returncode == 0, again.stderr
+    assert again.stdout == f"WIS-GISC-LONE: added {3000 - added}, unchanged {added}, bad 0\n"
