@@ -11,9 +11,12 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from datetime import UTC, datetime
+import time
+from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import TextIO
+
+from shared.durations import format_duration
 
 _STANDARD = set(vars(logging.makeLogRecord({})).keys()) | {"message", "asctime"}
 # uvicorn adds an ANSI-coloured copy of some messages for terminals; a log line has no use for it
@@ -51,6 +54,69 @@ class TextFormatter(logging.Formatter):
         return super().format(record).replace("\r", "").replace("\n", "\\n")
 
 
+class Outage:
+    """The warnings of a loop that tries again while something it needs fails (the database,
+    mostly): the first failure, then one line per ``every`` seconds while the failures last,
+    not one per attempt, and the end of it; an operator reads when it began, that it goes on,
+    and when it ended."""
+
+    def __init__(self, log: logging.Logger, what: str, *, every: float = 300.0) -> None:
+        self.log, self.what, self.every = log, what, every
+        self.began: float | None = None
+        self.told = 0.0
+        self.attempts = 0
+
+    def failed(self, exc: BaseException) -> None:
+        now = time.monotonic()
+        self.attempts += 1
+        reason = f"{type(exc).__name__}: {exc}"
+        if self.began is None:
+            self.began = self.told = now
+            self.log.warning(
+                "%s failed: %s; trying again (this says once every %s that it still fails)",
+                self.what,
+                reason,
+                format_duration(timedelta(seconds=self.every)),
+            )
+        elif now - self.told >= self.every:
+            self.told = now
+            self.log.warning(
+                "%s still fails, for %s (%d attempts): %s",
+                self.what,
+                format_duration(timedelta(seconds=now - self.began)),
+                self.attempts,
+                reason,
+            )
+
+    def ended(self) -> None:
+        """The thing worked: say so once, if it had failed (at the failure's level, so that
+        whoever is shown the one is shown the other)."""
+        if self.began is not None:
+            self.log.warning(
+                "%s works again, after %s (%d failed attempts)",
+                self.what,
+                format_duration(timedelta(seconds=time.monotonic() - self.began)),
+                self.attempts,
+            )
+            self.began, self.attempts = None, 0
+
+
+class _WithoutTraceback(logging.Filter):
+    """A library's warning about a failure it retries, told in one line: the exception's type
+    and message instead of its traceback (asyncpg's pool logs one per attempt to reconnect)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and record.levelno < logging.ERROR:
+            exc = record.exc_info[1]
+            record.msg = f"{record.getMessage()} ({type(exc).__name__}: {exc})"
+            record.args, record.exc_info, record.exc_text = None, None, None
+        return True
+
+
+# libraries whose warnings of retried failures carry a traceback each
+_RETRYING = ("asyncpg.pool",)
+
+
 def configure(level: str = "INFO", fmt: str = "text", stream: TextIO | None = None) -> None:
     """Send every log event to ``stream`` (stderr), one line each."""
     handler = logging.StreamHandler(stream or sys.stderr)
@@ -60,6 +126,10 @@ def configure(level: str = "INFO", fmt: str = "text", stream: TextIO | None = No
     root.setLevel(level.upper())
     for name, quiet_level in _QUIET.items():
         logging.getLogger(name).setLevel(quiet_level)
+    for name in _RETRYING:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _WithoutTraceback) for f in logger.filters):
+            logger.addFilter(_WithoutTraceback())
     logging.captureWarnings(True)
     sys.excepthook = _log_uncaught
 

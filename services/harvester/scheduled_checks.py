@@ -21,6 +21,7 @@ from services.harvester.harvest import HarvestContext
 from services.harvester.scheduler import lease_kept
 from shared.db import checks as check_store
 from shared.db.checks import Check
+from shared.logs import Outage
 
 log = logging.getLogger("wiscat.check")
 
@@ -72,12 +73,15 @@ async def run_due_checks(ctx: HarvestContext, stop: asyncio.Event) -> None:
     """Run due checks one after another until ``stop`` is set."""
     poll = max(ctx.settings.harvest_poll_seconds, 1.0)
     lease = timedelta(seconds=ctx.settings.harvest_lease_seconds)
+    leasing = Outage(log, "leasing due checks")
     while not stop.is_set():
         check = None
         try:
             check = await check_store.lease_due(ctx.pool, ctx.worker, lease)
         except Exception as exc:  # the database may be restarting: try again later
-            log.warning("could not lease checks: %s", exc)
+            leasing.failed(exc)
+        else:
+            leasing.ended()
         if check is not None:
             try:
                 renew = check_store.renew_lease

@@ -19,6 +19,7 @@ from services.harvester.harvest import HarvestContext, harvest_link
 from shared.db import links as link_store
 from shared.db.links import Link
 from shared.db.pool import Pool
+from shared.logs import Outage
 
 log = logging.getLogger("wiscat.harvester")
 
@@ -75,6 +76,7 @@ class Scheduler:
         self.host_limits: dict[str, asyncio.Semaphore] = {}
         self.running: set[asyncio.Task[None]] = set()
         self.wake = asyncio.Event()
+        self.leasing = Outage(log, "leasing due links")
 
     async def run(self, stop: asyncio.Event) -> None:
         """Lease due links and run them until ``stop`` is set; then finish the running ones."""
@@ -90,8 +92,10 @@ class Scheduler:
                 try:
                     due = await link_store.lease_due(self.ctx.pool, self.owner, self.lease, free)
                 except Exception as exc:  # the database may be restarting: try again later
-                    log.warning("could not lease links: %s", exc)
+                    self.leasing.failed(exc)
                     due = []
+                else:
+                    self.leasing.ended()
                 for link in due:
                     task = asyncio.create_task(self._run(link), name=f"harvest {link.name}")
                     self.running.add(task)

@@ -8,9 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator
 from urllib.parse import parse_qs, urlsplit
 
+import pytest
+
+from services.harvester.scheduled_checks import run_due_checks
+from services.harvester.scheduler import Scheduler
 from services.harvester.service import harvest_context, health_app
 from shared.db.pool import Pool
 from shared.settings import Settings
@@ -131,3 +136,35 @@ async def test_the_harvester_serves_its_metrics_without_its_database(database_ur
             await relay.start()
             assert b"\nwiscat_database_up 1.0\n" in (await oai_raw(root + "/metrics", "")).body
             assert (await oai_raw(root + "/readyz", "")).status == 200
+
+
+async def test_the_scheduler_tells_an_outage_when_it_begins_and_ends_not_each_poll(
+    database_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="wiscat")
+    async with relay_to(database_url) as relay:
+        settings = Settings(  # type: ignore[call-arg]
+            _env_file=None, gisc_name="RELAYED", database_url=relay.url, harvest_poll_seconds=0.05
+        )
+        async with harvest_context(settings, relay.url) as ctx:
+            stop = asyncio.Event()
+            scheduling = asyncio.create_task(Scheduler(ctx).run(stop))
+            checking = asyncio.create_task(run_due_checks(ctx, stop))
+            await asyncio.sleep(0.3)
+            await relay.cut()
+            await asyncio.sleep(2.5)  # 50 polls of links, 2 of checks, all failing
+            await relay.start()
+            for _ in range(200):
+                if caplog.text.count("works again") == 2:
+                    break
+                await asyncio.sleep(0.05)
+            stop.set()
+            await asyncio.gather(scheduling, checking)
+    told = [r.getMessage() for r in caplog.records if "leasing due" in r.getMessage()]
+    # one line as each outage began and one as it ended, whatever the number of polls between
+    assert sorted(line.split(":")[0].split(",")[0] for line in told) == [
+        "leasing due checks failed",
+        "leasing due checks works again",
+        "leasing due links failed",
+        "leasing due links works again",
+    ], told

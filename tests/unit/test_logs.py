@@ -6,12 +6,13 @@ import io
 import json
 import logging
 import sys
+import time
 import warnings
 from collections.abc import Iterator
 
 import pytest
 
-from shared.logs import configure
+from shared.logs import Outage, configure
 
 
 @pytest.fixture
@@ -86,3 +87,44 @@ def test_text_lines_are_one_event_each() -> None:
     assert "harvest tokyo: unexpected error\\nTraceback" in lines[2]
     assert "ValueError: broken peer" in lines[2]
     assert "CRITICAL wiscat: stopped by an unexpected error: the port is taken" in lines[4]
+
+
+@pytest.mark.usefixtures("restore_logging")
+def test_a_retried_failure_of_asyncpg_is_one_line_without_traceback() -> None:
+    out = io.StringIO()
+    configure("INFO", "text", stream=out)
+    try:
+        raise ConnectionRefusedError(111, "Connect call failed ('127.0.0.1', 5432)")
+    except ConnectionRefusedError:
+        logging.getLogger("asyncpg.pool").warning(
+            "Failed to restore the pool connection floor; retrying", exc_info=True
+        )
+    [line] = out.getvalue().splitlines()
+    assert line.endswith(
+        "WARNING asyncpg.pool: Failed to restore the pool connection floor; retrying "
+        "(ConnectionRefusedError: [Errno 111] Connect call failed ('127.0.0.1', 5432))"
+    )
+
+
+def test_an_outage_is_told_when_it_begins_while_it_lasts_and_when_it_ends(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    log = logging.getLogger("wiscat.test.outage")
+    outage = Outage(log, "leasing due links", every=0.2)
+    caplog.set_level(logging.INFO, logger=log.name)
+    outage.ended()  # nothing had failed: nothing to say
+    for _ in range(5):  # one attempt each poll: one line, not five
+        outage.failed(ConnectionRefusedError(111, "Connect call failed"))
+    time.sleep(0.25)
+    outage.failed(OSError("no route"))
+    outage.failed(OSError("no route"))
+    outage.ended()
+    outage.ended()
+    said = [r.getMessage() for r in caplog.records]
+    assert said == [
+        "leasing due links failed: ConnectionRefusedError: [Errno 111] Connect call failed; "
+        "trying again (this says once every 0s that it still fails)",
+        "leasing due links still fails, for 0s (6 attempts): OSError: no route",
+        "leasing due links works again, after 0s (7 failed attempts)",
+    ]
+    assert {r.levelname for r in caplog.records} == {"WARNING"}
