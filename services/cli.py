@@ -373,9 +373,15 @@ async def cmd_link_remove(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def cmd_link_set(settings: Settings, args: argparse.Namespace) -> int:
-    if args.url is None and args.set is None and not (args.enable or args.disable):
+    if (
+        args.url is None
+        and args.set is None
+        and args.strategy is None
+        and not (args.enable or args.disable)
+    ):
         print(
-            "wiscat: nothing to change: give --url, --set, --enable or --disable", file=sys.stderr
+            "wiscat: nothing to change: give --url, --set, --strategy, --enable or --disable",
+            file=sys.stderr,
         )
         return 2
     try:
@@ -404,6 +410,14 @@ async def cmd_link_set(settings: Settings, args: argparse.Namespace) -> int:
                     f"link {args.name} now harvests {source}; "
                     "high-water mark reset: the next run is a full harvest"
                 )
+        if args.strategy is not None:
+            link = await link_store.set_strategy(pool, args.name, args.strategy)
+            how = (
+                "ListIdentifiers + GetRecord"
+                if args.strategy == "ListIdentifiers"
+                else "ListRecords"
+            )
+            print(f"link {args.name} now harvests by {how}; its high-water mark stays")
         if args.enable or args.disable:
             link = await link_store.set_enabled(pool, args.name, bool(args.enable))
             print(f"link {args.name} {'enabled' if args.enable else 'disabled'}")
@@ -503,6 +517,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name")
     p.add_argument("--url")
     p.add_argument("--set", help="new remote set ('' for the whole catalogue)")
+    p.add_argument(
+        "--strategy",
+        choices=["ListRecords", "ListIdentifiers"],
+        help="ListIdentifiers + GetRecord gets a page's records one by one: a record that "
+        "breaks its ListRecords page is then quarantined alone",
+    )
     state = p.add_mutually_exclusive_group()
     state.add_argument("--enable", action="store_true")
     state.add_argument("--disable", action="store_true")

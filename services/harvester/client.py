@@ -27,6 +27,7 @@ from isal import isal_zlib
 
 from services.harvester.errors import (
     BadResponse,
+    MalformedRecord,
     PeerHTTPError,
     PeerTimeout,
     PeerUnreachable,
@@ -40,6 +41,7 @@ from shared.oaipmh.dates import format_datestamp, format_day
 from shared.oaipmh.errors import NoRecordsMatch
 from shared.oaipmh.pages import (
     IdentifyInfo,
+    MalformedResponse,
     PageReader,
     RecordItem,
     ResponseError,
@@ -464,7 +466,12 @@ class OAIClient:
             {"verb": "GetRecord", "identifier": identifier, "metadataPrefix": metadata_prefix},
         )
         page = Page(safe_url(base_url), len(body), PageReader(body))
-        for item in page.items():
-            if isinstance(item, RecordItem):
-                return item
+        try:
+            for item in page.items():
+                if isinstance(item, RecordItem):
+                    return item
+        except BadResponse as exc:
+            if isinstance(exc.__cause__, MalformedResponse):
+                raise MalformedRecord(exc.reason, body) from exc
+            raise
         raise BadResponse(f"GetRecord of {identifier!r} from {safe_url(base_url)} held no record")

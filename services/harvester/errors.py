@@ -12,6 +12,7 @@ Exception tree::
      +-- TooManyEmptyPages       too many pages in a row with a token and no item
      +-- TooManyRequests         the list needed more requests than allowed
      +-- BadResponse             not OAI-PMH, or not well-formed (wraps pages.ResponseError)
+     |    +-- MalformedRecord     a GetRecord answer that is not well-formed (its record's fault)
      +-- LinkRemoved             the link was removed while it ran (its runs went with it)
      +-- RunTakenOver            another worker took the link over while this run was held up
 
@@ -65,6 +66,19 @@ class TooManyRequests(HarvestError):
 
 class BadResponse(HarvestError):
     pass
+
+
+class MalformedRecord(BadResponse):
+    """A GetRecord answer that is not well-formed XML, kept as received (``body``). The fault
+    is its record's, as a rule (a character XML does not allow, nesting too deep to parse), not
+    its peer's: the list that named the record came from the same peer, well-formed."""
+
+    def __init__(self, reason: str, body: bytes) -> None:
+        super().__init__(reason)
+        self.body = body
+
+    def __reduce__(self) -> tuple[type[MalformedRecord], tuple[str, bytes]]:
+        return type(self), (self.reason, self.body)
 
 
 class LinkRemoved(HarvestError):

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from services.harvester.client import OAIClient, global_addresses_only
-from services.harvester.errors import HarvestError, LinkRemoved, RunTakenOver
+from services.harvester.errors import HarvestError, LinkRemoved, MalformedRecord, RunTakenOver
 from services.harvester.metrics import HarvesterMetrics
 from services.harvester.page_records import PageReaders, PageSorter
 from shared.db import links as link_store
@@ -33,7 +33,7 @@ from shared.db.pool import Connection, Pool
 from shared.linkspec import REGISTRY_LINK_PREFIX
 from shared.oaipmh.dates import shifted
 from shared.oaipmh.errors import CannotDisseminateFormat, IdDoesNotExist, OAIError
-from shared.oaipmh.pages import HeaderItem, IdentifyInfo, RecordItem
+from shared.oaipmh.pages import NOT_WELL_FORMED, HeaderItem, IdentifyInfo, RecordItem
 from shared.settings import Settings
 from shared.text import clipped
 
@@ -210,6 +210,11 @@ async def run_list(
         report.status, report.error_kind, report.error = "stopped", "mass_delete", str(exc)
     except HarvestError as exc:
         report.status, report.error_kind, report.error = "failed", type(exc).__name__, exc.reason
+        if link.strategy == "ListRecords" and exc.reason.startswith(NOT_WELL_FORMED):
+            report.error += (
+                f"; if one record breaks the page, `wiscat link set {link.name} --strategy "
+                "ListIdentifiers` gets the records one by one and quarantines that one"
+            )
     except OAIError as exc:
         report.status, report.error_kind, report.error = (
             "failed",
@@ -470,7 +475,8 @@ async def _get_records(
 
     A record the peer will not give (idDoesNotExist: gone since it was listed, from a
     repository that keeps no deletions; cannotDisseminateFormat: not in this format, §3.6 "not
-    supported by the item") is quarantined with the peer's answer, as a record that cannot be
+    supported by the item") is quarantined with the peer's answer, and so is one whose answer is
+    not well-formed XML (the answer kept as the record's raw bytes), as a record that cannot be
     used in a ListRecords page is: failing the run instead would fail every run after it, from
     the same high-water mark, for as long as the peer keeps listing that header.
     """
@@ -485,6 +491,10 @@ async def _get_records(
             except (IdDoesNotExist, CannotDisseminateFormat) as exc:
                 reason = clipped(f"GetRecord answered {exc.code}: {exc.message}", MAX_REASON)
                 sorter.quarantined.append((header.identifier, reason, b""))
+                return
+            except MalformedRecord as exc:
+                reason = clipped(f"GetRecord answered {exc.reason}", MAX_REASON)
+                sorter.quarantined.append((header.identifier, reason, exc.body))
                 return
         if item.header.deleted:
             return

@@ -143,6 +143,11 @@ async def set_enabled(db: Executor, name: str, enabled: bool) -> Link | None:
     return _link(row) if row else None
 
 
+async def set_strategy(db: Executor, name: str, strategy: str) -> Link | None:
+    row = await db.fetchrow(_SQL["set_link_strategy"], name, strategy)
+    return _link(row) if row else None
+
+
 async def request_run(db: Executor, name: str, mode: str = "incremental") -> bool | None:
     """Ask the harvester to run ``name`` now: True when asked, False when the link is disabled
     (a disabled link never runs, so nothing is asked), None if there is no such link."""

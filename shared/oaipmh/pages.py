@@ -48,6 +48,10 @@ class MalformedResponse(ResponseError):
     """The body is not well-formed XML, or carries a DTD (refused: entity attacks)."""
 
 
+#: How the reason for a body that is not well-formed begins (libxml2's message follows).
+NOT_WELL_FORMED = "not well-formed XML"
+
+
 _SECONDS_FORM = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z")
 # Every other date a peer may send: a day (xs:date, with or without a time zone) or a second
 # with a fraction of it or a time-zone offset (xs:dateTime). OAI-PMH.xsd allows fractions in
@@ -273,7 +277,7 @@ class PageReader:
                 parser.feed(self.body[start : start + _CHUNK])
                 events = _events(parser)
             except etree.XMLSyntaxError as exc:
-                raise MalformedResponse(f"not well-formed XML: {exc.msg}") from exc
+                raise MalformedResponse(f"{NOT_WELL_FORMED}: {exc.msg}") from exc
             for event, element in events:
                 tag = element.tag
                 if event == "start":
@@ -300,7 +304,7 @@ class PageReader:
         try:
             root = parser.close()
         except etree.XMLSyntaxError as exc:
-            raise MalformedResponse(f"not well-formed XML: {exc.msg}") from exc
+            raise MalformedResponse(f"{NOT_WELL_FORMED}: {exc.msg}") from exc
         if not root_checked:
             raise NotOAIResponse(f"the root element is {root.tag}, not OAI-PMH")
         if self.summary.errors:

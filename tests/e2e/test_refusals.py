@@ -141,11 +141,26 @@ async def test_link_set_to_the_same_source_keeps_the_high_water_mark(
             await conn.fetchval("select extract(epoch from high_water_mark) from links")
             == 1767323045
         )
+        # a new strategy: the same source, the same records, the same high-water mark
+        _, out, _ = await node.wiscat("link", "set", "peer", "--strategy", "ListIdentifiers")
+        assert out == (
+            "link peer now harvests by ListIdentifiers + GetRecord; its high-water mark stays\n"
+        )
+        [link] = await links(node)
+        assert link["strategy"] == "ListIdentifiers"
+        assert (
+            await conn.fetchval("select extract(epoch from high_water_mark) from links")
+            == 1767323045
+        )
     finally:
         await conn.close()
+    code, _, err = await node.wiscat("link", "set", "peer", "--strategy", "GetRecord", check=False)
+    assert code == 2 and "invalid choice: 'GetRecord'" in err
     code, out, err = await node.wiscat("link", "set", "peer", check=False)
     assert (code, out) == (2, "")
-    assert err.endswith("wiscat: nothing to change: give --url, --set, --enable or --disable\n")
+    assert err.endswith(
+        "wiscat: nothing to change: give --url, --set, --strategy, --enable or --disable\n"
+    )
 
 
 @pytest.mark.parametrize(

@@ -92,6 +92,76 @@ async def test_a_record_that_get_record_refuses_is_quarantined(pair: Pair) -> No
     assert {r["identifier"] for r in stored} == {records[0].identifier, records[3].identifier}
 
 
+async def test_a_record_that_is_not_well_formed_fails_its_page_and_is_quarantined_alone(
+    pair: Pair,
+) -> None:
+    """A record with a character XML does not allow, or nested deeper than a parser goes, breaks
+    the ListRecords page it is on: the run fails, at every run, and says how to get past it.
+    By ListIdentifiers + GetRecord only its own answer is unreadable: that record is quarantined
+    with the answer as received, the others stored, the list completed. Failing the run would
+    fail every run after it (the peer keeps listing it); the list that named it, from the same
+    peer, was well-formed."""
+    from services.harvester.harvest import harvest_link
+
+    now = datetime.now(UTC)
+    records = [parse_record(generate_record(n, centre="peer")) for n in range(4)]
+    documents = {r.identifier: r.xml.encode() for r in records}
+    broken = {
+        # a form feed in a title: not a character of XML 1.0
+        records[1].identifier: documents[records[1].identifier].replace(
+            b"</gco:CharacterString>", b"\x0c</gco:CharacterString>", 1
+        ),
+        # nested 300 deep: past libxml2's limit of 256 without its huge-tree option
+        records[2].identifier: documents[records[2].identifier].replace(
+            b"</gmd:MD_Metadata>", b"<gmd:x>" * 300 + b"</gmd:x>" * 300 + b"</gmd:MD_Metadata>"
+        ),
+    }
+    documents.update(broken)
+    answers = {}
+
+    async def answer(request: web.Request) -> bytes:
+        verb = request.query["verb"]
+        start = render.response_start(now, "http://peer/oai", dict(request.query), verb)
+        if verb == "ListRecords":
+            body = b"".join(render.record(i, now, [], False, x) for i, x in documents.items())
+        elif verb == "ListIdentifiers":
+            body = b"".join(render.header(i, now, [], False) for i in documents)
+        else:
+            identifier = request.query["identifier"]
+            body = render.get_record(identifier, now, [], False, documents[identifier])
+            answers[identifier] = start + body + render.response_end(verb)
+        return start + body + render.response_end(verb)
+
+    async with serving(b"", pages=answer) as url:
+        await link_store.add_link(pair.sink, _link("peer", url))
+        link = await link_store.get_link(pair.sink, "peer")
+        assert link is not None
+        report = await harvest_link(pair.ctx, link, window=False)
+        assert (report.status, report.error_kind) == ("failed", "BadResponse")
+        assert (report.error or "").startswith("not well-formed XML: PCDATA invalid Char value 12")
+        assert (report.error or "").endswith(
+            "if one record breaks the page, `wiscat link set peer --strategy ListIdentifiers` "
+            "gets the records one by one and quarantines that one"
+        )
+
+        link = await link_store.set_strategy(pair.sink, "peer", "ListIdentifiers")
+        assert link is not None
+        report = await harvest_link(pair.ctx, link, window=False)
+        assert report.status == "ok", report.summary()
+        assert report.counts["added"] == 2 and report.counts["quarantined"] == 2
+        link = await link_store.get_link(pair.sink, "peer")
+        assert link is not None and link.high_water_mark is not None  # the list is done
+    rows = await pair.sink.fetch("select identifier, reason, raw from quarantine")
+    quarantined = {r["identifier"]: (r["reason"], r["raw"]) for r in rows}
+    assert {i: raw for i, (_, raw) in quarantined.items()} == {i: answers[i] for i in broken}
+    reasons = {i: reason for i, (reason, _) in quarantined.items()}
+    assert reasons[records[1].identifier].startswith("GetRecord answered not well-formed XML: ")
+    assert "Excessive depth" in reasons[records[2].identifier]
+    assert all(reason.endswith(f"(from {url})") for reason in reasons.values())
+    stored = await pair.sink.fetch("select identifier from records")
+    assert {r["identifier"] for r in stored} == {records[0].identifier, records[3].identifier}
+
+
 async def test_a_window_from_a_peer_whose_earliest_datestamp_is_year_one(pair: Pair) -> None:
     """A peer may state any earliestDatestamp, 0001-01-01T00:00:00Z included: the window slice
     that starts there is asked for with from=0001-01-01T00:00:00Z (a four-digit year, §3.3.1);

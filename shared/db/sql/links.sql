@@ -30,6 +30,11 @@ returning *
 -- Enable or disable a link.
 update links set enabled = $2 where name = $1 returning *
 
+-- name: set_link_strategy --
+-- Harvest a link by ListRecords or by ListIdentifiers + GetRecord; its source and records are
+-- the same, so its high-water mark stays.
+update links set strategy = $2 where name = $1 returning *
+
 -- name: request_run --
 -- Ask the harvester to run a link as soon as it can (the WIS emergency update), if it is enabled:
 -- whether it is (no row: no such link).
