@@ -248,7 +248,7 @@ async def cmd_ingest(settings: Settings, args: argparse.Namespace) -> int:
             log.debug("ingest stopped by the database", exc_info=exc)
             _print_ingest(settings, report)
             print(
-                f"wiscat: the database failed during the ingest: {exc or type(exc).__name__}. "
+                f"wiscat: the database failed during the ingest: {_said(exc)}. "
                 "The counts above are what was stored before; the batch being written (up "
                 f"to {ingest.BATCH} files) was not. The same ingest, run again, goes on: what "
                 "was stored comes back unchanged.",
@@ -259,6 +259,11 @@ async def cmd_ingest(settings: Settings, args: argparse.Namespace) -> int:
             await pool.close()
     _print_ingest(settings, report)
     return 1 if report.refused or report.older else 0
+
+
+def _said(exc: BaseException) -> str:
+    """An exception's message, or its kind when it has none (a connection reset says nothing)."""
+    return str(exc) or type(exc).__name__
 
 
 def _print_ingest(settings: Settings, report: ingest.IngestReport) -> None:
@@ -599,7 +604,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except FAILED as exc:  # not a bug of ours: the reason says it, the traceback is for debugging
         log.debug("stopped by the database", exc_info=exc)
-        print(f"wiscat: the database failed: {exc}", file=sys.stderr)
+        print(f"wiscat: the database failed: {_said(exc)}", file=sys.stderr)
         return 2
     except OSError as exc:
         # a file that cannot be written or read (a key file, a report): its name and the reason
