@@ -46,11 +46,11 @@ from pathlib import Path
 from typing import IO, Any
 
 from services.harvester.client import OAIClient
-from services.harvester.errors import HarvestError
+from services.harvester.errors import BadResponse, HarvestError
 from shared.iso19139 import canonical_hash
 from shared.oaipmh.dates import format_datestamp
 from shared.oaipmh.errors import IdDoesNotExist, NoSetHierarchy, OAIError
-from shared.oaipmh.pages import HeaderItem, ResponseError
+from shared.oaipmh.pages import HeaderItem, ResponseError, UnreadableItem
 from shared.oaipmh.sets import read_sets_page
 from shared.urls import safe_url
 
@@ -357,6 +357,9 @@ class Checker:
             ):
                 result.pages += 1
                 for item in page.items():
+                    if isinstance(item, UnreadableItem):
+                        # not compared, but the list cannot be called complete without it
+                        raise BadResponse(f"{item.reason} (from {safe_url(url)})")
                     header = item if isinstance(item, HeaderItem) else item.header
                     spill.add((header.identifier, header.datestamp, header.deleted))
         except (HarvestError, OAIError, ResponseError) as exc:

@@ -45,6 +45,7 @@ from shared.oaipmh.pages import (
     PageReader,
     RecordItem,
     ResponseError,
+    UnreadableItem,
     announced_token,
     read_errors,
     read_identify,
@@ -470,6 +471,10 @@ class OAIClient:
             for item in page.items():
                 if isinstance(item, RecordItem):
                     return item
+                if isinstance(item, UnreadableItem):  # the record's fault, as a malformed one
+                    raise MalformedRecord(f"{item.reason} (from {safe_url(base_url)})", body)
+        except MalformedRecord:
+            raise
         except BadResponse as exc:
             if isinstance(exc.__cause__, MalformedResponse):
                 raise MalformedRecord(exc.reason, body) from exc

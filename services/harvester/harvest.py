@@ -33,7 +33,13 @@ from shared.db.pool import Connection, Pool
 from shared.linkspec import REGISTRY_LINK_PREFIX
 from shared.oaipmh.dates import shifted
 from shared.oaipmh.errors import CannotDisseminateFormat, IdDoesNotExist, OAIError
-from shared.oaipmh.pages import NOT_WELL_FORMED, HeaderItem, IdentifyInfo, RecordItem
+from shared.oaipmh.pages import (
+    NOT_WELL_FORMED,
+    HeaderItem,
+    IdentifyInfo,
+    RecordItem,
+    UnreadableItem,
+)
 from shared.settings import Settings
 from shared.text import clipped
 
@@ -420,6 +426,8 @@ async def _backup(ctx: HarvestContext, link: Link, report: RunReport) -> None:
             if isinstance(item, RecordItem) and not item.header.deleted:
                 stamps[item.header.identifier] = item.header.datestamp_parsed
                 sorter.take(item.header, item.metadata)
+            elif isinstance(item, UnreadableItem):
+                sorter.quarantined.append((item.identifier, item.reason, item.raw))
         report.pages += 1
         report.bytes += page.bytes
         async with ctx.pool.acquire() as conn, conn.transaction():

@@ -49,7 +49,15 @@ from shared.iso19139 import (
     record_from_element,
 )
 from shared.oaipmh.errors import NoRecordsMatch
-from shared.oaipmh.pages import HeaderItem, PageReader, PageSummary, RecordItem, ResponseError
+from shared.oaipmh.pages import (
+    HeaderItem,
+    Item,
+    PageReader,
+    PageSummary,
+    RecordItem,
+    ResponseError,
+    UnreadableItem,
+)
 
 log = logging.getLogger("wiscat.harvester.pages")
 
@@ -67,7 +75,7 @@ class Page:
     reader: PageReader
     consumed: bool = False
 
-    def items(self) -> Iterator[HeaderItem | RecordItem]:
+    def items(self) -> Iterator[Item]:
         if self.consumed:
             return
         self.consumed = True
@@ -143,6 +151,10 @@ def read_page(page: Page) -> PageContent:
     """Read every item of ``page`` (once) and sort it; the page's errors propagate."""
     content = PageContent()
     for item in page.items():
+        if isinstance(item, UnreadableItem):
+            # neither stored nor deleted, and its datestamp, if any, is no date to go by
+            content.sorter.quarantined.append((item.identifier, item.reason, item.raw))
+            continue
         header = item.header if isinstance(item, RecordItem) else item
         stamp = header.datestamp_parsed
         if content.greatest is None or stamp > content.greatest:

@@ -100,6 +100,18 @@ class HeaderItem:
     deleted: bool
 
 
+@dataclass(frozen=True, slots=True)
+class UnreadableItem:
+    """A header (or a record, by its header) that cannot be read: no identifier, no datestamp,
+    or a datestamp that is no date. The rest of its page is read: one item a peer got wrong
+    must not make its whole list unreadable, at every harvest. ``identifier`` when it has one;
+    ``raw``, the item as received; ``reason``, what is wrong with it."""
+
+    identifier: str | None
+    reason: str
+    raw: bytes
+
+
 @dataclass(slots=True)
 class RecordItem:
     """A record of a ListRecords or GetRecord page.
@@ -110,6 +122,10 @@ class RecordItem:
 
     header: HeaderItem
     metadata: etree._Element | None
+
+
+#: What a list page's items are.
+Item = HeaderItem | RecordItem | UnreadableItem
 
 
 @dataclass
@@ -221,6 +237,12 @@ _DATESTAMP = _Q + "datestamp"
 _SET_SPEC = _Q + "setSpec"
 
 
+class _Unreadable(Exception):
+    def __init__(self, reason: str, identifier: str | None) -> None:
+        super().__init__(reason)
+        self.reason, self.identifier = reason, identifier
+
+
 def _header(element: etree._Element) -> HeaderItem:
     identifier = stamp = ""
     set_specs = []
@@ -232,12 +254,18 @@ def _header(element: etree._Element) -> HeaderItem:
             stamp = (child.text or "").strip()
         elif tag == _SET_SPEC:
             set_specs.append((child.text or "").strip())
-    if not identifier or not stamp:
-        raise MalformedResponse("a header without identifier or datestamp")
+    if not identifier:
+        raise _Unreadable("a header without identifier", None)
+    if not stamp:
+        raise _Unreadable("a header without datestamp", identifier)
+    try:
+        moment = parse_oai_date(stamp)
+    except MalformedResponse:
+        raise _Unreadable(f"a header whose datestamp {stamp!r} is no date", identifier) from None
     return HeaderItem(
         identifier,
         stamp,
-        parse_oai_date(stamp),
+        moment,
         tuple(set_specs),
         element.get("status") == "deleted",
     )
@@ -261,8 +289,9 @@ class PageReader:
         self.summary = PageSummary()
         self.items_seen = 0
 
-    def items(self) -> Iterator[HeaderItem | RecordItem]:
-        """Yield each header (ListIdentifiers) or record (ListRecords, GetRecord) in order."""
+    def items(self) -> Iterator[Item]:
+        """Yield each header (ListIdentifiers) or record (ListRecords, GetRecord) in order,
+        and an :class:`UnreadableItem` in the place of one whose header cannot be read."""
         if not self.body.strip():
             raise NotOAIResponse("the response body is empty")
         if looks_like_html(self.body):
@@ -317,20 +346,24 @@ class PageReader:
         if root.tag != _Q + "OAI-PMH":
             raise NotOAIResponse(f"the root element is {root.tag}, not OAI-PMH")
 
-    def _end(self, element: etree._Element, in_record: bool) -> HeaderItem | RecordItem | None:
+    def _end(self, element: etree._Element, in_record: bool) -> Item | None:
         tag = element.tag
-        if tag == _Q + "header" and not in_record:
-            return _header(element)
-        if tag == _Q + "record":
-            head = element.find(_Q + "header")
-            if head is None:
-                raise MalformedResponse("a record without a header")
-            metadata = element.find(_Q + "metadata")
-            payload = None
-            if metadata is not None:
-                children = [c for c in metadata if isinstance(c.tag, str)]
-                payload = children[0] if children else None
-            return RecordItem(_header(head), payload)
+        try:
+            if tag == _Q + "header" and not in_record:
+                return _header(element)
+            if tag == _Q + "record":
+                head = element.find(_Q + "header")
+                if head is None:
+                    raise _Unreadable("a record without a header", None)
+                metadata = element.find(_Q + "metadata")
+                payload = None
+                if metadata is not None:
+                    children = [c for c in metadata if isinstance(c.tag, str)]
+                    payload = children[0] if children else None
+                return RecordItem(_header(head), payload)
+        except _Unreadable as exc:
+            raw = etree.tostring(element, encoding="utf-8", with_tail=False)
+            return UnreadableItem(exc.identifier, exc.reason, raw)
         if tag == _Q + "responseDate":
             self.summary.response_date = parse_oai_date(element.text or "")
         elif tag == _Q + "error":

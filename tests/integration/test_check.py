@@ -283,10 +283,13 @@ async def test_each_peer_that_cannot_be_checked_says_why(mesh: Mesh) -> None:
         serving(fixture("error-cannotDisseminateFormat.xml")) as oai_error,
         serving(fixture("not-oai-html-error.html"), content_type="text/html") as html,
         serving(fixture("malformed-truncated.xml")) as truncated,
+        serving(fixture("ListRecords-unreadable-headers.xml")) as undated,
         silent_peer() as silent,
     ):
         report = await check(
-            [oai_error, mesh.good.oai, html, truncated, silent], mesh.source.oai, timeout=1
+            [oai_error, mesh.good.oai, html, truncated, undated, silent],
+            mesh.source.oai,
+            timeout=1,
         )
     assert report["outcome"] == "inconsistent"
     reasons = {peer["url"]: peer["reason"] for peer in report["peers"]}  # type: ignore[attr-defined]
@@ -295,6 +298,8 @@ async def test_each_peer_that_cannot_be_checked_says_why(mesh: Mesh) -> None:
         mesh.good.oai: None,
         html: f"the peer answered with an HTML page, not OAI-PMH XML (from {html})",
         truncated: reasons[truncated],  # libxml2's words, below
+        # a list with a header that cannot be read is not a list the checker can call complete
+        undated: f"a header whose datestamp '2024-02-30T08:00:00Z' is no date (from {undated})",
         silent: f"no answer from {silent} in time (after 1 attempts)",
     }
     assert reasons[truncated].startswith("not well-formed XML: Premature end of data")

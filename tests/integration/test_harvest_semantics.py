@@ -19,7 +19,7 @@ from shared.db.pool import Pool
 from shared.generator import generate_record
 from shared.iso19139 import parse_record
 from shared.oaipmh import render
-from shared.oaipmh.dates import parse_datestamp
+from shared.oaipmh.dates import format_datestamp, parse_datestamp
 from shared.oaipmh.errors import (
     BadArgument,
     BadResumptionToken,
@@ -160,6 +160,49 @@ async def test_a_record_that_is_not_well_formed_fails_its_page_and_is_quarantine
     assert all(reason.endswith(f"(from {url})") for reason in reasons.values())
     stored = await pair.sink.fetch("select identifier from records")
     assert {r["identifier"] for r in stored} == {records[0].identifier, records[3].identifier}
+
+
+async def test_a_header_that_cannot_be_read_is_quarantined_and_its_list_goes_on(
+    pair: Pair,
+) -> None:
+    """A datestamp that is no date (30 February), in a record or in a deleted header: that item
+    is quarantined as received, the rest of the list stored, the high-water mark taken from the
+    readable datestamps. The page failed, and so every run after it, by either strategy."""
+    from services.harvester.harvest import harvest_link
+
+    now = datetime.now(UTC).replace(microsecond=0)
+    good, bad, gone = (parse_record(generate_record(n, centre="peer")) for n in range(3))
+    await factories.load_records(pair.sink, SOURCE_SET, [2], centre="peer")  # `gone`, stored
+    when = now - timedelta(hours=1)
+    page = list_records_page(
+        [
+            render.record(bad.identifier, when, [], False, bad.xml).replace(
+                format_datestamp(when).encode(), b"2024-02-30T00:00:00Z"
+            ),
+            render.record(good.identifier, when, [], False, good.xml),
+            render.record(gone.identifier, when, [], True, None).replace(
+                format_datestamp(when).encode(), b"yesterday"
+            ),
+        ]
+    )
+    async with serving(page) as url:
+        await link_store.add_link(pair.sink, _link("peer", url))
+        link = await link_store.get_link(pair.sink, "peer")
+        assert link is not None
+        report = await harvest_link(pair.ctx, link, window=False)
+    assert report.status == "ok", report.summary()
+    assert report.counts["added"] == 1 and report.counts["quarantined"] == 2
+    assert report.counts["deleted"] == 0  # a deletion that cannot be dated is not applied
+    rows = await pair.sink.fetch("select identifier, reason, raw from quarantine order by reason")
+    assert [(r["identifier"], r["reason"]) for r in rows] == [
+        (bad.identifier, "a header whose datestamp '2024-02-30T00:00:00Z' is no date"),
+        (gone.identifier, "a header whose datestamp 'yesterday' is no date"),
+    ]
+    assert all(r["raw"].startswith(b"<record") for r in rows)
+    live = await pair.sink.fetch("select identifier from records where not deleted")
+    assert {r["identifier"] for r in live} == {good.identifier, gone.identifier}
+    link = await link_store.get_link(pair.sink, "peer")
+    assert link is not None and link.high_water_mark == when
 
 
 async def test_a_window_from_a_peer_whose_earliest_datestamp_is_year_one(pair: Pair) -> None:

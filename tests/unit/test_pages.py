@@ -20,6 +20,7 @@ from shared.oaipmh.pages import (
     PageReader,
     RecordItem,
     ResponseError,
+    UnreadableItem,
     announced_token,
     parse_oai_date,
     read_errors,
@@ -98,6 +99,29 @@ def test_list_identifiers_with_day_datestamps() -> None:
     assert headers[0].set_specs == ("WIS-GISC-PEER",) and not headers[0].deleted
     assert headers[1].deleted and headers[1].set_specs == ()
     assert reader.summary.verb == "ListIdentifiers" and reader.summary.resumption_token is None
+
+
+def test_an_item_whose_header_cannot_be_read_is_given_as_such_and_the_page_goes_on() -> None:
+    """A peer's one bad header must not make its whole list unreadable, at every harvest."""
+    items, reader = read_all(fixture("ListRecords-unreadable-headers.xml"))
+    *unreadable, last = items
+    assert [(i.identifier, i.reason) for i in unreadable if isinstance(i, UnreadableItem)] == [
+        (
+            "urn:x-wmo:md:int.wmo.wis::A",
+            "a header whose datestamp '2024-02-30T08:00:00Z' is no date",
+        ),
+        (None, "a header without identifier"),
+        ("urn:x-wmo:md:int.wmo.wis::C", "a header without datestamp"),
+        (None, "a record without a header"),
+    ]
+    first = unreadable[0]
+    assert isinstance(first, UnreadableItem)
+    # the item as it came, namespace declarations included, for the quarantine
+    raw = etree.fromstring(first.raw)
+    assert raw.tag == "{http://www.openarchives.org/OAI/2.0/}record"
+    assert raw.findtext(".//{*}datestamp") == "2024-02-30T08:00:00Z"
+    assert isinstance(last, RecordItem) and last.header.identifier == "urn:x-wmo:md:int.wmo.wis::E"
+    assert reader.summary.resumption_token == "next"
 
 
 def test_get_record() -> None:
