@@ -137,17 +137,12 @@ def _check_key_files(settings: Settings) -> None:
 
 
 async def cmd_provider(settings: Settings, args: argparse.Namespace) -> int:
+    settings = settings.listening_on(args.host, args.port)
     _check_key_files(settings)
     stop = asyncio.Event()
     _on_signals(stop.set)
     async with migrated_database(settings, stop) as url:
-        await _serve_provider(
-            settings,
-            url,
-            args.host or settings.provider_host,
-            args.port or settings.provider_port,
-            stop,
-        )
+        await _serve_provider(settings, url, settings.provider_host, settings.provider_port, stop)
     log.info("provider stopped")
     return 0
 

@@ -7,6 +7,7 @@ reads them at import time. Names follow the interface contract (DESIGN §8).
 from __future__ import annotations
 
 import difflib
+import ipaddress
 import os
 import re
 from collections.abc import Mapping
@@ -14,7 +15,7 @@ from pathlib import Path
 from typing import Literal
 
 from dotenv import dotenv_values
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, PrivateAttr, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from shared.oaipmh.arguments import SET_LEVEL
@@ -30,6 +31,18 @@ _NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
+def _local_endpoint(host: str, port: int) -> str:
+    """The /oai URL of a provider listening on ``host`` and ``port``: on every address (0.0.0.0,
+    ::), this machine's loopback one."""
+    try:
+        every = not host or ipaddress.ip_address(host).is_unspecified
+    except ValueError:  # a name
+        every = False
+    if every:
+        host = "127.0.0.1"
+    return f"http://{f'[{host}]' if ':' in host else host}:{port}/oai"
+
+
 class Settings(BaseSettings):
     """Everything a node reads from its environment."""
 
@@ -41,7 +54,11 @@ class Settings(BaseSettings):
     )
     data_dir: Path = Path("./var")
     gisc_name: str = "LOCAL"
-    base_url: str = "http://127.0.0.1:8080/oai"
+    base_url: str = Field(
+        default="",
+        description="the /oai URL as peers reach it; unset: http://127.0.0.1:PROVIDER_PORT/oai "
+        "(PROVIDER_HOST's address when it names one)",
+    )
     repository_name: str = "wiscat catalogue node"
     admin_email: str = "wis-admin@example.org"
     admin_token: SecretStr | None = None
@@ -141,6 +158,8 @@ class Settings(BaseSettings):
     @field_validator("base_url")
     @classmethod
     def _base_url_is_an_endpoint(cls, value: str) -> str:
+        if not value:
+            return value  # unset: derived from where the provider listens (model_post_init)
         parts = http_url(value)
         if parts is None or parts.query or parts.fragment:
             raise ValueError(
@@ -178,6 +197,29 @@ class Settings(BaseSettings):
         if value.upper() not in _LOG_LEVELS:
             raise ValueError(f"one of {', '.join(_LOG_LEVELS)}")
         return value.upper()
+
+    # whether BASE_URL was left unset, and so follows where the provider listens
+    _derived_base_url: bool = PrivateAttr(default=False)
+
+    def model_post_init(self, context: object) -> None:
+        if not self.base_url:
+            self._derived_base_url = True
+            self.base_url = _local_endpoint(self.provider_host, self.provider_port)
+
+    def listening_on(self, host: str | None, port: int | None) -> Settings:
+        """These settings with the provider on ``host`` and ``port`` where given (the command
+        line's ``--host`` and ``--port``), and BASE_URL following them unless it was set."""
+        changed: dict[str, object] = {}
+        if host:
+            changed["provider_host"] = host
+        if port:
+            changed["provider_port"] = port
+        if not changed:
+            return self
+        moved = self.model_copy(update=changed)
+        if self._derived_base_url:
+            moved.base_url = _local_endpoint(moved.provider_host, moved.provider_port)
+        return moved
 
     @property
     def own_set(self) -> str:

@@ -42,3 +42,23 @@ def test_a_variable_that_is_no_setting_is_named_with_the_likely_one(tmp_path: Pa
     assert unknown({"WISCAT_XYZZY": "1"}, tmp_path / "none") == [
         "WISCAT_XYZZY is not a setting: ignored"
     ]
+
+
+def test_an_unset_base_url_follows_where_the_provider_listens() -> None:
+    """Identify's baseURL and every response's request URL must name this provider: with only
+    its port changed, it named port 8080 still (and the registry refuses a URL whose Identify
+    names another)."""
+    assert settings().base_url == "http://127.0.0.1:8080/oai"
+    assert settings(provider_port=8190).base_url == "http://127.0.0.1:8190/oai"
+    assert settings(base_url="", provider_port=8190).base_url == "http://127.0.0.1:8190/oai"
+    assert settings(provider_host="0.0.0.0", provider_port=81).base_url == "http://127.0.0.1:81/oai"
+    assert settings(provider_host="::1", provider_port=81).base_url == "http://[::1]:81/oai"
+    assert settings(provider_host="10.1.2.3").base_url == "http://10.1.2.3:8080/oai"
+    # the command line's --host and --port move it too; a BASE_URL that was set stays
+    moved = settings().listening_on("0.0.0.0", 7000)
+    assert (moved.provider_host, moved.provider_port) == ("0.0.0.0", 7000)
+    assert moved.base_url == "http://127.0.0.1:7000/oai"
+    assert settings().listening_on(None, None).base_url == "http://127.0.0.1:8080/oai"
+    public = settings(base_url="https://gisc.example.org/oai", provider_port=9000)
+    assert public.base_url == "https://gisc.example.org/oai"
+    assert public.listening_on(None, 7000).base_url == "https://gisc.example.org/oai"
