@@ -43,7 +43,7 @@ _PLAIN_PATH = re.compile(r"[\w/.+,@%=:~-]+")
 _LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d [\d:.]+ \w+ \[\d+\] ")
 # A line that says why a server stopped: an error that ended a process of it, not a connection
 # refused while it was starting or stopping ("the database system is shutting down").
-_CAUSE = re.compile(r"^(PANIC|FATAL):\s+(?!the database system is )")
+_CAUSE = re.compile(r"^(PANIC|FATAL):\s+(?!\s|the database system is )")
 
 
 def _last_words(lines: list[str]) -> str:

@@ -273,6 +273,13 @@ def test_a_stopped_server_is_told_by_its_cause_and_its_last_line() -> None:
         " | LOG:  database system is shut down"
     )
     assert _last_words([]) == ""
+    # a connection refused while the server stops says nothing of why it stopped
+    stopped_by_hand = [
+        "2026-11-24 03:08:54.101 UTC [9] LOG:  received fast shutdown request",
+        "2026-11-24 03:08:54.112 UTC [11] FATAL:  the database system is shutting down",
+        "2026-11-24 03:08:54.190 UTC [9] LOG:  database system is shut down",
+    ]
+    assert _last_words(stopped_by_hand) == "LOG:  database system is shut down"
 
 
 async def test_an_ingest_whose_database_stops_says_what_it_stored(folder: Path) -> None:
