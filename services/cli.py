@@ -357,7 +357,9 @@ async def cmd_link_list(settings: Settings, args: argparse.Namespace) -> int:
             f"{link.name:<20} {'yes' if link.enabled else 'no':<7} "
             f"{link.remote_set or '(all)':<24} {link.local_set:<24} "
             f"{_when(link.high_water_mark):<20} {_when(link.last_success_at):<20} "
-            f"{safe_url(link.base_url)}" + (f"  [{link.last_error}]" if link.last_error else "")
+            f"{safe_url(link.base_url)}"
+            + (" by ListIdentifiers + GetRecord" if link.strategy == "ListIdentifiers" else "")
+            + (f"  [{link.last_error}]" if link.last_error else "")
         )
     return 0
 

@@ -148,6 +148,8 @@ async def test_link_set_to_the_same_source_keeps_the_high_water_mark(
         )
         [link] = await links(node)
         assert link["strategy"] == "ListIdentifiers"
+        _, listed, _ = await node.wiscat("link", "list")
+        assert listed.splitlines()[1].endswith(f"{PEER} by ListIdentifiers + GetRecord")
         assert (
             await conn.fetchval("select extract(epoch from high_water_mark) from links")
             == 1767323045
