@@ -264,3 +264,28 @@ async def test_a_mistyped_setting_is_named_not_silently_ignored(make_node: NodeF
     code, _, err = await node.wiscat("migrate", check=False)
     assert code == 0
     assert "WISCAT_PAGESIZE is not a setting: ignored (did you mean WISCAT_PAGE_SIZE?)" in err
+
+
+async def test_a_command_whose_database_fails_under_it_says_so_in_one_line(
+    make_node: NodeFactory,
+) -> None:
+    """A query the server cancels (here, a statement timeout while another session holds the
+    table) is the database failing, not a bug of ours: one line, exit 2, no traceback."""
+    node = await make_node("FAILS")
+    await node.wiscat("link", "add", "peer", "--url", PEER, "--set", "WIS-GISC-PEER")
+    conn = await connect(node.database_url)
+    try:
+        await conn.execute(
+            "do $$ begin execute format('alter database %I set statement_timeout = 1500', "
+            "current_database()); end $$"
+        )
+        async with conn.transaction():
+            await conn.execute("lock table links in access exclusive mode")
+            code, out, err = await node.wiscat("link", "list", check=False)
+    finally:
+        await conn.close()
+    assert (code, out) == (2, "")
+    assert err.splitlines()[-1] == (
+        "wiscat: the database failed: canceling statement due to statement timeout"
+    )
+    assert "Traceback" not in err
