@@ -19,7 +19,7 @@ import uvicorn
 from pydantic import ValidationError
 
 from services import cli_checks, cli_registry
-from services.listen import CannotListen, listen, url_host
+from services.listen import CannotListen, listen
 from shared import ingest
 from shared.db import links as link_store
 from shared.db import migrate as migrations
@@ -33,7 +33,7 @@ from shared.registry.keyfile import KeyFileError
 from shared.settings import Settings
 from shared.settings import explain as explain_settings
 from shared.settings import unknown as unknown_settings
-from shared.urls import safe_url
+from shared.urls import safe_url, url_host
 
 log = logging.getLogger("wiscat")
 
@@ -48,15 +48,15 @@ async def migrated_database(
     stopped, and the command then fails with the reason (the end of the server's log).
     """
     lost: list[str] = []
+    on_lost = None
+    if stop is not None:
 
-    def on_lost(reason: str) -> None:
-        log.error("%s; stopping", reason)
-        lost.append(reason)
-        if stop is not None:
+        def on_lost(reason: str) -> None:
+            log.error("%s; stopping", reason)
+            lost.append(reason)
             stop.set()
 
-    watched = on_lost if stop is not None else None
-    async with database_url(settings.database_url, settings.data_dir, on_lost=watched) as url:
+    async with database_url(settings.database_url, settings.data_dir, on_lost=on_lost) as url:
         conn = await connect(url)
         try:
             applied = await migrations.migrate(conn)
@@ -339,6 +339,10 @@ def _when(value: object) -> str:
     return value.strftime("%Y-%m-%dT%H:%M:%SZ") if hasattr(value, "strftime") else "-"
 
 
+# How each harvest strategy is named to an operator.
+_BY = {"ListRecords": "ListRecords", "ListIdentifiers": "ListIdentifiers + GetRecord"}
+
+
 async def cmd_link_list(settings: Settings, args: argparse.Namespace) -> int:
     async with migrated_pool(settings) as pool:
         found = await link_store.all_links(pool)
@@ -358,7 +362,7 @@ async def cmd_link_list(settings: Settings, args: argparse.Namespace) -> int:
             f"{link.remote_set or '(all)':<24} {link.local_set:<24} "
             f"{_when(link.high_water_mark):<20} {_when(link.last_success_at):<20} "
             f"{safe_url(link.base_url)}"
-            + (" by ListIdentifiers + GetRecord" if link.strategy == "ListIdentifiers" else "")
+            + (f" by {_BY[link.strategy]}" if link.strategy != "ListRecords" else "")
             + (f"  [{link.last_error}]" if link.last_error else "")
         )
     return 0
@@ -414,12 +418,9 @@ async def cmd_link_set(settings: Settings, args: argparse.Namespace) -> int:
                 )
         if args.strategy is not None:
             link = await link_store.set_strategy(pool, args.name, args.strategy)
-            how = (
-                "ListIdentifiers + GetRecord"
-                if args.strategy == "ListIdentifiers"
-                else "ListRecords"
+            print(
+                f"link {args.name} now harvests by {_BY[args.strategy]}; its high-water mark stays"
             )
-            print(f"link {args.name} now harvests by {how}; its high-water mark stays")
         if args.enable or args.disable:
             link = await link_store.set_enabled(pool, args.name, bool(args.enable))
             print(f"link {args.name} {'enabled' if args.enable else 'disabled'}")

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import socket
 
+from shared.urls import url_host
+
 
 class CannotListen(Exception):
     """A service cannot listen where it is configured to; ``str()`` says where and why."""
@@ -28,8 +30,3 @@ def listen(host: str, port: int, service: str) -> socket.socket:
         reason = exc.strerror or str(exc)
         raise CannotListen(f"{service} cannot listen on {url_host(host)}:{port}: {reason}") from exc
     return sock
-
-
-def url_host(host: str) -> str:
-    """``host`` as it stands in a URL (an IPv6 address in brackets)."""
-    return f"[{host}]" if ":" in host else host

@@ -19,7 +19,7 @@ from pydantic import Field, PrivateAttr, SecretStr, ValidationError, field_valid
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from shared.oaipmh.arguments import SET_LEVEL
-from shared.urls import http_url
+from shared.urls import http_url, url_host
 
 UNION_SET = "WIS-CATALOGUE"
 _DAY = 86400.0  # the longest wait or timeout a setting in seconds may give
@@ -40,7 +40,7 @@ def _local_endpoint(host: str, port: int) -> str:
         every = False
     if every:
         host = "127.0.0.1"
-    return f"http://{f'[{host}]' if ':' in host else host}:{port}/oai"
+    return f"http://{url_host(host)}:{port}/oai"
 
 
 class Settings(BaseSettings):

@@ -36,3 +36,8 @@ def safe_url(url: str) -> str:
         return url
     user = userinfo.partition(":")[0]
     return f"{found['scheme']}//{user}:***@{host}{url[found.end() :]}"
+
+
+def url_host(host: str) -> str:
+    """``host`` as it stands in a URL (an IPv6 address in brackets)."""
+    return f"[{host}]" if ":" in host else host

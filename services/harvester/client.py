@@ -466,17 +466,15 @@ class OAIClient:
             base_url,
             {"verb": "GetRecord", "identifier": identifier, "metadataPrefix": metadata_prefix},
         )
-        page = Page(safe_url(base_url), len(body), PageReader(body))
+        url = safe_url(base_url)
         try:
-            for item in page.items():
+            for item in PageReader(body).items():
                 if isinstance(item, RecordItem):
                     return item
                 if isinstance(item, UnreadableItem):  # the record's fault, as a malformed one
-                    raise MalformedRecord(f"{item.reason} (from {safe_url(base_url)})", body)
-        except MalformedRecord:
-            raise
-        except BadResponse as exc:
-            if isinstance(exc.__cause__, MalformedResponse):
-                raise MalformedRecord(exc.reason, body) from exc
-            raise
-        raise BadResponse(f"GetRecord of {identifier!r} from {safe_url(base_url)} held no record")
+                    raise MalformedRecord(f"{item.reason} (from {url})", body)
+        except MalformedResponse as exc:
+            raise MalformedRecord(f"{exc} (from {url})", body) from exc
+        except ResponseError as exc:
+            raise BadResponse(f"{exc} (from {url})") from exc
+        raise BadResponse(f"GetRecord of {identifier!r} from {url} held no record")

@@ -427,7 +427,7 @@ async def _backup(ctx: HarvestContext, link: Link, report: RunReport) -> None:
                 stamps[item.header.identifier] = item.header.datestamp_parsed
                 sorter.take(item.header, item.metadata)
             elif isinstance(item, UnreadableItem):
-                sorter.quarantined.append((item.identifier, item.reason, item.raw))
+                sorter.set_aside(item)
         report.pages += 1
         report.bytes += page.bytes
         async with ctx.pool.acquire() as conn, conn.transaction():

@@ -135,6 +135,11 @@ class PageSorter:
             IncomingRecord(record.identifier, record.md_datestamp, record.content_hash, record.xml)
         )
 
+    def set_aside(self, item: UnreadableItem) -> None:
+        """Quarantine an item whose header cannot be read: neither stored nor deleted, and its
+        datestamp, if any, is no date to go by."""
+        self.quarantined.append((item.identifier, item.reason, item.raw))
+
 
 @dataclass
 class PageContent:
@@ -152,8 +157,7 @@ def read_page(page: Page) -> PageContent:
     content = PageContent()
     for item in page.items():
         if isinstance(item, UnreadableItem):
-            # neither stored nor deleted, and its datestamp, if any, is no date to go by
-            content.sorter.quarantined.append((item.identifier, item.reason, item.raw))
+            content.sorter.set_aside(item)
             continue
         header = item.header if isinstance(item, RecordItem) else item
         stamp = header.datestamp_parsed

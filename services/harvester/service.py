@@ -16,13 +16,14 @@ from services.harvester.harvest import HarvestContext
 from services.harvester.page_records import PageReaders
 from services.harvester.scheduled_checks import export_check_metrics, run_due_checks
 from services.harvester.scheduler import Scheduler
-from services.listen import listen, url_host
+from services.listen import listen
 from shared.db import links as link_store
 from shared.db.errors import UNAVAILABLE
 from shared.db.migrate import check_current
 from shared.db.pool import create_pool
 from shared.heap import one_arena
 from shared.settings import Settings
+from shared.urls import url_host
 
 log = logging.getLogger("wiscat.harvester")
 
