@@ -50,7 +50,7 @@ from shared.oaipmh.pages import (
     read_errors,
     read_identify,
 )
-from shared.registry.safe_fetch import address_allowed
+from shared.registry.safe_fetch import address_allowed, parser_message
 from shared.urls import safe_url
 
 # isal's type stubs declare its error as an instance, not a class
@@ -140,6 +140,13 @@ def _retry_after(value: str | None, cap: float) -> float | None:
             when = when.replace(tzinfo=UTC)
         return min(max((when - datetime.now(UTC)).total_seconds(), 0.0), cap)
     return None
+
+
+def _answered_by(response: aiohttp.ClientResponse, shown: str) -> str:
+    """Who answered: the URL asked (``shown``), or where its redirects led."""
+    if not response.history:
+        return shown
+    return f"{safe_url(str(response.url.with_query(None)))} (redirected from {shown})"
 
 
 class _Slot(Generic[T]):
@@ -264,7 +271,7 @@ class OAIClient:
                         # e.g. an OAI-PMH error sent with HTTP 422: the OAI error is the answer
                         raise errors[0]
                     if response.status not in RETRYABLE or attempt > settings.max_retries:
-                        raise PeerHTTPError(response.status, shown)
+                        raise PeerHTTPError(response.status, _answered_by(response, shown))
                     delay = _retry_after(
                         response.headers.get("Retry-After"), settings.retry_after_cap
                     )
@@ -289,9 +296,8 @@ class OAIClient:
                     f"{shown} redirected to {target!r}, which is not a valid http(s) URL"
                 ) from exc
             except aiohttp.ClientResponseError as exc:
-                # not HTTP (a bad status line, Content-Length or chunk, headers past 8 KB): the
-                # parser's message, whose next lines point at the fault with a caret
-                broken = (exc.message or "").strip().partition("\n")[0]
+                # not HTTP (a bad status line, Content-Length or chunk, headers past 8 KB)
+                broken = parser_message(exc.message)
                 if attempt > settings.max_retries:
                     raise BadResponse(f"broken HTTP response from {shown}: {broken}") from exc
                 problem = f"broken HTTP response: {broken}"

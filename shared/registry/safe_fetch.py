@@ -203,6 +203,12 @@ class SafeFetcher:
                     )
             except TimeoutError as exc:  # before OSError, of which it is a subclass
                 raise FetchFailed(f"no answer from {current} within {self.timeout:g} s") from exc
+            except aiohttp.ClientResponseError as exc:
+                # not HTTP (a bad status line, Content-Length or chunk, headers past 8 KB); its
+                # status is made up by aiohttp
+                raise FetchFailed(
+                    f"broken HTTP response from {current}: {parser_message(exc.message)}"
+                ) from exc
             except (aiohttp.ClientError, OSError) as exc:
                 if refused:
                     raise ForbiddenAddress(
@@ -213,6 +219,14 @@ class SafeFetcher:
             finally:
                 _refused.reset(token)
         raise FetchFailed(f"more than {self.max_redirects} redirects from {url}")
+
+
+def parser_message(message: str, limit: int = 200) -> str:
+    """aiohttp's message for an answer that is not HTTP, on one line: its lines but the caret
+    under the fault (``Invalid character in chunk size: b'ZZ'``), at most ``limit`` characters."""
+    lines = (line.strip() for line in message.splitlines())
+    text = " ".join(line for line in lines if line.strip("^"))
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 async def _read_capped(response: aiohttp.ClientResponse, cap: int) -> bytes:

@@ -591,16 +591,19 @@ async def test_an_unreachable_peer(client_for: ClientFactory) -> None:
 @pytest.mark.parametrize(
     ("answer", "reason"),
     [
-        (b"HELLO THERE\r\n\r\n", "Bad status line"),
+        (b"HELLO THERE\r\n\r\n", "Bad status line: Expected HTTP/, RTSP/ or ICE/: b'HELLO THERE'"),
         (
             b"HTTP/1.1 200 OK\r\nContent-Length: abc\r\n\r\nxx",
-            "Invalid character in Content-Length",
+            "Invalid character in Content-Length: b'Content-Length: abc'",
         ),
         (
             b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nZZ\r\nxx\r\n0\r\n\r\n",
-            "Invalid character in chunk size",
+            "Invalid character in chunk size: b'ZZ'",
         ),
-        (b"HTTP/1.1 200 OK\r\nX-A: " + b"a" * 20_000 + b"\r\n\r\n", "Got more than 8190 bytes"),
+        (
+            b"HTTP/1.1 200 OK\r\nX-A: " + b"a" * 20_000 + b"\r\n\r\n",
+            "Got more than 8190 bytes when reading: b'aaaa",
+        ),
     ],
 )
 async def test_an_answer_that_is_not_http(
@@ -628,8 +631,10 @@ async def test_an_answer_that_is_not_http(
     finally:
         server.close()
         await server.wait_closed()
+    # the parser's message on one line, the bytes it stumbled on included, its caret left out
     assert caught.value.reason.startswith(f"broken HTTP response from {url}: {reason}")
-    assert "\n" not in caught.value.reason
+    assert "\n" not in caught.value.reason and "^" not in caught.value.reason
+    assert len(caught.value.reason) < 300
     assert asked == SETTINGS.max_retries + 1
     assert "broken HTTP response" in caplog.text  # each retry logged as such
 
@@ -655,6 +660,23 @@ async def test_redirects_that_lead_nowhere(serve: Serve, client: OAIClient) -> N
         "which is not a valid http(s) URL"
     )
     assert moved.count == 1
+
+
+async def test_an_http_error_after_a_redirect_names_where_it_came_from(
+    serve: Serve, client: OAIClient
+) -> None:
+    """The peer moved its endpoint and the old one redirects to a page that is gone: the
+    reason names the URL that answered 404, not the one asked, which answered 302."""
+
+    async def moved(request: web.Request, peer: Peer) -> web.Response:
+        raise web.HTTPFound("/gone/oai")  # nothing is served there: the server answers 404
+
+    peer = await serve(moved)
+    with pytest.raises(PeerHTTPError) as caught:
+        await client.identify(peer.url)
+    gone = peer.url.replace("/oai", "/gone/oai")
+    assert caught.value.reason == f"HTTP 404 from {gone} (redirected from {peer.url})"
+    assert caught.value.status == 404 and peer.count == 1
 
 
 # --- bodies that are not usable ---------------------------------------------------------------

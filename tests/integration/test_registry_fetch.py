@@ -100,3 +100,27 @@ async def test_a_server_that_does_not_answer_in_time_is_given_up(server: Server)
         with pytest.raises(FetchFailed, match="no answer"):
             await fetcher.get(server.root + "/slow")
     assert time.monotonic() - started < 1.5
+
+
+async def test_an_answer_that_is_not_http_is_told_on_one_line() -> None:
+    """A broken chunk: aiohttp's parser message, the bytes it stumbled on included, without the
+    "400" it makes up, its caret line and its line breaks."""
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nZZ\r\nxx\r\n0\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/oai"
+    try:
+        async with SafeFetcher(allow_private=True) as fetcher:
+            with pytest.raises(FetchFailed) as caught:
+                await fetcher.get(url)
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert str(caught.value) == (
+        f"broken HTTP response from {url}: Invalid character in chunk size: b'ZZ'"
+    )
