@@ -12,6 +12,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from services.provider import admin, monitoring, oai, registry, ui
 from services.provider.metrics import ProviderMetrics
@@ -29,6 +30,20 @@ from shared.settings import Settings
 log = logging.getLogger("wiscat.provider")
 
 PURGE_EVERY = 3600.0
+
+
+class HeadAsGet:
+    """HEAD answered as GET, wherever GET is (RFC 9110 §9.1: every general-purpose server
+    supports both; monitors probe /healthz with it). The route sees a GET; the server, which
+    still knows the request as HEAD, sends the headers and leaves the body out."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "HEAD":
+            scope = {**scope, "method": "GET"}
+        await self.app(scope, receive, send)
 
 
 async def _purge_loop(state: ProviderState) -> None:
@@ -108,6 +123,7 @@ def create_app(settings: Settings, database_url: str) -> FastAPI:
         docs_url="/docs",
         redoc_url=None,
     )
+    app.add_middleware(HeadAsGet)
     app.include_router(oai.router)
     app.include_router(admin.router)
     app.include_router(registry.router)

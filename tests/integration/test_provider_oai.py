@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import logging
+import warnings
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
@@ -148,6 +149,37 @@ async def test_head_is_a_get_without_its_body(provider: RunningProvider) -> None
             assert head.status == 200
             assert head.headers["Content-Encoding"] == "gzip"
             assert await head.read() == b""
+
+
+@pytest.mark.parametrize("path", ["/healthz", "/readyz", "/metrics", "/"])
+async def test_head_wherever_get_is(provider: RunningProvider, path: str) -> None:
+    """Monitors that probe with HEAD got 405 from every page but /oai."""
+    plain = {"Accept-Encoding": "identity"}
+    async with aiohttp.ClientSession() as session:
+        async with session.head(provider.root + path, headers=plain) as head:
+            assert head.status == 200
+            assert int(head.headers["Content-Length"]) > 0
+            assert await head.read() == b""
+        # a method the path does not have is still refused, and says which it has
+        async with session.delete(provider.root + path) as refused:
+            assert refused.status == 405
+            assert "GET" in refused.headers["Allow"]
+
+
+async def test_the_openapi_schema_is_built_without_warnings(provider: RunningProvider) -> None:
+    """/oai by GET and POST shared one operation id: FastAPI warned of it in the log each time
+    /docs was opened."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(provider.root + "/openapi.json") as got,
+        ):
+            assert got.status == 200
+            schema = await got.json()
+    assert set(schema["paths"]["/oai"]) == {"get", "post"}
+    operations = [op["operationId"] for ops in schema["paths"].values() for op in ops.values()]
+    assert len(operations) == len(set(operations))
 
 
 async def test_post_is_the_same_as_get(provider: RunningProvider) -> None:
