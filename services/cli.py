@@ -18,7 +18,7 @@ from typing import Any
 import uvicorn
 from pydantic import ValidationError
 
-from services import cli_checks, cli_registry
+from services import cli_checks, cli_history, cli_registry
 from services.listen import CannotListen, listen
 from shared import ingest
 from shared.db import links as link_store
@@ -530,6 +530,7 @@ def build_parser() -> argparse.ArgumentParser:
     state.add_argument("--enable", action="store_true")
     state.add_argument("--disable", action="store_true")
 
+    cli_history.add_parsers(link)
     cli_checks.add_parsers(sub)
     cli_registry.add_parsers(sub)
     return parser
@@ -547,6 +548,7 @@ COMMANDS = {
     "link list": cmd_link_list,
     "link remove": cmd_link_remove,
     "link set": cmd_link_set,
+    **cli_history.COMMANDS,
     **cli_checks.COMMANDS,
     **cli_registry.COMMANDS,
 }

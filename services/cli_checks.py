@@ -7,12 +7,13 @@ import functools
 import json
 import math
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
+from services.cli_history import jsonable, show
 from shared.db import checks as check_store
 from shared.durations import format_duration, parse_duration
 from shared.linkspec import NAME, LinkSpecError, check_base_url, check_peer_urls, check_set_spec
@@ -217,7 +218,7 @@ async def cmd_checks_list(settings: Settings, args: argparse.Namespace) -> int:
     async with migrated_pool(settings) as pool:
         found = await check_store.all_checks(pool)
     if args.json:
-        out = [{**check.as_json(), **_jsonable(last)} for check, last in found]
+        out = [{**check.as_json(), **jsonable(last)} for check, last in found]
         print(json.dumps(out, indent=2))
         return 0
     if not found:
@@ -250,24 +251,16 @@ async def cmd_checks_reports(settings: Settings, args: argparse.Namespace) -> in
 
     async with migrated_pool(settings) as pool:
         reports = await check_store.recent_reports(pool, args.name, args.limit)
-    if args.json:
-        print(json.dumps([_jsonable(r) for r in reports], indent=2))
-        return 0
-    if not reports:
-        print("no reports")
-        return 0
-    for row in reports:
-        when = row["finished_at"].strftime("%Y-%m-%dT%H:%M:%SZ")
-        print(f"#{row['id']} {when} {row['check_name'] or '-'} {row['set_spec']}: {row['outcome']}")
-        for peer in row["report"]["peers"]:
-            counts = ", ".join(f"{k} {v}" for k, v in peer["counts"].items() if v)
-            state = peer["reason"] if peer["status"] != "ok" else (counts or "consistent")
-            print(f"    {peer['url']}: {state}")
-    return 0
+    return show(reports, args.json, "no reports", _report_lines)
 
 
-def _jsonable(values: dict[str, Any]) -> dict[str, Any]:
-    return {k: v.isoformat() if hasattr(v, "isoformat") else v for k, v in values.items()}
+def _report_lines(row: dict[str, Any]) -> Iterator[str]:
+    when = row["finished_at"].strftime("%Y-%m-%dT%H:%M:%SZ")
+    yield f"#{row['id']} {when} {row['check_name'] or '-'} {row['set_spec']}: {row['outcome']}"
+    for peer in row["report"]["peers"]:
+        counts = ", ".join(f"{k} {v}" for k, v in peer["counts"].items() if v)
+        state = peer["reason"] if peer["status"] != "ok" else (counts or "consistent")
+        yield f"    {peer['url']}: {state}"
 
 
 COMMANDS = {

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import hmac
 import logging
+from typing import Annotated
 
-from fastapi import APIRouter, Depends, HTTPException, Request
+from fastapi import APIRouter, Depends, HTTPException, Path, Request
 from fastapi.encoders import jsonable_encoder
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 
 from services.provider.oai import ProviderState, read_body
@@ -175,11 +176,28 @@ async def runs(
 
 @router.get("/quarantine")
 async def quarantined(
-    limit: int = 50, state: ProviderState = Depends(require_admin)
+    link: str | None = None, limit: int = 50, state: ProviderState = Depends(require_admin)
 ) -> JSONResponse:
     """The latest quarantined records (reasons, not bytes), newest first."""
-    rows = await link_store.recent_quarantine(state.pool, min(max(limit, 1), 1000))
+    rows = await link_store.recent_quarantine(state.pool, link, min(max(limit, 1), 1000))
     return JSONResponse(jsonable_encoder(rows))
+
+
+@router.get("/quarantine/{quarantine_id}")
+async def quarantined_bytes(
+    quarantine_id: Annotated[int, Path(ge=1, le=2**63 - 1)],
+    state: ProviderState = Depends(require_admin),
+) -> Response:
+    """One quarantined record's stored bytes (to show its peer what was wrong): the record as
+    read from its page, or the peer's whole answer where that could not be read."""
+    row = await link_store.quarantined_record(state.pool, quarantine_id)
+    if row is None:
+        raise HTTPException(404, f"no quarantined record {quarantine_id} (purged, or never was)")
+    return Response(
+        row["raw"],
+        media_type="application/octet-stream",
+        headers={"Content-Disposition": f'attachment; filename="quarantine-{quarantine_id}.xml"'},
+    )
 
 
 class CheckBody(BaseModel):

@@ -309,7 +309,7 @@ async def dashboard(request: Request) -> HTMLResponse:
     sets = await overview.sets_overview(pool)
     links = await overview.links_overview(pool)
     runs = await link_store.recent_runs(pool, None, 20)
-    quarantine = await link_store.recent_quarantine(pool, 20)
+    quarantine = await link_store.recent_quarantine(pool, None, 20)
     reports = await check_store.recent_reports(pool, None, 10)
     arrivals = await overview.arrivals_per_day(pool, 30)
     durations, lags = history_series(await overview.run_history(pool, 7))

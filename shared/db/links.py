@@ -322,5 +322,14 @@ async def recent_runs(
     return [dict(r) for r in await db.fetch(_SQL["recent_runs"], link, limit)]
 
 
-async def recent_quarantine(db: Executor, limit: int = 50) -> list[dict[str, Any]]:
-    return [dict(r) for r in await db.fetch(_SQL["recent_quarantine"], limit)]
+async def recent_quarantine(
+    db: Executor, link: str | None = None, limit: int = 50
+) -> list[dict[str, Any]]:
+    return [dict(r) for r in await db.fetch(_SQL["recent_quarantine"], link, limit)]
+
+
+async def quarantined_record(db: Executor, quarantine_id: int) -> dict[str, Any] | None:
+    """The quarantined record ``quarantine_id`` with its raw bytes, or None if there is none
+    (never was, or purged)."""
+    row = await db.fetchrow(_SQL["quarantined_record"], quarantine_id)
+    return None if row is None else dict(row)

@@ -71,6 +71,15 @@ class Node:
         return env
 
     async def wiscat(self, *args: str, check: bool = True) -> tuple[int, str, str]:
+        code, out, err = await self.wiscat_bytes(*args)
+        if check and code != 0:
+            raise AssertionError(
+                f"wiscat {' '.join(args)} exited {code}:\n{out.decode()}\n{err.decode()}"
+            )
+        return code, out.decode(), err.decode()
+
+    async def wiscat_bytes(self, *args: str) -> tuple[int, bytes, bytes]:
+        """Run ``wiscat ARGS`` as this node; its exit status, stdout and stderr as bytes."""
         process = await asyncio.create_subprocess_exec(
             WISCAT,
             *args,
@@ -79,12 +88,7 @@ class Node:
             stderr=asyncio.subprocess.PIPE,
         )
         out, err = await process.communicate()
-        code = process.returncode or 0
-        if check and code != 0:
-            raise AssertionError(
-                f"wiscat {' '.join(args)} exited {code}:\n{out.decode()}\n{err.decode()}"
-            )
-        return code, out.decode(), err.decode()
+        return process.returncode or 0, out, err
 
     async def start(self, command: str, ready_url: str) -> asyncio.subprocess.Process:
         # the service's log goes to a file, so that a start that fails can say why

@@ -161,11 +161,18 @@ order by id desc
 limit $2
 
 -- name: recent_quarantine --
--- The latest quarantined records, newest first (without their raw bytes).
+-- The latest quarantined records, newest first (optionally of one link), without their raw bytes.
 select id, link, run_id, page, identifier, reason, length(raw) as size, received_at
 from quarantine
+where $1::text is null or link = $1
 order by received_at desc, id desc
-limit $1
+limit $2
+
+-- name: quarantined_record --
+-- One quarantined record: what is known of it, and its bytes as received.
+select id, link, run_id, page, identifier, reason, received_at, raw
+from quarantine
+where id = $1
 
 -- name: close_abandoned_runs --
 -- Runs of this link still marked running belong to a worker that died (we hold the lease now).
