@@ -364,7 +364,13 @@ async def dashboard(request: Request) -> HTMLResponse:
         for run in runs
     ]
     quarantine_rows = [
-        [stamp(q["received_at"]), td(q["link"]), td(q["identifier"]), td(q["reason"], "err")]
+        [
+            td(q["id"], "n"),
+            stamp(q["received_at"]),
+            td(q["link"] or "(a removed link)"),
+            td(q["identifier"]),
+            td(q["reason"], "err"),
+        ]
         for q in quarantine
     ]
     report_rows = []
@@ -453,7 +459,9 @@ placeholder="WISCAT_ADMIN_TOKEN"> for "harvest now"<span id="answer"></span></p>
     }
 
 <h2>Quarantined records</h2>
-{table(["received", "link", "identifier", "reason"], quarantine_rows, "nothing quarantined")}
+<p class="muted">A record's stored bytes: <code>wiscat link quarantine --raw ID</code>, or
+<code>GET /admin/quarantine/ID</code> with the admin token.</p>
+{table(["id", "received", "link", "identifier", "reason"], quarantine_rows, "nothing quarantined")}
 
 <h2>Consistency reports</h2>
 {

@@ -82,6 +82,13 @@ async def test_runs_and_quarantine_from_the_command_line(make_node: NodeFactory)
                 assert gone.status == status, missing
         async with aiohttp.ClientSession() as anonymous, anonymous.get(f"{root}/{row['id']}") as r:
             assert r.status == 401
+        # the dashboard names each quarantined record by the id these take
+        async with session.get(f"http://127.0.0.1:{node.provider_port}/") as dashboard:
+            html = await dashboard.text()
+        quarantine = html.split("<h2>Quarantined records</h2>", 1)[1].split("<h2>", 1)[0]
+        first = quarantine.split("<tbody><tr>", 1)[1].split("</tr>", 1)[0]
+        assert first.startswith(f'<td class="n">{row["id"]}</td>')
+        assert "<td>peer</td><td>urn:x-wmo:md:hist::bad</td>" in first
     assert provider in node.processes
 
     # what is not there is said so, exit 1; a bad argument is refused by the parser, exit 2
