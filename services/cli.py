@@ -19,6 +19,7 @@ import uvicorn
 from pydantic import ValidationError
 
 from services import cli_checks, cli_history, cli_registry
+from services.cli_output import table
 from services.listen import CannotListen, listen
 from shared import ingest
 from shared.db import links as link_store
@@ -352,19 +353,22 @@ async def cmd_link_list(settings: Settings, args: argparse.Namespace) -> int:
     if not found:
         print("no links")
         return 0
-    print(
-        f"{'NAME':<20} {'ENABLED':<7} {'SET':<24} {'INTO':<24} {'HWM':<20} {'LAST OK':<20} "
-        "URL / LAST ERROR"
-    )
-    for link in found:
-        print(
-            f"{link.name:<20} {'yes' if link.enabled else 'no':<7} "
-            f"{link.remote_set or '(all)':<24} {link.local_set:<24} "
-            f"{_when(link.high_water_mark):<20} {_when(link.last_success_at):<20} "
-            f"{safe_url(link.base_url)}"
+    rows = [
+        [
+            link.name,
+            "yes" if link.enabled else "no",
+            link.remote_set or "(all)",
+            link.local_set,
+            _when(link.high_water_mark),
+            _when(link.last_success_at),
+            safe_url(link.base_url)
             + (f" by {_BY[link.strategy]}" if link.strategy != "ListRecords" else "")
-            + (f"  [{link.last_error}]" if link.last_error else "")
-        )
+            + (f"  [{link.last_error}]" if link.last_error else ""),
+        ]
+        for link in found
+    ]
+    headers = ["NAME", "ENABLED", "SET", "INTO", "HWM", "LAST OK", "URL / LAST ERROR"]
+    print("\n".join(table(headers, rows)))
     return 0
 
 

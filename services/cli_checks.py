@@ -13,7 +13,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
-from services.cli_history import jsonable, show
+from services.cli_output import jsonable, show, table
 from shared.db import checks as check_store
 from shared.durations import format_duration, parse_duration
 from shared.linkspec import NAME, LinkSpecError, check_base_url, check_peer_urls, check_set_spec
@@ -224,13 +224,20 @@ async def cmd_checks_list(settings: Settings, args: argparse.Namespace) -> int:
     if not found:
         print("no checks")
         return 0
-    print(f"{'NAME':<20} {'SET':<24} {'EVERY':<8} {'LAST RUN':<20} {'OUTCOME':<13} PEERS")
+    rows = []
     for check, last in found:
         when = last["last_run_at"].strftime("%Y-%m-%dT%H:%M:%SZ") if last["last_run_at"] else "-"
-        print(
-            f"{check.name:<20} {check.set_spec:<24} {format_duration(check.every):<8} "
-            f"{when:<20} {last['last_outcome'] or '-':<13} {' '.join(check.peer_urls)}"
+        rows.append(
+            [
+                check.name,
+                check.set_spec,
+                format_duration(check.every),
+                when,
+                last["last_outcome"] or "-",
+                " ".join(check.peer_urls),
+            ]
         )
+    print("\n".join(table(["NAME", "SET", "EVERY", "LAST RUN", "OUTCOME", "PEERS"], rows)))
     return 0
 
 

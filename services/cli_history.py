@@ -4,11 +4,11 @@ records it set aside, as ``GET /admin/runs`` and ``GET /admin/quarantine`` give 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
+from services.cli_output import show
 from shared.db import links as link_store
 from shared.db.pool import Pool
 from shared.settings import Settings
@@ -52,27 +52,6 @@ def add_parsers(link: Any) -> None:
 
 def _when(value: Any) -> str:
     return value.strftime("%Y-%m-%dT%H:%M:%SZ") if value is not None else "-"
-
-
-def jsonable(row: dict[str, Any]) -> dict[str, Any]:
-    return {k: v.isoformat() if hasattr(v, "isoformat") else v for k, v in row.items()}
-
-
-def show(
-    rows: list[dict[str, Any]],
-    as_json: bool,
-    empty: str,
-    lines: Callable[[dict[str, Any]], Iterable[str]],
-) -> int:
-    """Print ``rows`` as JSON, or each as its ``lines``, or ``empty`` when there are none."""
-    if as_json:
-        print(json.dumps([jsonable(row) for row in rows], indent=2))
-    elif not rows:
-        print(empty)
-    else:
-        for row in rows:
-            print("\n".join(lines(row)))
-    return 0
 
 
 async def _no_such_link(pool: Pool, name: str | None) -> bool:

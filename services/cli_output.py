@@ -1,0 +1,41 @@
+"""How the ``wiscat`` commands print what they list: aligned columns, or JSON for scripts."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+
+def jsonable(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: v.isoformat() if hasattr(v, "isoformat") else v for k, v in row.items()}
+
+
+def show(
+    rows: list[dict[str, Any]],
+    as_json: bool,
+    empty: str,
+    lines: Callable[[dict[str, Any]], Iterable[str]],
+) -> int:
+    """Print ``rows`` as JSON, or each as its ``lines``, or ``empty`` when there are none."""
+    if as_json:
+        print(json.dumps([jsonable(row) for row in rows], indent=2))
+    elif not rows:
+        print(empty)
+    else:
+        for row in rows:
+            print("\n".join(lines(row)))
+    return 0
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    """``headers`` and ``rows`` as lines of columns two spaces apart, each as wide as its widest
+    cell (a long link or set name no longer pushes the columns after it out of line); the last
+    column, free text, is not padded."""
+    widths = [max(len(row[i]) for row in [headers, *rows]) for i in range(len(headers) - 1)]
+    return [
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False))
+        + "  "
+        + row[-1]
+        for row in [headers, *rows]
+    ]
