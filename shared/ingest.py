@@ -97,6 +97,15 @@ async def write_local(
             log.warning("refused %s (%s): %s", path, record.identifier, OLDER)
 
 
+def _same_file(first: str, path: Path) -> bool:
+    if first == str(path):
+        return True
+    try:
+        return os.path.samefile(first, path)
+    except OSError:  # gone since it was read
+        return False
+
+
 async def ingest_paths(
     pool: asyncpg.Pool, own_set: str, paths: Sequence[Path], report: IngestReport | None = None
 ) -> IngestReport:
@@ -105,6 +114,9 @@ async def ingest_paths(
     report = report if report is not None else IngestReport()
     await ensure_own_set(pool, own_set)
     batch: list[tuple[Path, Record]] = []
+    # Which file each identifier came from: two files of one identifier (a copied record whose
+    # fileIdentifier was not changed) would have the later overwrite the earlier in silence.
+    read_from: dict[str, str] = {}
     for given in paths:
         files = xml_files(given) if given.is_dir() else [given]
         if not files:
@@ -116,6 +128,16 @@ async def ingest_paths(
             except (RecordError, OSError) as exc:
                 report.refused.append((str(path), str(exc)))
                 log.warning("refused %s: %s", path, exc)
+                continue
+            first = read_from.get(record.identifier)
+            if first is None:
+                read_from[record.identifier] = str(path)
+            elif _same_file(first, path):
+                continue  # the same file again: given twice, or a folder and a file in it
+            else:
+                reason = f"the same gmd:fileIdentifier as {first}, read before it in this ingest"
+                report.refused.append((str(path), reason))
+                log.warning("refused %s: %s", path, reason)
                 continue
             batch.append((path, record))
             if len(batch) >= BATCH:

@@ -289,6 +289,29 @@ async def test_ingest_reads_only_files_that_can_be_records_and_lists_the_others(
     ]
 
 
+async def test_two_files_of_one_identifier_are_not_both_taken(tmp_path: Path, db: Pool) -> None:
+    """A copied record whose fileIdentifier was not changed: the later file overwrote the
+    earlier in silence (within a batch, counted once). Now it is refused, naming the other."""
+    record = generate_record(3)
+    (tmp_path / "a.xml").write_bytes(record)
+    (tmp_path / "b.xml").write_bytes(
+        record.replace(b"</gmd:MD_Metadata>", b"<!--copy--></gmd:MD_Metadata>")
+    )
+    (tmp_path / "c.xml").write_bytes(generate_record(4))
+    (tmp_path / "same.xml").symlink_to(tmp_path / "c.xml")  # the same file by another name
+    # a file given again, by itself and within its folder: read once, not refused
+    report = await ingest_paths(db, OWN, [tmp_path, tmp_path / "a.xml", tmp_path / "c.xml"])
+    assert report.counts == {"added": 2}
+    assert report.refused == [
+        (
+            str(tmp_path / "b.xml"),
+            f"the same gmd:fileIdentifier as {tmp_path / 'a.xml'}, read before it in this ingest",
+        )
+    ]
+    stored = await db.fetchval("select xml from records where identifier = $1", identifier_for(3))
+    assert "copy" not in stored
+
+
 async def test_health_ready_and_metrics(provider: RunningProvider, db: Pool) -> None:
     await factories.load_records(db, OWN, range(3))
     status, body = await request("GET", f"{provider.root}/healthz")
