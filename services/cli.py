@@ -19,7 +19,7 @@ import uvicorn
 from pydantic import ValidationError
 
 from services import cli_checks, cli_history, cli_registry
-from services.cli_output import table
+from services.cli_output import table, when
 from services.listen import CannotListen, listen
 from shared import ingest
 from shared.db import links as link_store
@@ -336,10 +336,6 @@ async def cmd_link_add(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
-def _when(value: object) -> str:
-    return value.strftime("%Y-%m-%dT%H:%M:%SZ") if hasattr(value, "strftime") else "-"
-
-
 # How each harvest strategy is named to an operator.
 _BY = {"ListRecords": "ListRecords", "ListIdentifiers": "ListIdentifiers + GetRecord"}
 
@@ -359,8 +355,8 @@ async def cmd_link_list(settings: Settings, args: argparse.Namespace) -> int:
             "yes" if link.enabled else "no",
             link.remote_set or "(all)",
             link.local_set,
-            _when(link.high_water_mark),
-            _when(link.last_success_at),
+            when(link.high_water_mark),
+            when(link.last_success_at),
             safe_url(link.base_url)
             + (f" by {_BY[link.strategy]}" if link.strategy != "ListRecords" else "")
             + (f"  [{link.last_error}]" if link.last_error else ""),

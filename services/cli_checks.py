@@ -13,7 +13,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
-from services.cli_output import jsonable, show, table
+from services.cli_output import jsonable, show, table, when
 from shared.db import checks as check_store
 from shared.durations import format_duration, parse_duration
 from shared.linkspec import NAME, LinkSpecError, check_base_url, check_peer_urls, check_set_spec
@@ -226,13 +226,12 @@ async def cmd_checks_list(settings: Settings, args: argparse.Namespace) -> int:
         return 0
     rows = []
     for check, last in found:
-        when = last["last_run_at"].strftime("%Y-%m-%dT%H:%M:%SZ") if last["last_run_at"] else "-"
         rows.append(
             [
                 check.name,
                 check.set_spec,
                 format_duration(check.every),
-                when,
+                when(last["last_run_at"]),
                 last["last_outcome"] or "-",
                 " ".join(check.peer_urls),
             ]
@@ -262,8 +261,10 @@ async def cmd_checks_reports(settings: Settings, args: argparse.Namespace) -> in
 
 
 def _report_lines(row: dict[str, Any]) -> Iterator[str]:
-    when = row["finished_at"].strftime("%Y-%m-%dT%H:%M:%SZ")
-    yield f"#{row['id']} {when} {row['check_name'] or '-'} {row['set_spec']}: {row['outcome']}"
+    yield (
+        f"#{row['id']} {when(row['finished_at'])} {row['check_name'] or '-'} "
+        f"{row['set_spec']}: {row['outcome']}"
+    )
     for peer in row["report"]["peers"]:
         counts = ", ".join(f"{k} {v}" for k, v in peer["counts"].items() if v)
         state = peer["reason"] if peer["status"] != "ok" else (counts or "consistent")

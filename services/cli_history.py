@@ -8,7 +8,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from services.cli_output import show
+from services.cli_output import show, when
 from shared.db import links as link_store
 from shared.db.pool import Pool
 from shared.settings import Settings
@@ -50,10 +50,6 @@ def add_parsers(link: Any) -> None:
     )
 
 
-def _when(value: Any) -> str:
-    return value.strftime("%Y-%m-%dT%H:%M:%SZ") if value is not None else "-"
-
-
 async def _no_such_link(pool: Pool, name: str | None) -> bool:
     if name is None or await link_store.get_link(pool, name) is not None:
         return False
@@ -67,7 +63,7 @@ def _run_lines(run: dict[str, Any]) -> Iterator[str]:
         took = f"{(run['finished_at'] - run['started_at']).total_seconds():.1f} s"
     counts = ", ".join(f"{name} {run[name]}" for name in COUNTS if run[name])
     yield (
-        f"#{run['id']} {_when(run['started_at'])} {run['link']} {run['mode']}: "
+        f"#{run['id']} {when(run['started_at'])} {run['link']} {run['mode']}: "
         f"{run['status']} ({took}); pages {run['pages']}" + (f"; {counts}" if counts else "")
     )
     if run["error"]:
@@ -77,7 +73,7 @@ def _run_lines(run: dict[str, Any]) -> Iterator[str]:
 def _quarantined_lines(row: dict[str, Any]) -> Iterator[str]:
     page = f" page {row['page']}" if row["page"] is not None else ""
     yield (
-        f"#{row['id']} {_when(row['received_at'])} {row['link'] or '(a removed link)'}{page} "
+        f"#{row['id']} {when(row['received_at'])} {row['link'] or '(a removed link)'}{page} "
         f"{row['identifier'] or '(no identifier)'} ({row['size']} bytes)"
     )
     yield f"    {row['reason']}"

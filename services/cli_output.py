@@ -7,6 +7,11 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 
+def when(value: object) -> str:
+    """A time as the list commands show it (UTC, to the second), or "-" for none."""
+    return value.strftime("%Y-%m-%dT%H:%M:%SZ") if hasattr(value, "strftime") else "-"
+
+
 def jsonable(row: dict[str, Any]) -> dict[str, Any]:
     return {k: v.isoformat() if hasattr(v, "isoformat") else v for k, v in row.items()}
 

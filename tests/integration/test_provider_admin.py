@@ -102,6 +102,7 @@ async def test_identifier_must_match_the_url(provider: RunningProvider, db: Pool
         ("DELETE", "/admin/checks/a%00b", None),
         ("POST", "/admin/checks/a%00b/run", None),
         ("GET", "/admin/runs?link=a%00b", None),
+        ("GET", "/admin/quarantine?link=a%00b", None),
         ("GET", "/admin/check-reports?check=a%00b", None),
     ],
 )
