@@ -536,9 +536,11 @@ async def _store_page(
         # Invariant 2: a write transaction must end well inside the provider's settle window.
         await conn.execute(f"set local statement_timeout = {timeout_ms}")
         await _hold_run(conn, link, report)
-        result = await store.upsert_records(conn, link.local_set, batch, protected_set=protected)
+        result = await store.upsert_records(
+            conn, link.local_set, batch, protected_set=protected, refuse_conflicts=True
+        )
         counts = result.counts
-        refused = counts["refused_older"] + counts["refused_protected"]
+        refused = counts["refused_older"] + counts["refused_protected"] + counts["refused_conflict"]
         await link_store.record_page(
             conn,
             report.run_id,
@@ -576,6 +578,13 @@ async def _store_page(
     for identifier in result.identifiers("refused_older"):
         _run_log(report).info(
             "harvest %s: refused %s: gmd:dateStamp older than the stored copy's",
+            link.name,
+            identifier,
+        )
+    for identifier in result.identifiers("refused_conflict"):
+        _run_log(report).warning(
+            "harvest %s: refused %s: the copy stored from another set has the same gmd:dateStamp "
+            "and other content; it is kept (the peers disagree on this record)",
             link.name,
             identifier,
         )

@@ -72,6 +72,7 @@ async def upsert_records(
     records: Sequence[IncomingRecord],
     *,
     protected_set: str | None = None,
+    refuse_conflicts: bool = False,
 ) -> WriteResult:
     """Write live records into ``set_spec`` in one statement.
 
@@ -79,7 +80,10 @@ async def upsert_records(
     datestamp), ``joined`` (same content, newly in this set: new datestamp), ``unchanged`` (nothing
     written, datestamp kept), ``refused_older`` (gmd:dateStamp older than the stored copy's,
     invariant 5), ``refused_protected`` (the record is in ``protected_set`` and this write is not
-    into it, invariant 6).
+    into it, invariant 6), and with ``refuse_conflicts`` ``refused_conflict`` (the record is
+    stored in other sets only, and this copy differs in content but has the same gmd:dateStamp:
+    the first copy stays, so that two peers that disagree on a record do not replace each
+    other's copy, with a new datestamp, at every run).
     """
     if not records:
         return WriteResult({})
@@ -93,6 +97,7 @@ async def upsert_records(
         [r.content_hash for r in records],
         [r.xml for r in records],
         protected_set,
+        refuse_conflicts,
     )
     return WriteResult({row["identifier"]: row["outcome"] for row in rows})
 

@@ -782,3 +782,49 @@ async def test_failure_mid_list_keeps_committed_pages_and_the_old_mark(pair: Pai
     assert stored is not None and stored.high_water_mark is None
     assert "badResumptionToken" in (stored.last_error or "")
     assert await pair.sink.fetchval("select count(*) from records") == 4
+
+
+async def test_two_peers_that_disagree_on_a_record_do_not_churn_it(
+    pair: Pair, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two GISCs list one identifier in their own sets with the same gmd:dateStamp and other
+    content (one edited it without a new dateStamp). Each full or window run of either link
+    replaced the other's copy with a new datestamp, which every harvester downstream then took
+    again. Now the first copy stays, the other link's run refuses it and says why."""
+    from services.harvester.harvest import harvest_link
+    from shared.linkspec import build_link
+
+    record = generate_record(5, centre="dup")
+    edited = record.replace(b"</gmd:MD_Metadata>", b"<gmd:series/></gmd:MD_Metadata>")
+    identifier = parse_record(record).identifier
+
+    def page(xml: bytes) -> bytes:
+        return list_records_page([render.record(identifier, datetime.now(UTC), [], False, xml)])
+
+    async def runs(name: str, url: str, remote_set: str) -> RunReport:
+        await link_store.add_link(
+            pair.sink,
+            build_link(
+                name=name, url=url, remote_set=remote_set, into=None,
+                own_set="WIS-GISC-SINK", window_slices=0,
+            ),
+        )  # fmt: skip
+        link = await link_store.get_link(pair.sink, name)
+        assert link is not None
+        return await harvest_link(pair.ctx, link, full=True, window=False)
+
+    async with serving(page(record)) as a_url, serving(page(edited)) as b_url:
+        a = await runs("a", a_url, "WIS-GISC-A")
+        first = await pair.sink.fetchrow("select datestamp, xml from records")
+        with caplog.at_level(logging.WARNING, logger="wiscat.harvester"):
+            b = await runs("b", b_url, "WIS-GISC-B")
+        link_a = await link_store.get_link(pair.sink, "a")
+        assert link_a is not None
+        again = await harvest_link(pair.ctx, link_a, full=True, window=False)
+    assert (a.counts["added"], b.counts["refused"], again.counts["unchanged"]) == (1, 1, 1)
+    assert b.counts["updated"] == 0 and again.counts["updated"] == 0
+    assert await pair.sink.fetchrow("select datestamp, xml from records") == first
+    assert "<gmd:series/>" not in first["xml"]
+    assert f"harvest b: refused {identifier}: the copy stored from another set" in caplog.text
+    run_b = await pair.sink.fetchrow("select refused, updated from harvest_runs where link = 'b'")
+    assert dict(run_b) == {"refused": 1, "updated": 0}

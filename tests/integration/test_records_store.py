@@ -68,6 +68,41 @@ async def test_older_md_datestamp_is_refused(db: asyncpg.Pool) -> None:
     assert stored and stored.xml and b"new" in stored.xml
 
 
+async def test_two_sets_that_disagree_with_the_same_md_datestamp_keep_the_first_copy(
+    db: asyncpg.Pool,
+) -> None:
+    """Two peers list one identifier, each in its own set, with the same gmd:dateStamp and other
+    content. Each harvest replaced the other's copy, with a new datestamp each time: churn for
+    every harvester downstream, for ever. A harvest (``refuse_conflicts``) keeps the first."""
+    await setup_sets(db)
+    await store.ensure_set(db, "WIS-GISC-A", "a", "remote")
+    await store.ensure_set(db, "WIS-GISC-B", "b", "remote")
+    day = datetime(2024, 1, 1, tzinfo=UTC)
+
+    async def harvest(set_spec: str, record: IncomingRecord) -> dict[str, str]:
+        async with db.acquire() as conn, conn.transaction():
+            written = await store.upsert_records(conn, set_spec, [record], refuse_conflicts=True)
+        return written.outcomes
+
+    assert await harvest("WIS-GISC-A", rec("x", "from A", day)) == {"x": "added"}
+    first = await store.get_record(db, "x")
+    for _ in range(2):  # each peer's copy arrives again at its next full or window run
+        assert await harvest("WIS-GISC-B", rec("x", "from B", day)) == {"x": "refused_conflict"}
+        assert await harvest("WIS-GISC-A", rec("x", "from A", day)) == {"x": "unchanged"}
+    kept = await store.get_record(db, "x")
+    assert first and kept and kept.datestamp == first.datestamp
+    assert kept.xml and b"from A" in kept.xml and kept.set_specs == ("WIS-GISC-A",)
+    # the copy's own set may correct it without a new gmd:dateStamp
+    assert await harvest("WIS-GISC-A", rec("x", "from A, fixed", day)) == {"x": "updated"}
+    # a newer copy wins from any set, and the record is then in both
+    later = day + timedelta(days=1)
+    assert await harvest("WIS-GISC-B", rec("x", "from B", later)) == {"x": "updated"}
+    stored = await store.get_record(db, "x")
+    assert stored and stored.set_specs == ("WIS-GISC-A", "WIS-GISC-B")
+    # a local write (ingest, the admin API) is not held to it
+    assert (await upsert(db, OWN, rec("x", "mine", later))).outcomes == {"x": "updated"}
+
+
 async def test_protected_own_set_is_not_changed_by_a_gisc_link(db: asyncpg.Pool) -> None:
     await setup_sets(db)
     await upsert(db, OWN, rec("mine"))

@@ -6,6 +6,8 @@ on conflict (spec) do nothing
 -- name: upsert_records --
 -- Write a batch of live records into set $1 in one statement; returns each identifier's outcome.
 -- $6 is the protected set: a record that is (or was) a member of it is refused unless $1 = $6.
+-- With $7, a record of other sets whose incoming copy differs in content but not in gmd:dateStamp
+-- is refused: two peers that disagree on it would otherwise replace each other's copy at each run.
 with incoming as (
     -- the identifiers are distinct (the caller keeps a repeated one's last occurrence); the
     -- documents stay in $5 until they are written, so no step of the plan copies or sorts them
@@ -30,6 +32,8 @@ classified as (
             when e.content_hash = i.content_hash then
                 case when $1::text = any (e.set_specs) then 'unchanged' else 'joined' end
             when i.md_datestamp < e.md_datestamp then 'refused_older'
+            when $7::boolean and i.md_datestamp = e.md_datestamp and not ($1::text = any (e.set_specs))
+                then 'refused_conflict'
             else 'updated'
         end as outcome
     from incoming i
