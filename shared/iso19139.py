@@ -9,7 +9,7 @@ Exceptions::
 
     ValueError
      └── RecordError      not well-formed, carries a DOCTYPE, wrong root, no fileIdentifier,
-                          unparsable gmd:dateStamp
+                          unparsable gmd:dateStamp, or one more than a day ahead
 
 What counts as "the same record" (design invariant 7) is decided by :func:`canonical_hash`.
 """
@@ -21,7 +21,7 @@ import hashlib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, time
+from datetime import UTC, date, datetime, time, timedelta
 
 from lxml import etree
 
@@ -194,6 +194,12 @@ def identifier_fits(identifier: str) -> bool:
     return len(identifier.encode()) <= MAX_IDENTIFIER_BYTES
 
 
+#: How far ahead of this node's clock a gmd:dateStamp may be (a record made where the day has
+#: begun, a clock a little fast); one further ahead is a mistake, such as 2102 for 2012, that
+#: would block every later copy of the record under "older never overwrites newer".
+FUTURE_TOLERANCE = timedelta(days=1)
+
+
 def md_datestamp(root: etree._Element) -> datetime | None:
     """The record's ``gmd:dateStamp`` as an aware UTC datetime, or None if it has none.
 
@@ -217,6 +223,11 @@ def md_datestamp(root: etree._Element) -> datetime | None:
     if moment is None:
         # the record's text, of any length
         raise RecordError(f"gmd:dateStamp is not a date: {clipped(text, 60)!r}")
+    if moment > datetime.now(UTC) + FUTURE_TOLERANCE:
+        raise RecordError(
+            f"gmd:dateStamp {text} is in the future: stored, no correction with a true date "
+            "could replace it (it would be older)"
+        )
     return moment
 
 

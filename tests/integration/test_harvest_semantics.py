@@ -828,3 +828,22 @@ async def test_two_peers_that_disagree_on_a_record_do_not_churn_it(
     assert f"harvest b: refused {identifier}: the copy stored from another set" in caplog.text
     run_b = await pair.sink.fetchrow("select refused, updated from harvest_runs where link = 'b'")
     assert dict(run_b) == {"refused": 1, "updated": 0}
+
+
+async def test_a_record_dated_far_ahead_is_quarantined(pair: Pair) -> None:
+    """A peer's record whose gmd:dateStamp says 2102 (for 2012): stored, it would block every
+    true copy after it as older, on this node and on every node that harvests it here."""
+    from shared.generator import identifier_for
+
+    now = datetime.now(UTC)
+    good = parse_record(generate_record(0, centre="ahead"))
+    typo = generate_record(1, centre="ahead", md_datestamp=datetime(2102, 3, 4, tzinfo=UTC))
+    pieces = [
+        render.record(good.identifier, now, [], False, good.xml),
+        render.record(identifier_for(1, "ahead"), now, [], False, typo),
+    ]
+    report = await harvest_one_page(pair, "ahead", pieces)
+    assert (report.counts["added"], report.counts["quarantined"]) == (1, 1)
+    row = await pair.sink.fetchrow("select identifier, reason from quarantine")
+    assert row["identifier"] == identifier_for(1, "ahead")
+    assert row["reason"].startswith("gmd:dateStamp 2102-03-04T00:00:00Z is in the future")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import re
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -237,6 +237,27 @@ def test_md_datestamp_forms(kind: str, value: str, expected: datetime) -> None:
 
 def test_md_datestamp_is_optional() -> None:
     assert parse_record(iso(file_id("a"))).md_datestamp is None
+
+
+def test_a_date_stamp_far_ahead_is_refused() -> None:
+    """2102 for 2012: stored, such a record could never be corrected, every true copy being
+    older (invariant 5); so it is refused (quarantined when harvested), with the reason."""
+    message = reason(iso(file_id("a") + date_stamp("DateTime", "2102-03-04T00:00:00Z")))
+    assert message == (
+        "gmd:dateStamp 2102-03-04T00:00:00Z is in the future: stored, no correction with a true "
+        "date could replace it (it would be older)"
+    )
+    # a record made where the day has begun, or by a clock a little fast, is taken
+    soon = datetime.now(UTC) + timedelta(hours=20)
+    stamp = soon.strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert parse_record(iso(file_id("a") + date_stamp("DateTime", stamp))).md_datestamp
+    tomorrow = (datetime.now(UTC) + timedelta(days=1)).date().isoformat()
+    assert parse_record(iso(file_id("a") + date_stamp("Date", tomorrow))).md_datestamp
+    later = (datetime.now(UTC) + timedelta(days=2)).date().isoformat()
+    assert reason(iso(file_id("a") + date_stamp("Date", later))).endswith(
+        "is in the future: "
+        "stored, no correction with a true date could replace it (it would be older)"
+    )
 
 
 # --- DOCTYPE, entities and external resources -----------------------------------------------------
