@@ -103,6 +103,22 @@ async def test_two_sets_that_disagree_with_the_same_md_datestamp_keep_the_first_
     assert (await upsert(db, OWN, rec("x", "mine", later))).outcomes == {"x": "updated"}
 
 
+async def test_a_stored_md_datestamp_far_ahead_does_not_block_a_true_one(
+    db: asyncpg.Pool,
+) -> None:
+    """A record stored with gmd:dateStamp 2102 (before such records were refused): its copy
+    with the true date, 2012, was refused as older, on every run, for ever."""
+    await setup_sets(db)
+    await upsert(db, REMOTE, rec("typo", "2102", datetime(2102, 3, 4, tzinfo=UTC)))
+    result = await upsert(db, REMOTE, rec("typo", "2012", datetime(2012, 3, 4, tzinfo=UTC)))
+    assert result.outcomes == {"typo": "updated"}
+    stored = await store.get_record(db, "typo")
+    assert stored and stored.xml and b"2012" in stored.xml
+    # and from then on the true date guards it as usual
+    result = await upsert(db, REMOTE, rec("typo", "2011", datetime(2011, 3, 4, tzinfo=UTC)))
+    assert result.outcomes == {"typo": "refused_older"}
+
+
 async def test_protected_own_set_is_not_changed_by_a_gisc_link(db: asyncpg.Pool) -> None:
     await setup_sets(db)
     await upsert(db, OWN, rec("mine"))

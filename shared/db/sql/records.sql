@@ -31,7 +31,10 @@ classified as (
             when e.identifier is null or e.deleted then 'added'
             when e.content_hash = i.content_hash then
                 case when $1::text = any (e.set_specs) then 'unchanged' else 'joined' end
-            when i.md_datestamp < e.md_datestamp then 'refused_older'
+            -- a stored gmd:dateStamp far ahead (2102 for 2012, stored before such records were
+            -- refused) blocks nothing: the copy with a true date replaces it
+            when i.md_datestamp < e.md_datestamp and e.md_datestamp <= now() + interval '1 day'
+                then 'refused_older'
             when $7::boolean and i.md_datestamp = e.md_datestamp and not ($1::text = any (e.set_specs))
                 then 'refused_conflict'
             else 'updated'
