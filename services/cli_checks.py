@@ -16,8 +16,16 @@ from typing import Any, TypeVar
 from services.cli_output import jsonable, show, table, when
 from shared.db import checks as check_store
 from shared.durations import format_duration, parse_duration
-from shared.linkspec import NAME, LinkSpecError, check_base_url, check_peer_urls, check_set_spec
+from shared.linkspec import (
+    NAME,
+    NAME_RULE,
+    LinkSpecError,
+    check_base_url,
+    check_peer_urls,
+    check_set_spec,
+)
 from shared.settings import Settings
+from shared.text import clipped
 
 T = TypeVar("T")
 
@@ -74,9 +82,7 @@ def _every(value: str) -> timedelta:
 
 def _name(value: str) -> str:
     if not NAME.fullmatch(value):
-        raise argparse.ArgumentTypeError(
-            f"{value!r}: a check name is letters, digits, '.', '_' and '-'"
-        )
+        raise argparse.ArgumentTypeError(f"{clipped(value, 60)!r}: a check name is {NAME_RULE}")
     return value
 
 

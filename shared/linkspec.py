@@ -8,10 +8,14 @@ from datetime import timedelta
 from shared.db.links import NewLink
 from shared.oaipmh.arguments import METADATA_PREFIX, SET_SPEC
 from shared.settings import UNION_SET
+from shared.text import clipped
 from shared.urls import http_url
 
-#: The name of a link or a scheduled check (the database holds them to it as well).
-NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+#: The name of a link or a scheduled check (the database holds them to its characters as well;
+#: a name is at most 100 of them: a key of thousands could not be indexed, and its insert failed).
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+#: What :data:`NAME` asks, in words.
+NAME_RULE = "at most 100 letters, digits, '.', '_' and '-', starting with a letter or digit"
 #: How the names of the links the registry adds begin (its URLs are chosen by anyone).
 REGISTRY_LINK_PREFIX = "registry-"
 #: The longest set name a link files records into (the name is indexed with each identifier).
@@ -95,10 +99,7 @@ def build_link(
     :data:`REGISTRY_LINK_PREFIX` are for the links the registry adds (``by_registry``) alone.
     """
     if not NAME.fullmatch(name):
-        raise LinkSpecError(
-            f"link name {name!r}: letters, digits, '.', '_' and '-', "
-            "starting with a letter or digit"
-        )
+        raise LinkSpecError(f"link name {clipped(name, 60)!r}: {NAME_RULE}")
     if name.startswith(REGISTRY_LINK_PREFIX) and not by_registry:
         raise LinkSpecError(
             f"link name {name!r}: names beginning {REGISTRY_LINK_PREFIX!r} are kept for the "

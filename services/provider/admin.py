@@ -22,6 +22,7 @@ from shared.durations import format_duration, parse_duration
 from shared.iso19139 import MAX_RECORD_BYTES, RecordError, parse_record
 from shared.linkspec import (
     NAME,
+    NAME_RULE,
     build_link,
     check_base_url,
     check_peer_urls,
@@ -237,7 +238,7 @@ async def put_check(
         if not 0 <= body.sample <= check_store.MAX_SAMPLE:
             raise ValueError(f"sample is 0 to {check_store.MAX_SAMPLE}")
         if not NAME.fullmatch(name):
-            raise ValueError("a check name is letters, digits, '.', '_' and '-'")
+            raise ValueError(f"a check name is {NAME_RULE}")
     except ValueError as exc:
         raise HTTPException(400, f"check refused: {exc}") from exc
     check = await check_store.save_check(

@@ -73,8 +73,10 @@ async def links(node: Node) -> list[dict[str, object]]:
 @pytest.mark.parametrize(
     ("argv", "reason"),
     [
-        (["", "--url", PEER, "--set", "S"], "link name '': letters, digits"),
-        (["a/b", "--url", PEER, "--set", "S"], "link name 'a/b': letters, digits"),
+        (["", "--url", PEER, "--set", "S"], "link name '': at most 100 letters, digits"),
+        (["a/b", "--url", PEER, "--set", "S"], "link name 'a/b': at most 100 letters, digits"),
+        # thousands of characters could not be indexed: the insert failed, with a traceback
+        (["x" + "7" * 9000, "--url", PEER, "--set", "S"], "link name 'x7777"),
         (["registry-mine", "--url", PEER, "--set", "S"], "kept for the links the registry adds"),
         (["x", "--url", "http://h:99999/oai", "--set", "S"], "is not an http(s) URL"),
         (["x", "--url", "http://h/o ai", "--set", "S"], "is not an http(s) URL"),

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import io
 import os
+import secrets
+import string
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -120,6 +122,8 @@ async def test_text_no_database_can_hold_is_a_bad_request(
 
 
 PEER = "http://x.example/oai"
+# random letters: a run of one letter would compress small enough to be indexed
+LONG = "".join(secrets.choice(string.ascii_letters) for _ in range(9000))
 
 
 @pytest.mark.parametrize(
@@ -128,6 +132,14 @@ PEER = "http://x.example/oai"
         ("POST", "/admin/links", {"name": "a b", "url": PEER, "set": "S"}, "link name 'a b'"),
         ("POST", "/admin/links", {"name": "a\u0000b", "url": PEER, "set": "S"}, "link name"),
         ("POST", "/admin/links", {"name": "registry-1", "url": PEER, "set": "S"}, "registry adds"),
+        # a name of thousands of characters could not be indexed: it was a 500
+        ("POST", "/admin/links", {"name": LONG, "url": PEER, "set": "S"}, "at most 100 letters"),
+        (
+            "PUT",
+            f"/admin/checks/{LONG}",
+            {"set": "S", "source": PEER, "peers": [PEER + "2"]},
+            "at most 100",
+        ),
         ("POST", "/admin/links", {"name": "x", "url": PEER, "set": "S", "window_slices": -1}, ""),
         # numbers past what the database or a date can hold: they were 500s
         (
