@@ -59,7 +59,9 @@ from shared.text import clipped
 ZERO_HASH = "0" * 128
 MAX_TRANSACTIONS = 500
 MAX_DIFFICULTY = 64
-MAX_URL_LENGTH = 2048
+# in UTF-8 bytes: a URL is a key of the peer and member tables, whose index entries must fit
+# in a third of a page (2048 characters of CJK text, 6 KB, failed the tracker's insert)
+MAX_URL_BYTES = 2048
 CREATED_AT_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 # Domain separation: a node's key signs registry blocks and nothing else we could confuse them with.
 _SIGNING_CONTEXT = b"wiscat-registry-block:"
@@ -137,8 +139,8 @@ def url_problem(url: str) -> str | None:
     """Why ``url`` cannot be a registry entry on its face (before any fetch), or None."""
     if not url:
         return "empty"
-    if len(url) > MAX_URL_LENGTH:
-        return f"longer than {MAX_URL_LENGTH} characters"
+    if len(url.encode("utf-8", "surrogatepass")) > MAX_URL_BYTES:
+        return f"longer than {MAX_URL_BYTES} bytes"
     if any(ch.isspace() or ord(ch) < 0x20 or ord(ch) == 0x7F for ch in url):
         return "contains whitespace or control characters"
     try:

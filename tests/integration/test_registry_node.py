@@ -82,8 +82,17 @@ async def test_the_tracker_answers_recent_members_and_forgets_silent_ones(
         assert (status, members) == (200, ["https://two.example.org"])
         assert (await announce("not a name", "https://x.example.org"))[0] == 400
         assert (await announce("wis-a", "ftp://x.example.org"))[0] == 400
+        # 2,000 characters of CJK text (6 KB in UTF-8) could not be indexed: the insert failed
+        # and the tracker, open to anyone, answered 500
+        wide = "https://x.example.org/" + "".join(chr(0x4E00 + n * 7) for n in range(2000))
+        assert (await announce("wis-a", wide))[0] == 400
+        assert (await announce("wis-a", "https://x.example.org/" + "a" * 2026))[0] == 200
     stored = {row["url"] for row in await db.fetch("select url from registry_members")}
-    assert stored == {"https://two.example.org", "https://other.example.org"}
+    assert stored == {
+        "https://two.example.org",
+        "https://other.example.org",
+        "https://x.example.org/" + "a" * 2026,
+    }
 
 
 async def test_a_node_that_is_its_own_tracker_announces_without_http(
