@@ -129,6 +129,13 @@ def parse_xml(data: bytes | str) -> etree._Element:
     try:
         root = etree.fromstring(raw, safe_parser(encoding=encoding))
     except etree.XMLSyntaxError as exc:
+        if raw.startswith(b"\x00") and not raw.startswith(
+            (b"\x00<", b"\x00\x00\x00<", b"\x00\x00\xfe\xff")
+        ):
+            # libxml2 stops at the NUL and calls the document empty, which it is not
+            raise RecordError(
+                "not well-formed XML: it begins with a NUL byte (binary data, not a record)"
+            ) from exc
         raise RecordError(f"not well-formed XML: {exc.msg}") from exc
     _refuse_dtd(root)
     return root

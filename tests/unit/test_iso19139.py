@@ -178,6 +178,19 @@ def test_file_identifier_as_an_anchor() -> None:
     assert parse_record(iso(body)).identifier == "urn:x-wmo:md:int.wmo.wis::a"
 
 
+def test_binary_data_is_named_as_such() -> None:
+    # libxml2 stops at a NUL and calls the document empty
+    assert reason(b"\x00\x00\x00abc") == (
+        "not well-formed XML: it begins with a NUL byte (binary data, not a record)"
+    )
+    assert reason(b"").startswith("not well-formed XML: Document is empty")
+    # text in UTF-16 or UTF-32 without a byte order mark (its XML declaration tells the
+    # encoding) begins with NUL bytes too, and is read
+    record = '<?xml version="1.0"?>' + iso(file_id("a")).decode()
+    for encoding in ("utf-16-be", "utf-32-be"):
+        assert parse_record(record.encode(encoding)).identifier == "a"
+
+
 def test_two_file_identifiers() -> None:
     assert reason(iso(file_id("a") + file_id("b"))) == "more than one gmd:fileIdentifier"
 
