@@ -82,22 +82,32 @@ async def cmd_migrate(settings: Settings, args: argparse.Namespace) -> int:
 
 
 class _Server(uvicorn.Server):
-    """uvicorn, minus its own signal handling: the command owns SIGINT and SIGTERM."""
+    """uvicorn, minus its own signal handling: the command owns the stop signals."""
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         yield
 
 
+def _stop_signals() -> list[signal.Signals]:
+    """The signals that stop a command cleanly: SIGINT, SIGTERM and SIGHUP (its terminal gone,
+    whose default ended the process on the spot, an embedded PostgreSQL left running), unless
+    SIGHUP is ignored, as ``nohup`` asks."""
+    stops = [signal.SIGINT, signal.SIGTERM]
+    if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
+        stops.append(signal.SIGHUP)
+    return stops
+
+
 def _on_signals(callback: Callable[[], None]) -> None:
-    """``callback`` on SIGINT and SIGTERM, each logged (a service that stops says why)."""
+    """``callback`` on each of :func:`_stop_signals`, logged (a service that stops says why)."""
     loop = asyncio.get_running_loop()
 
     def received(sig: signal.Signals) -> None:
         log.info("%s received: stopping", sig.name)
         callback()
 
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in _stop_signals():
         loop.add_signal_handler(sig, received, sig)
 
 
@@ -564,14 +574,16 @@ def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     return uvloop.new_event_loop
 
 
-async def _stopped_by_sigterm(command: Coroutine[Any, Any, int]) -> int:
-    """``command``, cancelled by SIGTERM as asyncio's runner cancels it on SIGINT: its cleanup
-    runs (a harvest records its run as stopped and gives its link's lease back, a check removes
-    its temporary files) where SIGTERM's default would end the process on the spot. A service
-    command takes SIGTERM over for its own graceful stop."""
+async def _stopped_by_signals(command: Coroutine[Any, Any, int]) -> int:
+    """``command``, cancelled by SIGTERM (and SIGHUP, see :func:`_stop_signals`) as asyncio's
+    runner cancels it on SIGINT: its cleanup runs (a harvest records its run as stopped and gives
+    its link's lease back, a check removes its temporary files) where the signal's default would
+    end the process on the spot. A service command takes them over for its own graceful stop."""
     task = asyncio.current_task()
     assert task is not None
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+    for sig in _stop_signals():
+        if sig is not signal.SIGINT:
+            asyncio.get_running_loop().add_signal_handler(sig, task.cancel, sig.name)
     return await command
 
 
@@ -598,7 +610,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif command == "registry":
             command = f"registry {args.registry_command}"
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-            return runner.run(_stopped_by_sigterm(COMMANDS[command](settings, args)))
+            return runner.run(_stopped_by_signals(COMMANDS[command](settings, args)))
     except (DatabaseError, CannotListen, KeyFileError) as exc:
         print(f"wiscat: {exc}", file=sys.stderr)
         return 2
@@ -614,9 +626,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
-    except asyncio.CancelledError:  # SIGTERM, once the command had tidied up
-        print("wiscat: stopped by SIGTERM", file=sys.stderr)
-        return 128 + signal.SIGTERM
+    except asyncio.CancelledError as exc:  # SIGTERM or SIGHUP, once the command had tidied up
+        sig = signal.Signals[exc.args[0]] if exc.args else signal.SIGTERM
+        print(f"wiscat: stopped by {sig.name}", file=sys.stderr)
+        return 128 + sig
 
 
 if __name__ == "__main__":

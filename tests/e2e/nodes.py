@@ -32,6 +32,12 @@ def free_port() -> int:
             return port
 
 
+def hangup_by_default() -> None:
+    """In the child, before exec: SIGHUP as a terminal's hangup delivers it, even where the tests
+    run under ``nohup`` (which the child would inherit, and wiscat then leaves SIGHUP alone)."""
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
 @dataclass
 class Node:
     """One node's settings; its services are started with :meth:`start`."""
@@ -96,7 +102,12 @@ class Node:
             prefix=f"wiscat-{self.name}-{command}-", suffix=".log", delete=False
         ) as log:
             process = await asyncio.create_subprocess_exec(
-                WISCAT, command, env=self.env(), stdout=asyncio.subprocess.DEVNULL, stderr=log
+                WISCAT,
+                command,
+                env=self.env(),
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=log,
+                preexec_fn=hangup_by_default,
             )
         self.processes.append(process)
         self.logs.append(Path(log.name))

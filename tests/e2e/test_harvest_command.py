@@ -16,7 +16,7 @@ from shared.db.pool import connect
 from shared.generator import generate_record
 from shared.iso19139 import parse_record
 from shared.oaipmh import render
-from tests.e2e.nodes import WISCAT, Node, NodeFactory
+from tests.e2e.nodes import WISCAT, Node, NodeFactory, hangup_by_default
 from tests.servers import list_records_page, serving
 
 PAGES = 30
@@ -59,6 +59,7 @@ async def start_harvest(node: Node) -> asyncio.subprocess.Process:
         env=node.env(),
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
+        preexec_fn=hangup_by_default,
     )
 
 
@@ -103,18 +104,21 @@ async def test_a_run_longer_than_its_lease_keeps_its_link(
     assert await runs(node) == [("ok", None)]  # one run, never marked abandoned by another
 
 
-async def test_sigterm_ends_the_run_as_stopped_and_frees_the_link(
-    make_node: NodeFactory, peer_url: tuple[SlowPeer, str]
+# SIGHUP: the terminal of an operator's session gone (its default ended the process on the spot,
+# the run left marked running until another worker found it abandoned)
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+async def test_a_stop_signal_ends_the_run_as_stopped_and_frees_the_link(
+    make_node: NodeFactory, peer_url: tuple[SlowPeer, str], sig: signal.Signals
 ) -> None:
     peer, url = peer_url
     node = await make_node("STOPPED")
     await node.wiscat("link", "add", "slow", "--url", url, "--into", "WIS-GISC-SLOW")
     process = await start_harvest(node)
     await pages_done(node, 3)
-    process.send_signal(signal.SIGTERM)
+    process.send_signal(sig)
     _, err = await process.communicate()
-    assert process.returncode == 128 + signal.SIGTERM
-    assert "wiscat: stopped by SIGTERM" in err.decode()
+    assert process.returncode == 128 + sig
+    assert f"wiscat: stopped by {sig.name}" in err.decode()
     assert "Traceback" not in err.decode()
     assert await runs(node) == [("failed", "cancelled")]
     _, listed, _ = await node.wiscat("link", "list")

@@ -113,6 +113,9 @@ async def test_a_service_stopped_by_a_signal_says_which_and_that_it_stopped(
         ("provider", node.provider_port, signal.SIGTERM, "provider stopped"),
         ("harvester", node.harvester_port, signal.SIGINT, "harvester stopped"),
         ("run", node.provider_port, signal.SIGTERM, "node stopped"),
+        # its terminal gone: the default ended the process on the spot, without a word, an
+        # embedded PostgreSQL left running
+        ("run", node.provider_port, signal.SIGHUP, "node stopped"),
     ):
         process = await node.start(command, f"http://127.0.0.1:{port}/readyz")
         process.send_signal(sig)
