@@ -28,6 +28,7 @@ import multiprocessing
 import os
 import secrets
 import shutil
+import signal
 import tempfile
 import threading
 import time
@@ -36,6 +37,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from datetime import datetime
+from multiprocessing import resource_tracker
 from typing import Any
 
 from lxml import etree
@@ -198,7 +200,14 @@ def read_spooled(reader: Reader, url: str, path: str) -> tuple[PageContent, Page
 def _watch(harvester: int, spool: str) -> None:
     """Worker initializer: end this worker when the harvester process that started it is gone
     (killed with SIGKILL, it cannot stop its workers itself; they would wait forever), and take
-    the spool folder with it, whose files would otherwise hold memory until the next boot."""
+    the spool folder with it, whose files would otherwise hold memory until the next boot.
+
+    Ctrl-C and a closed terminal signal the whole process group: SIGINT and SIGHUP are the
+    harvester's to act on, which stops its workers in order; a worker that took SIGINT as its own
+    died mid-page with a KeyboardInterrupt traceback. (SIGTERM is left as it is: the pool ends a
+    worker of a broken pool with it.)"""
+    for sig in (signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
 
     def watch() -> None:
         while True:
@@ -237,6 +246,21 @@ class _BrokenBeforeSent(BrokenProcessPool):
 WORKER_MIN_BYTES = 256 * 1024
 
 
+def _start_resource_tracker() -> None:
+    """Start multiprocessing's resource tracker now, from the main thread, ignoring SIGHUP as it
+    ignores SIGINT and SIGTERM itself. Started later by the pool, it took a closed terminal's
+    SIGHUP (it is in this process's group) and died; the harvester, stopping in order, had it
+    started again, and the new one knew none of the pool's semaphores (a traceback each)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)  # inherited by the tracker
+    try:
+        resource_tracker.ensure_running()
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGHUP, previous)
+
+
 class PageReaders:
     """Where a harvester process reads its pages: ``workers`` processes shared by all its runs,
     or a thread when ``workers`` is 0.
@@ -263,6 +287,8 @@ class PageReaders:
         self.workers = workers
         self.min_bytes = min_bytes
         self.reader = reader
+        if workers:
+            _start_resource_tracker()
         self._executor: ProcessPoolExecutor | None = None
         self._warming: asyncio.Task[None] | None = None
         self._spool: str | None = None

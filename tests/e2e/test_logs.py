@@ -3,18 +3,22 @@ and every run, every refused and every quarantined record says why."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
 import signal
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
 from aiohttp import web
 
+from services.harvester.page_records import WORKER_MIN_BYTES
 from shared.generator import generate_record
 from shared.iso19139 import parse_record
 from shared.oaipmh import render
-from tests.e2e.nodes import Node, NodeFactory
+from tests.e2e.nodes import WISCAT, Node, NodeFactory, hangup_by_default
 from tests.servers import list_records_page, serving
 
 PEER_SET = "WIS-GISC-PEER"
@@ -123,3 +127,48 @@ async def test_a_service_stopped_by_a_signal_says_which_and_that_it_stopped(
         found = events(node.logs[-1].read_text())
         assert said(found, "info", f"{sig.name} received: stopping"), (command, found[-5:])
         assert said(found, "info", stopped), (command, found[-5:])
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGHUP], ids=["SIGINT", "SIGHUP"])
+async def test_a_node_whose_process_group_is_signalled_stops_without_a_traceback(
+    make_node: NodeFactory, tmp_path: Path, sig: signal.Signals
+) -> None:
+    """Ctrl-C and a closed terminal signal the whole process group, the harvester's page workers
+    and multiprocessing's helpers with it. Ctrl-C gave a KeyboardInterrupt traceback per worker;
+    a hangup killed the resource tracker, which the stopping harvester started again, and the
+    new one printed a KeyError traceback for each of the pool's semaphores."""
+    node = await make_node("GROUP")
+    now = datetime.now(UTC)
+    records = [parse_record(generate_record(n, centre="group")) for n in range(40)]
+    page = list_records_page([render.record(r.identifier, now, [], False, r.xml) for r in records])
+    assert len(page) > WORKER_MIN_BYTES  # read by the page workers, not in a thread
+    log = tmp_path / "run.log"
+    async with serving(page) as url:
+        await node.wiscat("link", "add", "peer", "--url", url, "--into", PEER_SET)
+        with log.open("wb") as stderr:
+            process = await asyncio.create_subprocess_exec(
+                WISCAT,
+                "run",
+                env=node.env(),
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=stderr,
+                start_new_session=True,  # a group of its own, as a terminal's job has
+                preexec_fn=hangup_by_default,
+            )
+        try:
+            for _ in range(300):  # the link is due at once
+                _, out, _ = await node.wiscat("link", "runs", "peer", "--json")
+                if any(run["status"] == "ok" for run in json.loads(out)):
+                    break
+                await asyncio.sleep(0.1)
+            else:
+                raise AssertionError(f"no harvest: {log.read_text()[-2000:]}")
+            os.killpg(process.pid, sig)
+            assert await asyncio.wait_for(process.wait(), 60) == 0
+        finally:
+            if process.returncode is None:
+                os.killpg(process.pid, signal.SIGKILL)
+    found = events(log.read_text())  # every line a JSON event: no traceback printed raw
+    assert said(found, "info", f"{sig.name} received: stopping")
+    assert said(found, "info", "node stopped")
+    assert not [e for e in found if e["level"] in ("warning", "error", "critical")], found
