@@ -89,7 +89,7 @@ class _Server(uvicorn.Server):
         yield
 
 
-def _stop_signals() -> list[signal.Signals]:
+def stop_signals() -> list[signal.Signals]:
     """The signals that stop a command cleanly: SIGINT, SIGTERM and SIGHUP (its terminal gone,
     whose default ended the process on the spot, an embedded PostgreSQL left running), unless
     SIGHUP is ignored, as ``nohup`` asks."""
@@ -100,14 +100,14 @@ def _stop_signals() -> list[signal.Signals]:
 
 
 def _on_signals(callback: Callable[[], None]) -> None:
-    """``callback`` on each of :func:`_stop_signals`, logged (a service that stops says why)."""
+    """``callback`` on each of :func:`stop_signals`, logged (a service that stops says why)."""
     loop = asyncio.get_running_loop()
 
     def received(sig: signal.Signals) -> None:
         log.info("%s received: stopping", sig.name)
         callback()
 
-    for sig in _stop_signals():
+    for sig in stop_signals():
         loop.add_signal_handler(sig, received, sig)
 
 
@@ -575,13 +575,13 @@ def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
 
 
 async def _stopped_by_signals(command: Coroutine[Any, Any, int]) -> int:
-    """``command``, cancelled by SIGTERM (and SIGHUP, see :func:`_stop_signals`) as asyncio's
+    """``command``, cancelled by SIGTERM (and SIGHUP, see :func:`stop_signals`) as asyncio's
     runner cancels it on SIGINT: its cleanup runs (a harvest records its run as stopped and gives
     its link's lease back, a check removes its temporary files) where the signal's default would
     end the process on the spot. A service command takes them over for its own graceful stop."""
     task = asyncio.current_task()
     assert task is not None
-    for sig in _stop_signals():
+    for sig in stop_signals():
         if sig is not signal.SIGINT:
             asyncio.get_running_loop().add_signal_handler(sig, task.cancel, sig.name)
     return await command

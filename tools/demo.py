@@ -28,6 +28,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 
+from services.cli import stop_signals
 from shared.db.embedded import EmbeddedPostgres
 from shared.db.pool import connect
 from shared.generator import generate_record
@@ -311,7 +312,7 @@ def main() -> int:
     async def guarded() -> int:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in stop_signals():  # SIGHUP too: a closed terminal stops the demo in order
             loop.add_signal_handler(sig, stop.set)
         return await run(args, stop)
 

@@ -8,6 +8,10 @@ import socket
 import sys
 from pathlib import Path
 
+import pytest
+
+from tests.e2e.nodes import hangup_by_default
+
 
 def processes_mentioning(text: str) -> list[int]:
     """Processes whose command line or environment holds ``text``."""
@@ -24,7 +28,12 @@ def processes_mentioning(text: str) -> list[int]:
     return found
 
 
-async def test_demo_converges_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
+# SIGHUP: the terminal it runs in closed; its default ended the demo alone, leaving its
+# PostgreSQL server running
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGHUP], ids=["SIGINT", "SIGHUP"])
+async def test_demo_converges_and_stops_cleanly_on_ctrl_c(
+    tmp_path: Path, sig: signal.Signals
+) -> None:
     data = tmp_path / "demo"
     process = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -43,6 +52,7 @@ async def test_demo_converges_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> Non
         str(data),
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
+        preexec_fn=hangup_by_default,
     )
     assert process.stdout is not None
     lines: list[str] = []
@@ -56,7 +66,7 @@ async def test_demo_converges_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> Non
                 lines.append((await process.stdout.readline()).decode())
     finally:
         running = processes_mentioning(str(data))
-        process.send_signal(signal.SIGINT)
+        process.send_signal(sig)
         rest, _ = await asyncio.wait_for(process.communicate(), 60)
     output = "".join(lines) + rest.decode()
     assert process.returncode == 0, output
