@@ -250,21 +250,29 @@ async def cmd_ingest(settings: Settings, args: argparse.Namespace) -> int:
         try:
             await ingest.ingest_paths(pool, settings.own_set, paths, report)
         except UNAVAILABLE + FAILED as exc:  # a file's own errors are the report's
-            # what was stored stays stored: said, so that the operator knows where it stopped
             log.debug("ingest stopped by the database", exc_info=exc)
-            _print_ingest(settings, report)
-            print(
-                f"wiscat: the database failed during the ingest: {_said(exc)}. "
-                "The counts above are what was stored before; the batch being written (up "
-                f"to {ingest.BATCH} files) was not. The same ingest, run again, goes on: what "
-                "was stored comes back unchanged.",
-                file=sys.stderr,
-            )
+            why = f"the database failed during the ingest: {_said(exc)}"
+            _print_ingest_stopped(settings, report, why)
             return 2
+        except asyncio.CancelledError:  # Ctrl-C, SIGTERM, a closed terminal
+            _print_ingest_stopped(settings, report, "the ingest was asked to stop")
+            raise
         finally:
             await pool.close()
     _print_ingest(settings, report)
     return 1 if report.refused or report.older else 0
+
+
+def _print_ingest_stopped(settings: Settings, report: ingest.IngestReport, why: str) -> None:
+    """What an ingest stored before ``why`` stopped it stays stored: said, so that the operator
+    knows where it stopped and how to go on."""
+    _print_ingest(settings, report)
+    print(
+        f"wiscat: {why}. The counts above are what was stored before; the batch being written "
+        f"(up to {ingest.BATCH} files) was not. The same ingest, run again, goes on: what was "
+        "stored comes back unchanged.",
+        file=sys.stderr,
+    )
 
 
 def _said(exc: BaseException) -> str:
