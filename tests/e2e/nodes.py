@@ -32,9 +32,11 @@ def free_port() -> int:
             return port
 
 
-def hangup_by_default() -> None:
-    """In the child, before exec: SIGHUP as a terminal's hangup delivers it, even where the tests
-    run under ``nohup`` (which the child would inherit, and wiscat then leaves SIGHUP alone)."""
+def stop_signals_by_default() -> None:
+    """In the child, before exec: SIGINT and SIGHUP as a terminal delivers them, even where the
+    tests run in the background (SIGINT ignored) or under ``nohup`` (SIGHUP ignored): the child
+    would inherit that, and a command leaves an ignored signal alone, as it should."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
     signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
@@ -107,7 +109,7 @@ class Node:
                 env=self.env(),
                 stdout=asyncio.subprocess.DEVNULL,
                 stderr=log,
-                preexec_fn=hangup_by_default,
+                preexec_fn=stop_signals_by_default,
             )
         self.processes.append(process)
         self.logs.append(Path(log.name))

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.nodes import hangup_by_default
+from tests.e2e.nodes import stop_signals_by_default
 
 
 def processes_mentioning(text: str) -> list[int]:
@@ -52,7 +52,7 @@ async def test_demo_converges_and_stops_cleanly_on_ctrl_c(
         str(data),
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
-        preexec_fn=hangup_by_default,
+        preexec_fn=stop_signals_by_default,
     )
     assert process.stdout is not None
     lines: list[str] = []

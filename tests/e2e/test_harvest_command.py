@@ -16,7 +16,7 @@ from shared.db.pool import connect
 from shared.generator import generate_record
 from shared.iso19139 import parse_record
 from shared.oaipmh import render
-from tests.e2e.nodes import WISCAT, Node, NodeFactory, hangup_by_default
+from tests.e2e.nodes import WISCAT, Node, NodeFactory, stop_signals_by_default
 from tests.servers import list_records_page, serving
 
 PAGES = 30
@@ -59,7 +59,7 @@ async def start_harvest(node: Node) -> asyncio.subprocess.Process:
         env=node.env(),
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
-        preexec_fn=hangup_by_default,
+        preexec_fn=stop_signals_by_default,
     )
 
 

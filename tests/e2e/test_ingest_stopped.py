@@ -11,7 +11,7 @@ import pytest
 
 from shared.db.pool import connect
 from shared.generator import generate_record
-from tests.e2e.nodes import WISCAT, NodeFactory, hangup_by_default
+from tests.e2e.nodes import WISCAT, NodeFactory, stop_signals_by_default
 
 FILES = 1000
 
@@ -36,7 +36,7 @@ async def test_a_stopped_ingest_says_what_it_stored(
             env=node.env(),
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
-            preexec_fn=hangup_by_default,
+            preexec_fn=stop_signals_by_default,
         )
         while await conn.fetchval("select count(*) from records") < 400:
             await asyncio.sleep(0.01)

@@ -18,7 +18,7 @@ from services.harvester.page_records import WORKER_MIN_BYTES
 from shared.generator import generate_record
 from shared.iso19139 import parse_record
 from shared.oaipmh import render
-from tests.e2e.nodes import WISCAT, Node, NodeFactory, hangup_by_default
+from tests.e2e.nodes import WISCAT, Node, NodeFactory, stop_signals_by_default
 from tests.servers import list_records_page, serving
 
 PEER_SET = "WIS-GISC-PEER"
@@ -153,7 +153,7 @@ async def test_a_node_whose_process_group_is_signalled_stops_without_a_traceback
                 stdout=asyncio.subprocess.DEVNULL,
                 stderr=stderr,
                 start_new_session=True,  # a group of its own, as a terminal's job has
-                preexec_fn=hangup_by_default,
+                preexec_fn=stop_signals_by_default,
             )
         try:
             for _ in range(300):  # the link is due at once
