@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime
 from typing import Any
 
+from shared.oaipmh.dates import format_datestamp
 
-def when(value: object) -> str:
+
+def when(value: datetime | None) -> str:
     """A time as the list commands show it (UTC, to the second), or "-" for none."""
-    return value.strftime("%Y-%m-%dT%H:%M:%SZ") if hasattr(value, "strftime") else "-"
+    return "-" if value is None else format_datestamp(value)
 
 
 def jsonable(row: dict[str, Any]) -> dict[str, Any]:

@@ -34,6 +34,8 @@ from urllib.parse import urljoin, urlsplit
 import aiohttp
 from aiohappyeyeballs import AddrInfoType
 
+from shared.text import clipped
+
 Params = Mapping[str, str] | Sequence[tuple[str, str]]
 _REDIRECTS = {301, 302, 303, 307, 308}
 # The addresses refused during the current request (one list per request, seen by the factory).
@@ -225,8 +227,7 @@ def parser_message(message: str, limit: int = 200) -> str:
     """aiohttp's message for an answer that is not HTTP, on one line: its lines but the caret
     under the fault (``Invalid character in chunk size: b'ZZ'``), at most ``limit`` characters."""
     lines = (line.strip() for line in message.splitlines())
-    text = " ".join(line for line in lines if line.strip("^"))
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return clipped(" ".join(line for line in lines if line.strip("^")), limit)
 
 
 async def _read_capped(response: aiohttp.ClientResponse, cap: int) -> bytes:

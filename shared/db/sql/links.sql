@@ -169,7 +169,7 @@ order by received_at desc, id desc
 limit $2
 
 -- name: quarantined_record --
--- One quarantined record: what is known of it, and its bytes as received.
+-- One quarantined record: what is known of it, and its stored bytes.
 select id, link, run_id, page, identifier, reason, received_at, raw
 from quarantine
 where id = $1

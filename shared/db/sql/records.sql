@@ -32,7 +32,8 @@ classified as (
             when e.content_hash = i.content_hash then
                 case when $1::text = any (e.set_specs) then 'unchanged' else 'joined' end
             -- a stored gmd:dateStamp far ahead (2102 for 2012, stored before such records were
-            -- refused) blocks nothing: the copy with a true date replaces it
+            -- refused; "far" as shared.iso19139.FUTURE_TOLERANCE) blocks nothing: the copy with
+            -- a true date replaces it
             when i.md_datestamp < e.md_datestamp and e.md_datestamp <= now() + interval '1 day'
                 then 'refused_older'
             when $7::boolean and i.md_datestamp = e.md_datestamp and not ($1::text = any (e.set_specs))
