@@ -283,8 +283,8 @@ def _said(exc: BaseException) -> str:
 def _print_ingest(settings: Settings, report: ingest.IngestReport) -> None:
     for path, reason in report.refused:
         print(f"bad: {path}: {reason}", file=sys.stderr)
-    for path in report.older:
-        print(f"refused: {path}: {ingest.OLDER}", file=sys.stderr)
+    for path, reason in report.older:
+        print(f"refused: {path}: {reason}", file=sys.stderr)
     print(f"{settings.own_set}: {report.summary()}")
 
 

@@ -32,7 +32,7 @@ class IngestReport:
 
     counts: Counter[str] = field(default_factory=Counter)
     refused: list[tuple[str, str]] = field(default_factory=list)
-    older: list[str] = field(default_factory=list)
+    older: list[tuple[str, str]] = field(default_factory=list)
 
     def summary(self) -> str:
         parts = [f"{name} {self.counts[name]}" for name in sorted(self.counts)]
@@ -81,7 +81,11 @@ async def ensure_own_set(db: store.Executor, own_set: str) -> None:
     await store.ensure_set(db, own_set, f"Records of {own_set}'s area of responsibility", "own")
 
 
-OLDER = "its gmd:dateStamp is older than the stored copy's"
+def older(record: Record) -> str:
+    """Why ``record`` was refused as older than the stored copy (DESIGN invariant 5)."""
+    if record.md_datestamp is None:
+        return "it has no gmd:dateStamp and the stored copy has one"
+    return "its gmd:dateStamp is older than the stored copy's"
 
 
 async def write_local(
@@ -93,8 +97,8 @@ async def write_local(
     refused = set(result.identifiers("refused_older"))
     for path, record in batch:
         if record.identifier in refused:
-            report.older.append(str(path))
-            log.warning("refused %s (%s): %s", path, record.identifier, OLDER)
+            report.older.append((str(path), older(record)))
+            log.warning("refused %s (%s): %s", path, record.identifier, older(record))
 
 
 def _same_file(first: str, path: Path) -> bool:

@@ -575,11 +575,16 @@ async def _store_page(
             protected,
             link.local_set,
         )
-    for identifier in result.identifiers("refused_older"):
+    older = result.identifiers("refused_older")
+    undated = {r.identifier for r in batch if r.md_datestamp is None} if older else set()
+    for identifier in older:
         _run_log(report).info(
-            "harvest %s: refused %s: gmd:dateStamp older than the stored copy's",
+            "harvest %s: refused %s: %s",
             link.name,
             identifier,
+            "no gmd:dateStamp, and the stored copy has one"
+            if identifier in undated
+            else "gmd:dateStamp older than the stored copy's",
         )
     for identifier in result.identifiers("refused_conflict"):
         _run_log(report).warning(

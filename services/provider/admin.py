@@ -72,7 +72,7 @@ async def put_record(
     log.info("admin put %s: %s", identifier, outcome)
     status = 201 if outcome == "added" else 200
     if outcome == "refused_older":
-        raise HTTPException(409, f"record refused: {ingest.OLDER}")
+        raise HTTPException(409, f"record refused: {ingest.older(record)}")
     return JSONResponse({"identifier": identifier, "outcome": outcome}, status_code=status)
 
 

@@ -79,10 +79,11 @@ async def upsert_records(
     Outcomes: ``added`` (new, or revived from a tombstone), ``updated`` (content changed: new
     datestamp), ``joined`` (same content, newly in this set: new datestamp), ``unchanged`` (nothing
     written, datestamp kept), ``refused_older`` (gmd:dateStamp older than the stored copy's,
-    invariant 5), ``refused_protected`` (the record is in ``protected_set`` and this write is not
-    into it, invariant 6), and with ``refuse_conflicts`` ``refused_conflict`` (the record is
-    stored in other sets only, and this copy differs in content but has the same gmd:dateStamp:
-    the first copy stays, so that two peers that disagree on a record do not replace each
+    or none where the stored copy has one, invariant 5), ``refused_protected`` (the record is
+    in ``protected_set`` and this write is not into it, invariant 6), and with
+    ``refuse_conflicts`` ``refused_conflict`` (the record is stored in other sets only, and this
+    copy differs in content but has the same gmd:dateStamp, or neither has one: the first copy
+    stays, so that two peers that disagree on a record do not replace each
     other's copy, with a new datestamp, at every run).
     """
     if not records:

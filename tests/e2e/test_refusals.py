@@ -4,6 +4,7 @@ links that could not work or would make the node's own answers invalid."""
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -201,6 +202,20 @@ async def test_ingest_of_an_older_copy_says_it_stored_nothing(
     assert code == 1
     assert f"refused: {older}: its gmd:dateStamp is older than the stored copy's\n" in err
     assert out == "WIS-GISC-OLDER: refused_older 1, bad 0\n"
+    # a copy with no gmd:dateStamp at all is not shown newer either: it replaced the stored one
+    undated = tmp_path / "undated.xml"
+    record = generate_record(1, version=2)
+    undated.write_bytes(re.sub(rb"<gmd:dateStamp>.*?</gmd:dateStamp>", b"", record, flags=re.S))
+    code, out, err = await node.wiscat("ingest", str(undated), check=False)
+    assert code == 1
+    assert f"refused: {undated}: it has no gmd:dateStamp and the stored copy has one\n" in err
+    assert out == "WIS-GISC-OLDER: refused_older 1, bad 0\n"
+    conn = await connect(node.database_url)
+    try:
+        stored = await conn.fetchval("select md_datestamp from records")
+    finally:
+        await conn.close()
+    assert stored == datetime(2025, 6, 1, tzinfo=UTC)
 
 
 async def test_a_database_migrated_by_a_newer_wiscat_is_refused(make_node: NodeFactory) -> None:

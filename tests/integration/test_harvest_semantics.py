@@ -488,12 +488,13 @@ async def test_a_long_list_says_how_far_it_has_got(
         report = await harvest_link(pair.ctx, link, window=False)
     assert report.status == "ok", report.summary()
     lines = [r.getMessage() for r in caplog.records if "so far" in r.getMessage()]
-    assert 2 <= len(lines) <= 5, lines
+    # about one a second, not one a page (how many depends on the machine's load)
+    assert 2 <= len(lines) <= 10, lines
     progress = [
         tuple(int(n) for n in re.findall(r"(\d+) (?:pages|records)", line)) for line in lines
     ]
     assert all(line.startswith(f"harvest long run {report.run_id}: ") for line in lines)
-    assert progress == sorted(progress) and progress[-1][0] < 20
+    assert progress == sorted(set(progress)) and progress[-1][0] <= 20
     assert all(records == (pages - 1) * 10 or records == pages * 10 for pages, records in progress)
 
 
@@ -847,3 +848,23 @@ async def test_a_record_dated_far_ahead_is_quarantined(pair: Pair) -> None:
     row = await pair.sink.fetchrow("select identifier, reason from quarantine")
     assert row["identifier"] == identifier_for(1, "ahead")
     assert row["reason"].startswith("gmd:dateStamp 2102-03-04T00:00:00Z is in the future")
+
+
+async def test_a_copy_without_md_datestamp_is_refused_over_a_dated_one(
+    pair: Pair, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A peer's copy with no gmd:dateStamp replaced the dated copy stored: it is not newer."""
+    now = datetime.now(UTC)
+    dated = parse_record(generate_record(0, centre="undated"))
+    undated = re.sub(
+        rb"<gmd:dateStamp>.*?</gmd:dateStamp>", b"", generate_record(0, centre="undated", version=1)
+    )
+    first = [render.record(dated.identifier, now, [], False, dated.xml)]
+    assert (await harvest_one_page(pair, "dated", first)).counts["added"] == 1
+    second = [render.record(dated.identifier, now, [], False, undated)]
+    with caplog.at_level(logging.INFO, logger="wiscat.harvester"):
+        report = await harvest_one_page(pair, "undated", second)
+    assert (report.counts["refused"], report.counts["updated"]) == (1, 0)
+    assert "<gmd:dateStamp>" in await pair.sink.fetchval("select xml from records")
+    reason = "no gmd:dateStamp, and the stored copy has one"
+    assert f"harvest undated: refused {dated.identifier}: {reason}" in caplog.text

@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import io
 import os
+import re
 import secrets
 import string
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import aiohttp
@@ -56,6 +58,28 @@ async def test_put_and_delete_records(provider: RunningProvider, db: Pool) -> No
     # an identifier no record can have (the database's text cannot hold U+0000)
     status, _ = await request("DELETE", f"{provider.root}/admin/records/a%00b", headers=AUTH)
     assert status == 404
+
+
+async def test_a_put_older_than_the_stored_copy_is_a_conflict(
+    provider: RunningProvider, db: Pool
+) -> None:
+    identifier = identifier_for(8)
+    url = f"{provider.root}/admin/records/{identifier}"
+    newer = generate_record(8, md_datestamp=datetime(2025, 6, 1, tzinfo=UTC))
+    older = generate_record(8, version=1, md_datestamp=datetime(2024, 6, 1, tzinfo=UTC))
+    undated = re.sub(rb"<gmd:dateStamp>.*?</gmd:dateStamp>", b"", generate_record(8, version=2))
+    assert (await request("PUT", url, data=newer, headers=AUTH))[0] == 201
+    status, body = await request("PUT", url, data=older, headers=AUTH)
+    assert (status, body) == (
+        409,
+        {"detail": "record refused: its gmd:dateStamp is older than the stored copy's"},
+    )
+    status, body = await request("PUT", url, data=undated, headers=AUTH)
+    assert (status, body) == (
+        409,
+        {"detail": "record refused: it has no gmd:dateStamp and the stored copy has one"},
+    )
+    assert await db.fetchval("select md_datestamp from records") == datetime(2025, 6, 1, tzinfo=UTC)
 
 
 @pytest.mark.parametrize(

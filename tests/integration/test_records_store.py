@@ -68,6 +68,38 @@ async def test_older_md_datestamp_is_refused(db: asyncpg.Pool) -> None:
     assert stored and stored.xml and b"new" in stored.xml
 
 
+async def test_a_copy_without_md_datestamp_does_not_replace_a_dated_one(db: asyncpg.Pool) -> None:
+    """A copy with no gmd:dateStamp cannot be shown newer than a dated one: it replaced it."""
+    await setup_sets(db)
+    await upsert(db, REMOTE, rec("a", "dated", datetime(2024, 1, 1, tzinfo=UTC)))
+    undated = rec("a", "undated")._replace(md_datestamp=None)
+    assert (await upsert(db, REMOTE, undated)).outcomes == {"a": "refused_older"}
+    stored = await store.get_record(db, "a")
+    assert stored and stored.xml and b"dated" in stored.xml and b"undated" not in stored.xml
+    # an undated copy stored is replaced by a dated one, and by another undated one of its set
+    await upsert(db, REMOTE, rec("b", "first")._replace(md_datestamp=None))
+    assert (await upsert(db, REMOTE, rec("b", "again")._replace(md_datestamp=None))).outcomes == {
+        "b": "updated"
+    }
+    assert (await upsert(db, REMOTE, rec("b", "dated"))).outcomes == {"b": "updated"}
+
+
+async def test_two_sets_that_disagree_without_md_datestamp_keep_the_first_copy(
+    db: asyncpg.Pool,
+) -> None:
+    """As with the same gmd:dateStamp, two peers' undated copies replaced each other each run."""
+    await setup_sets(db)
+    await store.ensure_set(db, "WIS-GISC-A", "a", "remote")
+    await store.ensure_set(db, "WIS-GISC-B", "b", "remote")
+    for set_spec, outcome in [("WIS-GISC-A", "added"), ("WIS-GISC-B", "refused_conflict")]:
+        record = rec("x", f"from {set_spec}")._replace(md_datestamp=None)
+        async with db.acquire() as conn, conn.transaction():
+            written = await store.upsert_records(conn, set_spec, [record], refuse_conflicts=True)
+        assert written.outcomes == {"x": outcome}
+    stored = await store.get_record(db, "x")
+    assert stored and stored.xml and b"from WIS-GISC-A" in stored.xml
+
+
 async def test_two_sets_that_disagree_with_the_same_md_datestamp_keep_the_first_copy(
     db: asyncpg.Pool,
 ) -> None:

@@ -34,9 +34,12 @@ classified as (
             -- a stored gmd:dateStamp far ahead (2102 for 2012, stored before such records were
             -- refused; "far" as shared.iso19139.FUTURE_TOLERANCE) blocks nothing: the copy with
             -- a true date replaces it
-            when i.md_datestamp < e.md_datestamp and e.md_datestamp <= now() + interval '1 day'
+            -- a copy without gmd:dateStamp is not shown newer than a dated one: it is older
+            when (i.md_datestamp < e.md_datestamp or i.md_datestamp is null)
+                and e.md_datestamp <= now() + interval '1 day'
                 then 'refused_older'
-            when $7::boolean and i.md_datestamp = e.md_datestamp and not ($1::text = any (e.set_specs))
+            when $7::boolean and i.md_datestamp is not distinct from e.md_datestamp
+                and not ($1::text = any (e.set_specs))
                 then 'refused_conflict'
             else 'updated'
         end as outcome
