@@ -105,9 +105,17 @@ async def export_check_metrics(ctx: HarvestContext) -> None:
     """Set the check gauges from the latest stored report of every check (whichever process ran
     it), so every harvester exports the same figures."""
     metrics = ctx.metrics
-    metrics.check_items.clear()
-    metrics.check_peer_ok.clear()
-    for row in await check_store.latest_per_check(ctx.pool):
+    rows = await check_store.latest_per_check(ctx.pool)
+    # rebuilt at each scrape: a removed check's gauges go with it (its "inconsistent" stayed,
+    # for an alert to fire on until the process restarted); the duration histogram is history
+    for gauge in (
+        metrics.check_items,
+        metrics.check_peer_ok,
+        metrics.check_last_run,
+        metrics.check_consistent,
+    ):
+        gauge.clear()
+    for row in rows:
         name = row["check_name"]
         metrics.check_last_run.labels(name).set(row["finished_at"].timestamp())
         metrics.check_consistent.labels(name).set(1 if row["outcome"] == "consistent" else 0)

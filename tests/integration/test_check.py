@@ -452,38 +452,55 @@ async def test_scheduled_check_is_stored_exported_and_served(
         assert f'wiscat_check_peer_checked{{check="offenbach",peer="{mesh.failing}"}} 0.0' in text
         assert 'wiscat_check_consistent{check="offenbach"} 0.0' in text
 
-    # and the provider's admin API serves them, behind the token
-    headers = {"Authorization": "Bearer test-admin-token"}
-    async with aiohttp.ClientSession(mesh.source.root) as http:
-        async with http.get("/admin/check-reports") as response:
-            assert response.status == 401
-        async with http.get("/admin/check-reports", headers=headers) as response:
+        # and the provider's admin API serves them, behind the token
+        headers = {"Authorization": "Bearer test-admin-token"}
+        async with aiohttp.ClientSession(mesh.source.root) as http:
+            async with http.get("/admin/check-reports") as response:
+                assert response.status == 401
+            async with http.get("/admin/check-reports", headers=headers) as response:
+                assert response.status == 200
+                (listed,) = await response.json()
+            assert listed["check_name"] == "offenbach"
+            assert "items" not in listed["report"]["peers"][1]
+            assert listed["report"]["peers"][1]["counts"]["missing"] == 3
+            async with http.get(
+                f"/admin/check-reports/{listed['id']}", headers=headers
+            ) as response:
+                whole = await response.json()
+            missing = {i["identifier"] for i in whole["report"]["peers"][1]["items"]["missing"]}
+            assert missing == {ids[0], ids[1], ids[2]}
+            async with http.get("/admin/checks", headers=headers) as response:
+                (listed_check,) = await response.json()
+            assert listed_check["name"] == "offenbach"
+            assert listed_check["last_outcome"] == "inconsistent"
+            body = {"set": SET, "source": "file:///etc/passwd", "peers": [mesh.good.oai]}
+            async with http.put("/admin/checks/x", json=body, headers=headers) as response:
+                assert response.status == 400
+                assert "not an http(s) URL" in (await response.json())["detail"]
+            body = {"set": SET, "source": mesh.source.oai, "peers": [mesh.good.oai], "every": "10s"}
+            async with http.put("/admin/checks/x", json=body, headers=headers) as response:
+                assert (
+                    response.status == 400
+                )  # a whole-set audit back to back is no low-impact check
+                assert (await response.json())["detail"] == (
+                    "check refused: every '10s': at least 1m between runs"
+                )
+            async with http.post("/admin/checks/offenbach/run", headers=headers) as response:
+                assert response.status == 202
+            assert (await check_store.all_checks(db))[0][0].next_run_at <= datetime.now(UTC)
+
+        # a removed check's gauges go at the next scrape: its "inconsistent" stayed, for an
+        # alert to fire on until the harvester restarted
+        async with (
+            aiohttp.ClientSession(mesh.source.root) as http,
+            http.delete("/admin/checks/offenbach", headers=headers) as response,
+        ):
             assert response.status == 200
-            (listed,) = await response.json()
-        assert listed["check_name"] == "offenbach"
-        assert "items" not in listed["report"]["peers"][1]
-        assert listed["report"]["peers"][1]["counts"]["missing"] == 3
-        async with http.get(f"/admin/check-reports/{listed['id']}", headers=headers) as response:
-            whole = await response.json()
-        missing = {i["identifier"] for i in whole["report"]["peers"][1]["items"]["missing"]}
-        assert missing == {ids[0], ids[1], ids[2]}
-        async with http.get("/admin/checks", headers=headers) as response:
-            (listed_check,) = await response.json()
-        assert listed_check["name"] == "offenbach"
-        assert listed_check["last_outcome"] == "inconsistent"
-        body = {"set": SET, "source": "file:///etc/passwd", "peers": [mesh.good.oai]}
-        async with http.put("/admin/checks/x", json=body, headers=headers) as response:
-            assert response.status == 400
-            assert "not an http(s) URL" in (await response.json())["detail"]
-        body = {"set": SET, "source": mesh.source.oai, "peers": [mesh.good.oai], "every": "10s"}
-        async with http.put("/admin/checks/x", json=body, headers=headers) as response:
-            assert response.status == 400  # a whole-set audit back to back is no low-impact check
-            assert (await response.json())["detail"] == (
-                "check refused: every '10s': at least 1m between runs"
-            )
-        async with http.post("/admin/checks/offenbach/run", headers=headers) as response:
-            assert response.status == 202
-        assert (await check_store.all_checks(db))[0][0].next_run_at <= datetime.now(UTC)
+        await export_check_metrics(ctx)
+        text = generate_latest(ctx.metrics.registry).decode()
+        for gauge in ("items", "peer_checked", "consistent", "last_run_timestamp_seconds"):
+            assert f"wiscat_check_{gauge}{{" not in text
+        assert 'wiscat_check_duration_seconds_count{check="offenbach"} 1.0' in text  # history
 
 
 async def test_a_check_longer_than_its_lease_runs_once(database_url: str) -> None:
