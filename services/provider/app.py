@@ -188,6 +188,7 @@ def create_app(settings: Settings, database_url: str) -> FastAPI:
             state.metrics.database_up.set(0)
         else:
             state.metrics.database_up.set(1)
+            gauge.clear()  # a set whose last tombstone was purged goes (no await till it is full)
             for count in counts:
                 gauge.labels(count.spec, "live").set(count.live)
                 gauge.labels(count.spec, "deleted").set(count.deleted)

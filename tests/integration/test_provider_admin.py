@@ -9,13 +9,14 @@ import re
 import secrets
 import string
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import aiohttp
 import pytest
 
 from shared.db import links as link_store
+from shared.db import records as store
 from shared.db.pool import Pool
 from shared.generator import generate_record, identifier_for
 from shared.ingest import ingest_paths
@@ -365,6 +366,21 @@ async def test_health_ready_and_metrics(provider: RunningProvider, db: Pool) -> 
     assert 'wiscat_oai_records_served_total{verb="ListRecords"} 3.0' in str(text)
     assert f'wiscat_records{{set="{OWN}",status="live"}} 3.0' in str(text)
     assert "wiscat_oai_request_duration_seconds_bucket" in str(text)
+
+
+async def test_a_set_whose_last_tombstone_is_purged_leaves_the_metrics(
+    provider: RunningProvider, db: Pool
+) -> None:
+    # its last counts (live 0, deleted 2) stayed until the provider restarted
+    await factories.load_records(db, "WIS-GISC-GONE", range(2))
+    async with db.acquire() as conn, conn.transaction():
+        await store.delete_records(conn, "WIS-GISC-GONE", [identifier_for(0), identifier_for(1)])
+    _, text = await request("GET", f"{provider.root}/metrics")
+    assert 'wiscat_records{set="WIS-GISC-GONE",status="deleted"} 2.0' in str(text)
+    assert await store.purge_tombstones(db, timedelta(0)) == 2
+    _, text = await request("GET", f"{provider.root}/metrics")
+    assert "WIS-GISC-GONE" not in str(text)
+    assert 'wiscat_records{set="*",status="deleted"} 0.0' in str(text)
 
 
 async def test_readyz_reports_an_old_schema(provider: RunningProvider, db: Pool) -> None:
