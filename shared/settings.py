@@ -222,6 +222,11 @@ class Settings(BaseSettings):
         return moved
 
     @property
+    def base_url_set(self) -> bool:
+        """Whether BASE_URL was set, rather than derived from where the provider listens."""
+        return not self._derived_base_url
+
+    @property
     def own_set(self) -> str:
         """The node's own set, ``WIS-GISC-<NAME>`` (seed 002)."""
         return f"WIS-GISC-{self.gisc_name}"

@@ -13,6 +13,7 @@ Exception tree::
      +-- TooManyRequests         the list needed more requests than allowed
      +-- BadResponse             not OAI-PMH, or not well-formed (wraps pages.ResponseError)
      |    +-- MalformedRecord     a GetRecord answer that is not well-formed (its record's fault)
+     +-- LinkToItself            the peer's Identify names this node's own base URL
      +-- LinkRemoved             the link was removed while it ran (its runs went with it)
      +-- RunTakenOver            another worker took the link over while this run was held up
 
@@ -65,6 +66,10 @@ class TooManyRequests(HarvestError):
 
 
 class BadResponse(HarvestError):
+    pass
+
+
+class LinkToItself(HarvestError):
     pass
 
 

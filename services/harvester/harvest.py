@@ -23,7 +23,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from services.harvester.client import OAIClient, global_addresses_only
-from services.harvester.errors import HarvestError, LinkRemoved, MalformedRecord, RunTakenOver
+from services.harvester.errors import (
+    HarvestError,
+    LinkRemoved,
+    LinkToItself,
+    MalformedRecord,
+    RunTakenOver,
+)
 from services.harvester.metrics import HarvesterMetrics
 from services.harvester.page_records import PageReaders, PageSorter
 from shared.db import links as link_store
@@ -298,6 +304,15 @@ async def _identify(ctx: HarvestContext, link: Link, mode: str) -> IdentifyInfo:
     return known[1]
 
 
+def _is_this_node(settings: Settings, url: str, identify: IdentifyInfo) -> bool:
+    """Whether the peer at ``url`` is this node. Its Identify's baseURL is compared only with
+    a BASE_URL set for this node: a derived one (``http://127.0.0.1:8080/oai``) is also what
+    any node left unconfigured announces, wherever it runs."""
+    if url == settings.base_url:
+        return True
+    return settings.base_url_set and identify.base_url.strip() == settings.base_url
+
+
 async def _harvest(
     ctx: HarvestContext,
     link: Link,
@@ -308,6 +323,11 @@ async def _harvest(
     settings = ctx.settings
     protected = _protected_set(link, settings.own_set)
     identify = await _identify(ctx, link, report.mode)
+    if _is_this_node(settings, link.base_url, identify):
+        raise LinkToItself(
+            f"{link.base_url} is this node's own provider ({settings.base_url}): a link to "
+            "itself harvests nothing new; remove it"
+        )
     if (
         report.mode == "incremental"
         and identify.whole_seconds

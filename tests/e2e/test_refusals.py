@@ -306,3 +306,29 @@ async def test_a_command_whose_database_fails_under_it_says_so_in_one_line(
         "wiscat: the database failed: canceling statement due to statement timeout"
     )
     assert "Traceback" not in err
+
+
+async def test_a_link_to_the_node_itself_fails_its_run_and_says_why(
+    make_node: NodeFactory, tmp_path: Path
+) -> None:
+    # a link to this node's own provider (a copied list of GISCs, say) ran, quietly, for ever
+    node = await make_node("SELF")
+    (tmp_path / "r.xml").write_bytes(generate_record(1, centre="self"))
+    await node.wiscat("ingest", str(tmp_path))
+    await node.start("provider", f"http://127.0.0.1:{node.provider_port}/readyz")
+    await node.wiscat("link", "add", "self", "--url", node.oai, "--set", "WIS-GISC-X")
+    code, out, err = await node.wiscat("harvest", "self", check=False)
+    assert code == 1, (out, err)
+    reason = (
+        f"{node.oai} is this node's own provider ({node.oai}): a link to itself harvests "
+        "nothing new; remove it"
+    )
+    assert f"LinkToItself: {reason}" in out + err
+    _, listed, _ = await node.wiscat("link", "list", "--json")
+    assert json.loads(listed)[0]["last_error"] == reason
+    # reached by another name: its Identify names the BASE_URL set for this node
+    alias = node.oai.replace("127.0.0.1", "localhost")
+    await node.wiscat("link", "add", "alias", "--url", alias, "--set", "WIS-GISC-X")
+    code, out, err = await node.wiscat("harvest", "alias", check=False)
+    assert code == 1, (out, err)
+    assert f"LinkToItself: {alias} is this node's own provider ({node.oai})" in out + err
