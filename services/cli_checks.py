@@ -166,12 +166,15 @@ def _refused_peers(args: argparse.Namespace) -> int:
 
 async def cmd_check(settings: Settings, args: argparse.Namespace) -> int:
     from services.harvester.check import CheckRequest, run_check
-    from services.harvester.check_output import table_lines, write_json
+    from services.harvester.check_output import json_target_problem, table_lines, write_json
     from services.harvester.client import OAIClient
     from services.harvester.service import client_settings
 
     if refused := _refused_peers(args):
         return refused
+    if args.json and (problem := json_target_problem(args.json)):
+        print(f"wiscat: check refused: --json {args.json}: {problem}", file=sys.stderr)
+        return 2
     config = client_settings(settings)
     if args.timeout is not None:
         config = replace(config, read_timeout=args.timeout)

@@ -4,6 +4,7 @@ JSON report, read back from the check's spools so that a report of any size cost
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -90,8 +91,34 @@ def _describe(item: dict[str, Any]) -> str:
     return "  ".join(parts)
 
 
+def json_target_problem(path: Path) -> str | None:
+    """Why the report could not be written to ``path``, or None: asked before a check that may
+    take an hour, not after it."""
+    if path.is_dir():
+        return "it is a folder"
+    folder = path.parent
+    if not folder.is_dir():
+        return f"there is no folder {folder}"
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return f"cannot write in {folder}"
+    if path.exists() and not os.access(path, os.W_OK):
+        return "cannot write over it"
+    return None
+
+
 def write_json(report: CheckReport, path: Path) -> None:
-    """The whole report with every item, streamed from the spools (bounded memory)."""
+    """The whole report with every item, streamed from the spools (bounded memory). It is
+    written beside ``path`` and renamed into place once whole: a check stopped while writing
+    leaves no half report (nor spoils the one before)."""
+    part = path.with_name(f".{path.name}.part")
+    try:
+        _write_report(report, part)
+        part.replace(path)
+    finally:
+        part.unlink(missing_ok=True)
+
+
+def _write_report(report: CheckReport, path: Path) -> None:
     data = report.as_json(items=0)
     peers = data.pop("peers")
     with path.open("w", encoding="utf-8") as out:

@@ -386,6 +386,22 @@ async def test_the_command_prints_a_table_writes_json_and_exits_by_outcome(
         ids[2],
     }
 
+    assert [p.name for p in tmp_path.iterdir()] == ["report.json"]  # no part file left
+    # a report that could not be written is refused before the check, not after it (an hour
+    # of listing a million identifiers at every GISC, lost)
+    for target, problem in [
+        (
+            tmp_path / "no-such-folder" / "r.json",
+            f"there is no folder {tmp_path / 'no-such-folder'}",
+        ),
+        (tmp_path, "it is a folder"),
+    ]:
+        code, out, err = await wiscat(
+            "check", "--set", SET, "--source", mesh.failing, mesh.good.oai, "--json", str(target)
+        )
+        assert (code, out) == (2, "")
+        assert err == f"wiscat: check refused: --json {target}: {problem}\n"
+
     code, out, _ = await wiscat("check", "--set", SET, "--source", mesh.source.oai, mesh.good.oai)
     assert code == 0
     assert "outcome: consistent" in out
