@@ -282,8 +282,24 @@ async def _finish(ctx: HarvestContext, link: Link, report: RunReport, started: f
     else:
         ctx.metrics.last_success.labels(link.name).set(time.time())
         _run_log(report).info("harvest %s", report.summary())
+        if _nothing_but_quarantined(report.counts):
+            _run_log(report).warning(
+                "harvest %s: every record of run %d was quarantined (%d; `wiscat link quarantine "
+                "%s` says why); if none is gmd:MD_Metadata, metadataPrefix %r is not the peer's "
+                "ISO 19139 format: its ListMetadataFormats names them",
+                link.name,
+                report.run_id,
+                report.counts["quarantined"],
+                link.name,
+                link.metadata_prefix,
+            )
     ctx.metrics.runs.labels(link.name, report.mode, report.status).inc()
     ctx.metrics.duration.labels(link.name, report.mode).observe(report.seconds)
+
+
+def _nothing_but_quarantined(counts: Counter[str]) -> bool:
+    kept = ("added", "updated", "unchanged", "refused")
+    return counts["quarantined"] > 0 and not any(counts[name] for name in kept)
 
 
 # How long a peer's Identify is trusted between runs. An Identify rarely changes (a new

@@ -868,3 +868,31 @@ async def test_a_copy_without_md_datestamp_is_refused_over_a_dated_one(
     assert "<gmd:dateStamp>" in await pair.sink.fetchval("select xml from records")
     reason = "no gmd:dateStamp, and the stored copy has one"
     assert f"harvest undated: refused {dated.identifier}: {reason}" in caplog.text
+
+
+async def test_a_run_of_nothing_but_quarantined_records_says_so(
+    pair: Pair, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A link whose metadataPrefix is not the peer's ISO 19139 format (oai_dc, say): each run
+    was 'ok', every record quarantined, with no word on what was wrong with the link."""
+    from shared.crosswalk import to_oai_dc
+
+    now = datetime.now(UTC)
+    records = [parse_record(generate_record(n, centre="dc")) for n in range(3)]
+    pieces = [render.record(r.identifier, now, [], False, to_oai_dc(r.xml)) for r in records]
+    with caplog.at_level(logging.WARNING, logger="wiscat.harvester"):
+        report = await harvest_one_page(pair, "dc", pieces)
+    assert (report.counts["quarantined"], report.counts["added"]) == (3, 0)
+    assert (
+        f"harvest dc: every record of run {report.run_id} was quarantined (3; `wiscat link "
+        "quarantine dc` says why); if none is gmd:MD_Metadata, metadataPrefix 'iso19139' is not "
+        "the peer's ISO 19139 format: its ListMetadataFormats names them"
+    ) in caplog.text
+    # one good record in the run, and the link is not in doubt
+    caplog.clear()
+    good = generate_record(9, centre="dc")
+    pieces.append(render.record(parse_record(good).identifier, now, [], False, good))
+    with caplog.at_level(logging.WARNING, logger="wiscat.harvester"):
+        report = await harvest_one_page(pair, "dc-and-one", pieces)
+    assert (report.counts["quarantined"], report.counts["added"]) == (3, 1)
+    assert "every record" not in caplog.text
