@@ -28,7 +28,12 @@ from shared.db.errors import FAILED, UNAVAILABLE, DatabaseError
 from shared.db.pool import Pool, connect, create_pool, database_url
 from shared.durations import format_duration, parse_duration
 from shared.heap import freeze_startup_objects, tune_heap
-from shared.linkspec import LinkSpecError, build_link, check_base_url, check_set_spec, set_kind
+from shared.linkspec import (
+    LinkSpecError,
+    build_link,
+    changed_link,
+    set_kind,
+)
 from shared.logs import configure
 from shared.registry.keyfile import KeyFileError
 from shared.settings import Settings
@@ -396,52 +401,73 @@ async def cmd_link_remove(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+_LINK_CHANGES = (
+    "url",
+    "set",
+    "prefix",
+    "strategy",
+    "every",
+    "full_every",
+    "overlap",
+    "window_slices",
+)
+
+
 async def cmd_link_set(settings: Settings, args: argparse.Namespace) -> int:
-    if (
-        args.url is None
-        and args.set is None
-        and args.strategy is None
-        and not (args.enable or args.disable)
+    if all(getattr(args, name) is None for name in _LINK_CHANGES) and not (
+        args.enable or args.disable
     ):
-        print(
-            "wiscat: nothing to change: give --url, --set, --strategy, --enable or --disable",
-            file=sys.stderr,
-        )
-        return 2
-    try:
-        if args.url is not None:
-            check_base_url(args.url)
-        if args.set:
-            check_set_spec(args.set, "--set")
-    except LinkSpecError as exc:
-        print(f"wiscat: link not changed: {exc}", file=sys.stderr)
+        options = ", ".join("--" + name.replace("_", "-") for name in _LINK_CHANGES)
+        print(f"wiscat: nothing to change: give {options}, --enable or --disable", file=sys.stderr)
         return 2
     async with migrated_pool(settings) as pool:
         link = await link_store.get_link(pool, args.name)
         if link is None:
             print(f"wiscat: no link named {args.name!r}", file=sys.stderr)
             return 1
-        if args.url or args.set is not None:
-            url = args.url or link.base_url
-            remote_set = (args.set or None) if args.set is not None else link.remote_set
-            source = f"{safe_url(url)} set={remote_set or '(all)'}"
-            if (url, remote_set) == (link.base_url, link.remote_set):
-                # not a new source: its high-water mark stays, and no full harvest is due
-                print(f"link {args.name} harvests {source} already; its source is unchanged")
-            else:
-                link = await link_store.update_source(pool, args.name, url, remote_set)
-                print(
-                    f"link {args.name} now harvests {source}; "
-                    "high-water mark reset: the next run is a full harvest"
-                )
-        if args.strategy is not None:
-            link = await link_store.set_strategy(pool, args.name, args.strategy)
+        try:
+            new = changed_link(
+                link,
+                settings.own_set,
+                url=args.url,
+                remote_set=args.set,
+                prefix=args.prefix,
+                strategy=args.strategy,
+                every=args.every,
+                full_every=args.full_every,
+                overlap=args.overlap,
+                window_slices=args.window_slices,
+            )
+        except LinkSpecError as exc:
+            print(f"wiscat: link not changed: {exc}", file=sys.stderr)
+            return 2
+        async with pool.acquire() as conn:
+            link, changed = await link_store.update_link(conn, link, new)
+        source = (
+            f"{safe_url(link.base_url)} set={link.remote_set or '(all)'} "
+            f"prefix={link.metadata_prefix}"
+        )
+        if "source" in changed:
             print(
-                f"link {args.name} now harvests by {_BY[args.strategy]}; its high-water mark stays"
+                f"link {link.name} now harvests {source}; "
+                "high-water mark reset: the next run is a full harvest"
+            )
+        elif args.url is not None or args.set is not None or args.prefix is not None:
+            # not a new source: its high-water mark stays, and no full harvest is due
+            print(f"link {link.name} harvests {source} already; its source is unchanged")
+        if "strategy" in changed:
+            print(
+                f"link {link.name} now harvests by {_BY[link.strategy]}; its high-water mark stays"
+            )
+        if "schedule" in changed:
+            print(
+                f"link {link.name}: every {format_duration(link.every)}, full every "
+                f"{format_duration(link.full_every)}, overlap {format_duration(link.overlap)}, "
+                f"window slices {link.window_slices}; its high-water mark stays"
             )
         if args.enable or args.disable:
-            link = await link_store.set_enabled(pool, args.name, bool(args.enable))
-            print(f"link {args.name} {'enabled' if args.enable else 'disabled'}")
+            await link_store.set_enabled(pool, link.name, bool(args.enable))
+            print(f"link {link.name} {'enabled' if args.enable else 'disabled'}")
     return 0
 
 
@@ -538,12 +564,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name")
     p.add_argument("--url")
     p.add_argument("--set", help="new remote set ('' for the whole catalogue)")
+    p.add_argument("--prefix", help="new metadataPrefix (a new peer, set or prefix resets the HWM)")
     p.add_argument(
         "--strategy",
         choices=["ListRecords", "ListIdentifiers"],
         help="ListIdentifiers + GetRecord gets a page's records one by one: a record that "
         "breaks its ListRecords page is then quarantined alone",
     )
+    p.add_argument("--every", type=_DURATION, help="new incremental interval")
+    p.add_argument("--full-every", type=_DURATION, help="new full re-harvest interval")
+    p.add_argument("--overlap", type=_DURATION, help="new overlap")
+    p.add_argument("--window-slices", type=int, help="new slices of the windowed re-harvest")
     state = p.add_mutually_exclusive_group()
     state.add_argument("--enable", action="store_true")
     state.add_argument("--disable", action="store_true")

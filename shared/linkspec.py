@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from datetime import timedelta
 
-from shared.db.links import NewLink
+from shared.db.links import Link, NewLink
 from shared.oaipmh.arguments import METADATA_PREFIX, SET_SPEC
 from shared.settings import UNION_SET
 from shared.text import clipped
@@ -143,4 +143,38 @@ def build_link(
         window_slices=window_slices,
         enabled=enabled,
         recovery=recovery,
+    )
+
+
+def changed_link(
+    link: Link,
+    own_set: str,
+    *,
+    url: str | None = None,
+    remote_set: str | None = None,
+    prefix: str | None = None,
+    strategy: str | None = None,
+    every: timedelta | None = None,
+    full_every: timedelta | None = None,
+    overlap: timedelta | None = None,
+    window_slices: int | None = None,
+) -> NewLink:
+    """``link`` with the changes given (None: unchanged; ``remote_set=""``: the peer's whole
+    catalogue), checked as :func:`build_link` checks a new one. Its local set, recovery flag
+    and enabled state stay."""
+    return build_link(
+        name=link.name,
+        url=link.base_url if url is None else url,
+        remote_set=link.remote_set if remote_set is None else (remote_set or None),
+        into=link.local_set,
+        own_set=own_set,
+        prefix=link.metadata_prefix if prefix is None else prefix,
+        strategy=link.strategy if strategy is None else strategy,
+        every=link.every if every is None else every,
+        full_every=link.full_every if full_every is None else full_every,
+        overlap=link.overlap if overlap is None else overlap,
+        window_slices=link.window_slices if window_slices is None else window_slices,
+        enabled=link.enabled,
+        recovery=link.recovery,
+        by_registry=link.name.startswith(REGISTRY_LINK_PREFIX),
     )

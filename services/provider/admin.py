@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hmac
 import logging
+from datetime import timedelta
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, HTTPException, Path, Request
@@ -24,6 +25,7 @@ from shared.linkspec import (
     NAME,
     NAME_RULE,
     build_link,
+    changed_link,
     check_base_url,
     check_peer_urls,
     check_set_spec,
@@ -141,6 +143,62 @@ async def add_link(body: LinkBody, state: ProviderState = Depends(require_admin)
         raise HTTPException(409, str(exc)) from exc
     log.info("admin added link %s -> %s", link.name, safe_url(link.base_url))
     return JSONResponse(link.as_json(), status_code=201)
+
+
+class LinkChange(BaseModel):
+    """What ``PATCH /admin/links/{name}`` changes; a field left out stays as it is (``"set":
+    ""`` is the peer's whole catalogue), as with ``wiscat link set``."""
+
+    url: str | None = None
+    set: str | None = None
+    prefix: str | None = None
+    strategy: str | None = None
+    every: str | None = None
+    full_every: str | None = None
+    overlap: str | None = None
+    window_slices: int | None = None
+    enabled: bool | None = None
+
+
+def _duration(value: str | None) -> timedelta | None:
+    return None if value is None else parse_duration(value)
+
+
+@router.patch("/links/{name}")
+async def change_link(
+    name: str, body: LinkChange, state: ProviderState = Depends(require_admin)
+) -> JSONResponse:
+    """Change a link: a new peer, remote set or metadataPrefix resets its high-water mark (a
+    full harvest next); a new strategy or schedule keeps it. 400 with the reason when the
+    link would not work, 404 when there is no such link."""
+    link = await link_store.get_link(state.pool, name)
+    if link is None:
+        raise HTTPException(404, f"no link named {name!r}")
+    try:
+        new = changed_link(
+            link,
+            state.settings.own_set,
+            url=body.url,
+            remote_set=body.set,
+            prefix=body.prefix,
+            strategy=body.strategy,
+            every=_duration(body.every),
+            full_every=_duration(body.full_every),
+            overlap=_duration(body.overlap),
+            window_slices=body.window_slices,
+        )
+    except ValueError as exc:  # LinkSpecError and bad durations
+        raise HTTPException(400, f"link not changed: {exc}") from exc
+    try:
+        async with state.pool.acquire() as conn:
+            link, changed = await link_store.update_link(conn, link, new)
+            if body.enabled is not None and body.enabled != link.enabled:
+                link = await link_store.set_enabled(conn, name, body.enabled) or link
+                changed.append("enabled")
+    except link_store.LinkGone as exc:
+        raise HTTPException(404, str(exc)) from exc
+    log.info("admin changed link %s: %s", name, ", ".join(changed) or "nothing")
+    return JSONResponse({**link.as_json(), "changed": changed})
 
 
 @router.delete("/links/{name}")

@@ -36,6 +36,10 @@ class LinkExists(Exception):
     """A link of that name exists already."""
 
 
+class LinkGone(Exception):
+    """The link was removed while it was being changed."""
+
+
 @dataclass(frozen=True, slots=True)
 class Link:
     """A harvest job and its state (DESIGN §1 "link")."""
@@ -131,11 +135,63 @@ async def remove_link(db: Executor, name: str) -> bool:
 
 
 async def update_source(
-    db: Executor, name: str, base_url: str, remote_set: str | None
+    db: Executor,
+    name: str,
+    base_url: str,
+    remote_set: str | None,
+    metadata_prefix: str | None = None,
 ) -> Link | None:
-    """Point a link at another peer/set; resets its high-water mark (full harvest next)."""
-    row = await db.fetchrow(_SQL["update_link_source"], name, base_url, remote_set)
+    """Point a link at another peer, set or metadataPrefix (None: the one it has); resets its
+    high-water mark (full harvest next)."""
+    row = await db.fetchrow(_SQL["update_link_source"], name, base_url, remote_set, metadata_prefix)
     return _link(row) if row else None
+
+
+async def set_schedule(
+    db: Executor,
+    name: str,
+    *,
+    every: timedelta,
+    full_every: timedelta,
+    overlap: timedelta,
+    window_slices: int,
+) -> Link | None:
+    """Change a link's intervals, overlap and window slices; its high-water mark stays."""
+    row = await db.fetchrow(
+        _SQL["set_link_schedule"], name, every, full_every, overlap, window_slices
+    )
+    return _link(row) if row else None
+
+
+async def update_link(conn: Connection, link: Link, new: NewLink) -> tuple[Link, list[str]]:
+    """Write what differs between ``link`` and ``new`` (as :func:`shared.linkspec.changed_link`
+    makes it), in one transaction; return the link as it now is and what changed: ``source``
+    (peer, remote set or metadataPrefix: high-water mark reset, full harvest next),
+    ``strategy``, ``schedule`` (intervals, overlap, window slices: the mark stays)."""
+    changed = []
+    async with conn.transaction():
+        row: Link | None = link
+        source = (new.base_url, new.remote_set, new.metadata_prefix)
+        if source != (link.base_url, link.remote_set, link.metadata_prefix):
+            row = await update_source(conn, link.name, *source)
+            changed.append("source")
+        if new.strategy != link.strategy:
+            row = await set_strategy(conn, link.name, new.strategy)
+            changed.append("strategy")
+        schedule = (new.every, new.full_every, new.overlap, new.window_slices)
+        if schedule != (link.every, link.full_every, link.overlap, link.window_slices):
+            row = await set_schedule(
+                conn,
+                link.name,
+                every=new.every,
+                full_every=new.full_every,
+                overlap=new.overlap,
+                window_slices=new.window_slices,
+            )
+            changed.append("schedule")
+    if row is None:
+        raise LinkGone(f"no link named {link.name!r}")
+    return row, changed
 
 
 async def set_enabled(db: Executor, name: str, enabled: bool) -> Link | None:
@@ -271,6 +327,7 @@ async def complete_list(
         run_id,
         link.base_url,
         link.remote_set,
+        link.metadata_prefix,
     )
     return row is not None
 

@@ -137,8 +137,8 @@ async def test_link_set_to_the_same_source_keeps_the_high_water_mark(
         ):
             _, out, _ = await node.wiscat("link", "set", "peer", *argv)
             assert (
-                out
-                == f"link peer harvests {PEER} set=WIS-GISC-PEER already; its source is unchanged\n"
+                out == f"link peer harvests {PEER} set=WIS-GISC-PEER prefix=iso19139 already; its "
+                "source is unchanged\n"
             )
         assert (
             await conn.fetchval("select extract(epoch from high_water_mark) from links")
@@ -164,8 +164,51 @@ async def test_link_set_to_the_same_source_keeps_the_high_water_mark(
     code, out, err = await node.wiscat("link", "set", "peer", check=False)
     assert (code, out) == (2, "")
     assert err.endswith(
-        "wiscat: nothing to change: give --url, --set, --strategy, --enable or --disable\n"
+        "wiscat: nothing to change: give --url, --set, --prefix, --strategy, --every, "
+        "--full-every, --overlap, --window-slices, --enable or --disable\n"
     )
+
+
+async def test_link_set_changes_the_prefix_and_the_schedule(make_node: NodeFactory) -> None:
+    """A link's metadataPrefix, intervals, overlap and window slices could be changed only by
+    removing it and adding it again: its runs gone, and a full harvest of the peer's set next."""
+    node = await make_node("SCHEDULE")
+    await node.wiscat(
+        "link", "add", "peer", "--url", PEER, "--set", "WIS-GISC-PEER", "--every", "1d"
+    )
+    conn = await connect(node.database_url)
+    try:
+        await conn.execute(
+            "update links set high_water_mark = '2026-01-02T03:04:05Z', "
+            "next_run_at = now() + interval '1 day'"
+        )
+        _, out, _ = await node.wiscat(
+            "link", "set", "peer", "--every", "10m", "--full-every", "1d", "--overlap", "5m",
+            "--window-slices", "4",
+        )  # fmt: skip
+        assert out == (
+            "link peer: every 10m, full every 1d, overlap 5m, window slices 4; its high-water "
+            "mark stays\n"
+        )
+        [link] = await links(node)
+        assert (link["every"], link["full_every"], link["overlap"], link["window_slices"]) == (
+            600, 86400, 300, 4,
+        )  # fmt: skip
+        assert await conn.fetchval(
+            "select next_run_at <= now() + interval '10 minutes' and high_water_mark is not null "
+            "from links"
+        )  # a shorter interval counts at once; the mark stays
+        code, _, err = await node.wiscat("link", "set", "peer", "--prefix", "a b", check=False)
+        assert code == 2 and "--prefix 'a b' is not a metadataPrefix" in err
+        _, out, _ = await node.wiscat("link", "set", "peer", "--prefix", "iso19139.wmo")
+        assert out == (
+            f"link peer now harvests {PEER} set=WIS-GISC-PEER prefix=iso19139.wmo; high-water "
+            "mark reset: the next run is a full harvest\n"
+        )
+        [link] = await links(node)
+        assert (link["metadata_prefix"], link["high_water_mark"]) == ("iso19139.wmo", None)
+    finally:
+        await conn.close()
 
 
 @pytest.mark.parametrize(

@@ -584,17 +584,26 @@ async def _until_waiting_for_locks(db: Pool, waiting: int) -> None:
         await asyncio.sleep(0.05)
 
 
-async def test_a_source_changed_during_a_run_keeps_its_reset_high_water_mark(pair: Pair) -> None:
+@pytest.mark.parametrize("change", ["peer", "prefix"])
+async def test_a_source_changed_during_a_run_keeps_its_reset_high_water_mark(
+    pair: Pair, change: str
+) -> None:
     # the run of the old source, once done, set the high-water mark the change had reset: the
     # next run asked the new peer only for what came after the old peer's last datestamp
     peer = SlowPeer()
     async with serving(b"", pages=peer.page) as url:
         running = await peer.harvest_until_third_page(pair, "moved", url)
-        await link_store.update_source(pair.sink, "moved", pair.provider.oai, SOURCE_SET)
+        if change == "peer":
+            await link_store.update_source(pair.sink, "moved", pair.provider.oai, SOURCE_SET)
+        else:
+            await link_store.update_source(pair.sink, "moved", url, SOURCE_SET, "iso19139.wmo")
         report = await asyncio.wait_for(running, 30)
     assert report.status == "ok" and report.high_water_mark is None
     moved = await link_store.get_link(pair.sink, "moved")
-    assert moved is not None and moved.base_url == pair.provider.oai
+    assert moved is not None
+    assert (moved.base_url, moved.metadata_prefix) == (
+        (pair.provider.oai, "iso19139") if change == "peer" else (url, "iso19139.wmo")
+    )
     assert (moved.high_water_mark, moved.last_full_at) == (None, None)
 
 

@@ -210,6 +210,46 @@ async def test_a_link_or_check_that_cannot_work_is_refused(
     assert await db.fetchval("select count(*) from checks") == 0
 
 
+async def test_a_link_is_changed_by_patch(provider: RunningProvider, db: Pool) -> None:
+    """The admin API could add and remove links, not change one: a new interval or prefix
+    meant removing the link (its runs with it) and a full harvest of the peer's set again."""
+    url = f"{provider.root}/admin/links/peer"
+    status, _ = await request(
+        "POST", f"{provider.root}/admin/links", json={"name": "peer", "url": PEER, "set": "S"},
+        headers=AUTH,
+    )  # fmt: skip
+    assert status == 201
+    await db.execute("update links set high_water_mark = '2026-01-02T03:04:05Z'")
+    assert (await request("PATCH", url, json={"every": "10m"}))[0] == 401
+    status, body = await request(
+        "PATCH", url, json={"every": "10m", "window_slices": 4, "enabled": False}, headers=AUTH
+    )
+    assert status == 200, body
+    assert isinstance(body, dict) and body["changed"] == ["schedule", "enabled"]
+    assert (body["every"], body["window_slices"], body["enabled"]) == (600, 4, False)
+    assert body["high_water_mark"] is not None  # a new schedule keeps the mark
+    status, body = await request("PATCH", url, json={"prefix": "iso19139.wmo"}, headers=AUTH)
+    assert isinstance(body, dict) and body["changed"] == ["source"]
+    assert (body["metadata_prefix"], body["high_water_mark"]) == ("iso19139.wmo", None)
+    status, body = await request("PATCH", url, json={"prefix": "iso19139.wmo"}, headers=AUTH)
+    assert (status, isinstance(body, dict) and body["changed"]) == (200, [])
+    for change, reason in [
+        ({"every": "soon"}, "'soon'"),
+        ({"url": "ftp://x/oai"}, "not an http(s) URL"),
+        ({"strategy": "GetRecord"}, "strategy is ListRecords or ListIdentifiers"),
+        ({"window_slices": -1}, "--window-slices is 0 (off)"),
+    ]:
+        status, body = await request("PATCH", url, json=change, headers=AUTH)
+        assert status == 400 and isinstance(body, dict), body
+        assert body["detail"].startswith("link not changed: ") and reason in body["detail"]
+    status, _ = await request("PATCH", url.replace("peer", "nope"), json={}, headers=AUTH)
+    assert status == 404
+    row = await db.fetchrow("select every, metadata_prefix, base_url from links")
+    assert (row["every"], row["metadata_prefix"], row["base_url"]) == (
+        timedelta(minutes=10), "iso19139.wmo", PEER,
+    )  # fmt: skip
+
+
 async def test_harvest_now_is_refused_for_a_disabled_link(
     provider: RunningProvider, db: Pool
 ) -> None:

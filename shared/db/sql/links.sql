@@ -18,11 +18,21 @@ select * from links order by name
 delete from links where name = $1 returning name
 
 -- name: update_link_source --
--- Point a link at another peer or remote set; its high-water mark is reset so the next run is a
--- full, idempotent harvest (seed 002: a harvester that switches providers must take precautions).
+-- Point a link at another peer, remote set or metadataPrefix; its high-water mark is reset so the
+-- next run is a full, idempotent harvest (seed 002: a harvester that switches providers must take
+-- precautions).
 update links
-set base_url = $2, remote_set = $3, high_water_mark = null, last_full_at = null, window_index = 0,
-    next_run_at = now()
+set base_url = $2, remote_set = $3, metadata_prefix = coalesce($4, metadata_prefix),
+    high_water_mark = null, last_full_at = null, window_index = 0, next_run_at = now()
+where name = $1
+returning *
+
+-- name: set_link_schedule --
+-- Change a link's intervals, overlap and window slices; its high-water mark stays. A shorter
+-- interval takes effect at once: the next run is due no later than now plus the new one.
+update links
+set every = $2, full_every = $3, overlap = $4, window_slices = $5,
+    next_run_at = least(next_run_at, now() + $2)
 where name = $1
 returning *
 
@@ -118,14 +128,14 @@ returning *
 
 -- name: complete_list --
 -- A whole list was committed: advance the high-water mark (invariant 3) and note the success;
--- only if the link still harvests the source this list came from ($6, $7): a source changed
+-- only if the link still harvests the source this list came from ($6 to $8): a source changed
 -- during the run keeps the reset high-water mark. No row when it did not.
 update links
 set high_water_mark = coalesce($2, high_water_mark),
     last_full_at = case when $3 then now() else last_full_at end,
     window_index = $4,
     last_run_id = $5, last_success_at = now(), last_error = null
-where name = $1 and base_url = $6 and remote_set is not distinct from $7
+where name = $1 and base_url = $6 and remote_set is not distinct from $7 and metadata_prefix = $8
 returning name
 
 -- name: fail_link --
