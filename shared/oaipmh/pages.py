@@ -357,10 +357,17 @@ class PageReader:
                     raise _Unreadable("a record without a header", None)
                 metadata = element.find(_Q + "metadata")
                 payload = None
+                header = _header(head)
                 if metadata is not None:
                     children = [c for c in metadata if isinstance(c.tag, str)]
+                    if len(children) > 1:  # which is the record? taking the first lost the rest
+                        raise _Unreadable(
+                            f"its metadata holds {len(children)} elements, where OAI-PMH allows "
+                            "one (§2.5)",
+                            header.identifier,
+                        )
                     payload = children[0] if children else None
-                return RecordItem(_header(head), payload)
+                return RecordItem(header, payload)
         except _Unreadable as exc:
             raw = etree.tostring(element, encoding="utf-8", with_tail=False)
             return UnreadableItem(exc.identifier, exc.reason, raw)

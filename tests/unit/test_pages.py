@@ -403,3 +403,31 @@ def test_indentation_between_elements_is_dropped_and_content_kept() -> None:
         b'<m:r xmlns:m="urn:m"><m:space> </m:space>'
         b"<m:mixed>x <m:i>y</m:i> <m:i>z</m:i></m:mixed></m:r>"
     )
+
+
+def test_a_record_whose_metadata_holds_two_elements_is_unreadable() -> None:
+    """Its first element was taken as the record and the second dropped, in silence: which of
+    the two the peer meant, nothing says (§2.5: a single manifestation of the metadata)."""
+    record = (
+        "<record><header><identifier>urn:x:two</identifier>"
+        "<datestamp>2024-01-01T00:00:00Z</datestamp></header>"
+        "<metadata><a xmlns='urn:a'/><!-- c --> <b xmlns='urn:b'/></metadata></record>"
+        "<record><header><identifier>urn:x:one</identifier>"
+        "<datestamp>2024-01-01T00:00:00Z</datestamp></header>"
+        "<metadata><!-- note --> <a xmlns='urn:a'/> </metadata></record>"
+    )
+    body = (
+        "<OAI-PMH xmlns='http://www.openarchives.org/OAI/2.0/'>"
+        "<responseDate>2024-01-02T00:00:00Z</responseDate><request>http://h/oai</request>"
+        f"<ListRecords>{record}</ListRecords></OAI-PMH>"
+    ).encode()
+    items = PageReader(body).items()
+    two = next(items)
+    assert isinstance(two, UnreadableItem) and (two.identifier, two.reason) == (
+        "urn:x:two",
+        "its metadata holds 2 elements, where OAI-PMH allows one (§2.5)",
+    )
+    assert etree.fromstring(two.raw).findall(".//{urn:b}b")  # kept whole for the quarantine
+    one = next(items)  # comments and blanks around the one element are no second record
+    assert isinstance(one, RecordItem) and one.header.identifier == "urn:x:one"
+    assert one.metadata is not None and one.metadata.tag == "{urn:a}a"
