@@ -25,6 +25,7 @@ from lxml import etree
 
 from shared.oaipmh.dates import shifted
 from shared.oaipmh.errors import OAIError, error_for_code
+from shared.text import clipped
 
 log = logging.getLogger("wiscat.harvester.pages")
 
@@ -244,13 +245,18 @@ class _Unreadable(Exception):
 
 
 def _header(element: etree._Element) -> HeaderItem:
-    identifier = stamp = ""
+    identifier = stamp = None
     set_specs = []
     for child in element:  # one pass over the children: headers are most of a list's work
         tag = child.tag
         if tag == _IDENTIFIER:
+            if identifier is not None:  # which one a deletion or a record is of, none can say
+                first, second = clipped(identifier, 80), clipped((child.text or "").strip(), 80)
+                raise _Unreadable(f"a header with two identifiers, {first!r} and {second!r}", None)
             identifier = (child.text or "").strip()
         elif tag == _DATESTAMP:
+            if stamp is not None:
+                raise _Unreadable("a header with two datestamps", identifier or None)
             stamp = (child.text or "").strip()
         elif tag == _SET_SPEC:
             set_specs.append((child.text or "").strip())
@@ -258,6 +264,15 @@ def _header(element: etree._Element) -> HeaderItem:
         raise _Unreadable("a header without identifier", None)
     if not stamp:
         raise _Unreadable("a header without datestamp", identifier)
+    # "deleted" is the one status (§2.5); a peer's template may write it in capitals, or write
+    # an empty one for a live record: their meaning is plain. Any other is not guessed at.
+    status = (element.get("status") or "").strip().lower()
+    if status not in ("", "deleted"):
+        raise _Unreadable(
+            f"a header whose status {clipped(element.get('status') or '', 40)!r} is not "
+            "'deleted', the one status OAI-PMH has",
+            identifier,
+        )
     try:
         moment = parse_oai_date(stamp)
     except MalformedResponse:
@@ -267,7 +282,7 @@ def _header(element: etree._Element) -> HeaderItem:
         stamp,
         moment,
         tuple(set_specs),
-        element.get("status") == "deleted",
+        status == "deleted",
     )
 
 

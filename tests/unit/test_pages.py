@@ -431,3 +431,56 @@ def test_a_record_whose_metadata_holds_two_elements_is_unreadable() -> None:
     one = next(items)  # comments and blanks around the one element are no second record
     assert isinstance(one, RecordItem) and one.header.identifier == "urn:x:one"
     assert one.metadata is not None and one.metadata.tag == "{urn:a}a"
+
+
+@pytest.mark.parametrize(
+    ("header", "identifier", "reason"),
+    [
+        (
+            "<identifier>urn:x:a</identifier><identifier>urn:x:b</identifier>"
+            "<datestamp>2024-01-01T00:00:00Z</datestamp>",
+            None,
+            "a header with two identifiers, 'urn:x:a' and 'urn:x:b'",
+        ),
+        (
+            "<identifier>urn:x:a</identifier><datestamp>2024-01-01T00:00:00Z</datestamp>"
+            "<datestamp>2025-01-01T00:00:00Z</datestamp>",
+            "urn:x:a",
+            "a header with two datestamps",
+        ),
+    ],
+)
+def test_a_header_with_two_identifiers_or_datestamps_is_unreadable(
+    header: str, identifier: str | None, reason: str
+) -> None:
+    # the last one was taken: a deleted header could delete a record the peer never meant
+    body = (
+        "<OAI-PMH xmlns='http://www.openarchives.org/OAI/2.0/'>"
+        "<responseDate>2024-01-02T00:00:00Z</responseDate><request>http://h/oai</request>"
+        f"<ListIdentifiers><header status='deleted'>{header}</header></ListIdentifiers></OAI-PMH>"
+    ).encode()
+    [item] = read_all(body)[0]
+    assert isinstance(item, UnreadableItem) and (item.identifier, item.reason) == (
+        identifier,
+        reason,
+    )
+
+
+@pytest.mark.parametrize(
+    ("status", "deleted"),
+    [("deleted", True), (" Deleted ", True), ("", False), ("withdrawn", None)],
+)
+def test_a_header_status_is_deleted_or_nothing(status: str, deleted: bool | None) -> None:
+    body = (
+        "<OAI-PMH xmlns='http://www.openarchives.org/OAI/2.0/'>"
+        "<responseDate>2024-01-02T00:00:00Z</responseDate><request>http://h/oai</request>"
+        f"<ListIdentifiers><header status='{status}'><identifier>urn:x:a</identifier>"
+        "<datestamp>2024-01-01T00:00:00Z</datestamp></header></ListIdentifiers></OAI-PMH>"
+    ).encode()
+    [item] = read_all(body)[0]
+    if deleted is not None:  # "Deleted" was taken as live, the deletion lost
+        assert isinstance(item, HeaderItem) and item.deleted == deleted
+    else:  # was taken as live: a status whose meaning is not plain is not guessed at
+        assert isinstance(item, UnreadableItem) and item.reason == (
+            f"a header whose status {status!r} is not 'deleted', the one status OAI-PMH has"
+        )
