@@ -303,6 +303,7 @@ class PageReader:
         self.body = body
         self.summary = PageSummary()
         self.items_seen = 0
+        self._token_seen = False
 
     def items(self) -> Iterator[Item]:
         """Yield each header (ListIdentifiers) or record (ListRecords, GetRecord) in order,
@@ -353,6 +354,8 @@ class PageReader:
             raise NotOAIResponse(f"the root element is {root.tag}, not OAI-PMH")
         if self.summary.errors:
             raise self.summary.errors[0]
+        if self.summary.verb is None:  # it was read as an empty list, and the list ended
+            raise NotOAIResponse("the response holds no answer: no verb's element, and no error")
 
     def _check_root(self, root: etree._Element) -> None:
         docinfo = root.getroottree().docinfo
@@ -393,6 +396,9 @@ class PageReader:
                 error_for_code(element.get("code") or "", (element.text or "").strip())
             )
         elif tag == _Q + "resumptionToken":
+            if self._token_seen:  # the last was followed: the list could go on from either
+                raise MalformedResponse("the response has two resumptionTokens")
+            self._token_seen = True
             token = (element.text or "").strip()
             self.summary.resumption_token = token or None
             self.summary.cursor = _int(element.get("cursor"))

@@ -484,3 +484,29 @@ def test_a_header_status_is_deleted_or_nothing(status: str, deleted: bool | None
         assert isinstance(item, UnreadableItem) and item.reason == (
             f"a header whose status {status!r} is not 'deleted', the one status OAI-PMH has"
         )
+
+
+def test_a_response_with_no_answer_in_it_is_not_an_empty_list() -> None:
+    # an envelope with no verb's element and no error was read as an empty list: the list
+    # ended there, the run "ok"
+    body = (
+        b"<OAI-PMH xmlns='http://www.openarchives.org/OAI/2.0/'>"
+        b"<responseDate>2024-01-02T00:00:00Z</responseDate><request>http://h/oai</request>"
+        b"</OAI-PMH>"
+    )
+    with pytest.raises(NotOAIResponse, match="no verb's element, and no error"):
+        read_all(body)
+
+
+def test_a_page_with_two_resumption_tokens_is_malformed() -> None:
+    # the last was followed: the records the list goes on with after the other were skipped
+    body = (
+        b"<OAI-PMH xmlns='http://www.openarchives.org/OAI/2.0/'>"
+        b"<responseDate>2024-01-02T00:00:00Z</responseDate><request>http://h/oai</request>"
+        b"<ListIdentifiers><header><identifier>urn:x:a</identifier>"
+        b"<datestamp>2024-01-01T00:00:00Z</datestamp></header>"
+        b"<resumptionToken>t1</resumptionToken><resumptionToken>t2</resumptionToken>"
+        b"</ListIdentifiers></OAI-PMH>"
+    )
+    with pytest.raises(MalformedResponse, match="two resumptionTokens"):
+        read_all(body)
