@@ -120,13 +120,15 @@ async def _serve_provider(
     settings: Settings, url: str, host: str, port: int, stop: asyncio.Event
 ) -> None:
     from services.provider.app import create_app
+    from services.provider.serving import provider_config
 
     with listen(host, port, "the provider") as sock:
         app = create_app(settings, url)
         tune_heap()  # list pages of megabytes, built and sent many times a second
         freeze_startup_objects()
-        config = uvicorn.Config(
+        config = provider_config(
             app,
+            settings.header_timeout_seconds,
             host=host,
             port=port,
             log_config=None,

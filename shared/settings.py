@@ -84,6 +84,12 @@ class Settings(BaseSettings):
     harvester_port: int = Field(default=8081, ge=1, le=65535)
     allow_private_fetch: bool = False
     max_concurrent_lists: int = Field(default=16, ge=1, le=10_000)
+    header_timeout_seconds: float = Field(
+        default=30,
+        gt=0,
+        le=3600,
+        description="a connection that has not sent a whole request head in this long is closed",
+    )
     send_timeout_seconds: float = Field(
         default=300,
         gt=0,

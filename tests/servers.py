@@ -15,6 +15,7 @@ from aiohttp import web
 from fastapi import FastAPI
 
 from services.provider.app import create_app
+from services.provider.serving import provider_config
 from shared.oaipmh import render
 from shared.settings import Settings
 
@@ -59,7 +60,9 @@ async def running_provider(
     port = sock.getsockname()[1]
     settings = provider_settings(port, **overrides)
     app = create_app(settings, database_url)
-    config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="on")
+    config = provider_config(
+        app, settings.header_timeout_seconds, log_config=None, access_log=False, lifespan="on"
+    )
     server = uvicorn.Server(config)
     # the test runner owns the process's signals
     server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign]
