@@ -358,7 +358,7 @@ async def dashboard(request: Request) -> HTMLResponse:
                 "time",
             ),
             num(run["pages"]),
-            counts_cell({name: run[name] for name in ("added", "updated", "deleted")}),
+            counts_cell({name: run[name] for name in COUNTS}),
             td(run["error"] or "", "err"),
         ]
         for run in runs

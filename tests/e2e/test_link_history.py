@@ -89,6 +89,9 @@ async def test_runs_and_quarantine_from_the_command_line(make_node: NodeFactory)
         first = quarantine.split("<tbody><tr>", 1)[1].split("</tr>", 1)[0]
         assert first.startswith(f'<td class="n">{row["id"]}</td>')
         assert "<td>peer</td><td>urn:x-wmo:md:hist::bad</td>" in first
+        # and its run shows what it set aside (it showed added and updated alone)
+        runs = html.split("<h2>Recent harvest runs</h2>", 1)[1].split("<h2>", 1)[0]
+        assert '<td class="counts">added 2, quarantined 1</td>' in runs
     assert provider in node.processes
 
     # what is not there is said so, exit 1; a bad argument is refused by the parser, exit 2
