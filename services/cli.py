@@ -247,10 +247,21 @@ async def cmd_harvest(settings: Settings, args: argparse.Namespace) -> int:
 
 async def cmd_ingest(settings: Settings, args: argparse.Namespace) -> int:
     paths = [Path(p) for p in args.paths]
-    missing = [str(p) for p in paths if not p.exists()]
+    missing = [str(p) for p in paths if str(p) != ingest.STDIN and not p.exists()]
     if missing:
         print(f"no such file or folder: {', '.join(missing)}", file=sys.stderr)
         return 2
+    if ingest.STDIN in args.paths:
+        if args.paths.count(ingest.STDIN) > 1:
+            print("wiscat: '-' (standard input) may be given once", file=sys.stderr)
+            return 2
+        if sys.stdin.isatty():
+            print(
+                "wiscat: '-' reads a record from standard input, which is a terminal: pipe one "
+                "in (curl ... | wiscat ingest -)",
+                file=sys.stderr,
+            )
+            return 2
     report = ingest.IngestReport()
     async with migrated_database(settings) as url:
         pool = await create_pool(url, max_size=2)
@@ -518,7 +529,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     p = sub.add_parser("ingest", help="load ISO 19139 files or folders into the own set")
-    p.add_argument("paths", nargs="+", metavar="PATH")
+    p.add_argument(
+        "paths", nargs="+", metavar="PATH", help="a file, a folder (its *.xml), or - (stdin)"
+    )
 
     p = sub.add_parser("delete", help="delete records of the own set (tombstones)")
     p.add_argument("identifiers", nargs="+", metavar="IDENTIFIER")

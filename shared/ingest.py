@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import stat
+import sys
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -56,9 +57,19 @@ def xml_files(folder: Path) -> list[Path]:
     return sorted(p for p in folder.rglob("*") if p.suffix.lower() == ".xml" and not p.is_dir())
 
 
+#: The path that names standard input (``curl ... | wiscat ingest -``); ``./-`` is a file.
+STDIN = "-"
+
+
 def read_file(path: Path) -> bytes:
     """The bytes of one record file, read only if it is a regular file no larger than a record
-    can be (a named pipe would block the ingest, a device such as /dev/zero never end)."""
+    can be (a named pipe would block the ingest, a device such as /dev/zero never end); or of
+    standard input, for :data:`STDIN`, up to that size."""
+    if str(path) == STDIN:
+        data = sys.stdin.buffer.read(MAX_RECORD_BYTES + 1)
+        if len(data) > MAX_RECORD_BYTES:
+            raise RecordError(f"larger than {MAX_RECORD_BYTES} bytes: not one metadata record")
+        return data
     try:
         info = path.stat()
     except FileNotFoundError:
@@ -122,7 +133,7 @@ async def ingest_paths(
     # fileIdentifier was not changed) would have the later overwrite the earlier in silence.
     read_from: dict[str, str] = {}
     for given in paths:
-        files = xml_files(given) if given.is_dir() else [given]
+        files = xml_files(given) if given.is_dir() and str(given) != STDIN else [given]
         if not files:
             report.refused.append((str(given), "a folder without any .xml file"))
             log.warning("refused %s: a folder without any .xml file", given)

@@ -78,24 +78,30 @@ class Node:
         env.update(self.extra)
         return env
 
-    async def wiscat(self, *args: str, check: bool = True) -> tuple[int, str, str]:
-        code, out, err = await self.wiscat_bytes(*args)
+    async def wiscat(
+        self, *args: str, check: bool = True, stdin: bytes | None = None
+    ) -> tuple[int, str, str]:
+        code, out, err = await self.wiscat_bytes(*args, stdin=stdin)
         if check and code != 0:
             raise AssertionError(
                 f"wiscat {' '.join(args)} exited {code}:\n{out.decode()}\n{err.decode()}"
             )
         return code, out.decode(), err.decode()
 
-    async def wiscat_bytes(self, *args: str) -> tuple[int, bytes, bytes]:
-        """Run ``wiscat ARGS`` as this node; its exit status, stdout and stderr as bytes."""
+    async def wiscat_bytes(
+        self, *args: str, stdin: bytes | None = None
+    ) -> tuple[int, bytes, bytes]:
+        """Run ``wiscat ARGS`` as this node, ``stdin`` its input (none: /dev/null); its exit
+        status, stdout and stderr as bytes."""
         process = await asyncio.create_subprocess_exec(
             WISCAT,
             *args,
             env=self.env(),
+            stdin=asyncio.subprocess.DEVNULL if stdin is None else asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
         )
-        out, err = await process.communicate()
+        out, err = await process.communicate(stdin)
         return process.returncode or 0, out, err
 
     async def start(self, command: str, ready_url: str) -> asyncio.subprocess.Process:

@@ -375,3 +375,17 @@ async def test_a_link_to_the_node_itself_fails_its_run_and_says_why(
     code, out, err = await node.wiscat("harvest", "alias", check=False)
     assert code == 1, (out, err)
     assert f"LinkToItself: {alias} is this node's own provider ({node.oai})" in out + err
+
+
+async def test_ingest_reads_a_record_from_standard_input(make_node: NodeFactory) -> None:
+    # `curl ... | wiscat ingest -` said "no such file or folder: -"
+    node = await make_node("STDIN")
+    record = generate_record(3, centre="stdin")
+    code, out, err = await node.wiscat("ingest", "-", stdin=record)
+    assert (code, out) == (0, "WIS-GISC-STDIN: added 1, bad 0\n"), err
+    code, out, err = await node.wiscat("ingest", "-", stdin=record)
+    assert (code, out) == (0, "WIS-GISC-STDIN: unchanged 1, bad 0\n"), err
+    code, out, err = await node.wiscat("ingest", "-", stdin=b"<not-a-record/>", check=False)
+    assert code == 1 and "bad: -: root element is not-a-record, expected gmd:MD_Metadata" in err
+    code, _, err = await node.wiscat("ingest", "-", "-", stdin=record, check=False)
+    assert (code, err.splitlines()[-1]) == (2, "wiscat: '-' (standard input) may be given once")
