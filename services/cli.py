@@ -454,8 +454,12 @@ async def cmd_link_set(settings: Settings, args: argparse.Namespace) -> int:
         except LinkSpecError as exc:
             print(f"wiscat: link not changed: {exc}", file=sys.stderr)
             return 2
-        async with pool.acquire() as conn:
-            link, changed = await link_store.update_link(conn, link, new)
+        try:
+            async with pool.acquire() as conn:
+                link, changed = await link_store.update_link(conn, link, new)
+        except link_store.LinkGone:  # removed meanwhile
+            print(f"wiscat: no link named {args.name!r}", file=sys.stderr)
+            return 1
         source = (
             f"{safe_url(link.base_url)} set={link.remote_set or '(all)'} "
             f"prefix={link.metadata_prefix}"
