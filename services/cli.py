@@ -251,17 +251,8 @@ async def cmd_ingest(settings: Settings, args: argparse.Namespace) -> int:
     if missing:
         print(f"no such file or folder: {', '.join(missing)}", file=sys.stderr)
         return 2
-    if ingest.STDIN in args.paths:
-        if args.paths.count(ingest.STDIN) > 1:
-            print("wiscat: '-' (standard input) may be given once", file=sys.stderr)
-            return 2
-        if sys.stdin.isatty():
-            print(
-                "wiscat: '-' reads a record from standard input, which is a terminal: pipe one "
-                "in (curl ... | wiscat ingest -)",
-                file=sys.stderr,
-            )
-            return 2
+    if ingest.STDIN in args.paths and (refused := _stdin_refused(args.paths, "a record")):
+        return refused
     report = ingest.IngestReport()
     async with migrated_database(settings) as url:
         pool = await create_pool(url, max_size=2)
@@ -279,6 +270,21 @@ async def cmd_ingest(settings: Settings, args: argparse.Namespace) -> int:
             await pool.close()
     _print_ingest(settings, report)
     return 1 if report.refused or report.older else 0
+
+
+def _stdin_refused(arguments: list[str], what: str) -> int | None:
+    """Exit status 2, said why, if '-' (standard input) cannot be read here: given twice, or a
+    terminal (the command would wait for typing that no one means to do)."""
+    if arguments.count(ingest.STDIN) > 1:
+        print("wiscat: '-' (standard input) may be given once", file=sys.stderr)
+        return 2
+    if sys.stdin.isatty():
+        print(
+            f"wiscat: '-' is standard input, which is a terminal here: pipe {what} into it",
+            file=sys.stderr,
+        )
+        return 2
+    return None
 
 
 def _print_ingest_stopped(settings: Settings, report: ingest.IngestReport, why: str) -> None:
@@ -307,14 +313,20 @@ def _print_ingest(settings: Settings, report: ingest.IngestReport) -> None:
 
 
 async def cmd_delete(settings: Settings, args: argparse.Namespace) -> int:
+    identifiers = list(args.identifiers)
+    if ingest.STDIN in identifiers:  # one identifier a line: more than a command line holds
+        if refused := _stdin_refused(identifiers, "identifiers (one a line)"):
+            return refused
+        piped = [line.strip() for line in sys.stdin.read().splitlines()]
+        identifiers = [i for i in identifiers if i != ingest.STDIN] + [i for i in piped if i]
     async with migrated_database(settings) as url:
         pool = await create_pool(url, max_size=2)
         try:
-            result = await ingest.delete_local(pool, settings.own_set, args.identifiers)
+            result = await ingest.delete_local(pool, settings.own_set, identifiers)
         finally:
             await pool.close()
     failed = 0
-    for identifier in args.identifiers:
+    for identifier in identifiers:
         outcome = result.outcomes[identifier]
         if outcome in ("deleted", "left_set"):
             print(f"deleted: {identifier}")
@@ -538,7 +550,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     p = sub.add_parser("delete", help="delete records of the own set (tombstones)")
-    p.add_argument("identifiers", nargs="+", metavar="IDENTIFIER")
+    p.add_argument(
+        "identifiers",
+        nargs="+",
+        metavar="IDENTIFIER",
+        help="an identifier, or - (stdin, one a line)",
+    )
 
     link = sub.add_parser("link", help="manage harvest links").add_subparsers(
         dest="link_command", required=True, metavar="ACTION"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from shared.db.pool import connect
-from shared.generator import generate_record
+from shared.generator import generate_record, identifier_for
 from tests.e2e.nodes import Node, NodeFactory
 
 PEER = "http://127.0.0.1:9/oai"
@@ -389,3 +389,19 @@ async def test_ingest_reads_a_record_from_standard_input(make_node: NodeFactory)
     assert code == 1 and "bad: -: root element is not-a-record, expected gmd:MD_Metadata" in err
     code, _, err = await node.wiscat("ingest", "-", "-", stdin=record, check=False)
     assert (code, err.splitlines()[-1]) == (2, "wiscat: '-' (standard input) may be given once")
+
+
+async def test_delete_reads_identifiers_from_standard_input(
+    make_node: NodeFactory, tmp_path: Path
+) -> None:
+    # thousands of identifiers do not fit a command line; xargs split them over many processes
+    node = await make_node("DELSTDIN")
+    for n in range(3):
+        (tmp_path / f"r{n}.xml").write_bytes(generate_record(n, centre="del"))
+    await node.wiscat("ingest", str(tmp_path))
+    ids = [identifier_for(n, "del") for n in range(3)]
+    piped = f"{ids[0]}\n\n  {ids[1]}  \n".encode()
+    code, out, err = await node.wiscat("delete", ids[2], "-", stdin=piped)
+    assert (code, out) == (0, "".join(f"deleted: {i}\n" for i in (ids[2], ids[0], ids[1]))), err
+    code, out, err = await node.wiscat("delete", "-", stdin=b"urn:x:none\n", check=False)
+    assert code == 1 and "not deleted: urn:x:none: no live record in WIS-GISC-DELSTDIN" in err
