@@ -24,6 +24,7 @@ from services.listen import CannotListen, listen
 from shared import ingest
 from shared.db import links as link_store
 from shared.db import migrate as migrations
+from shared.db import records as records_store
 from shared.db.errors import FAILED, UNAVAILABLE, DatabaseError
 from shared.db.pool import Pool, connect, create_pool, database_url
 from shared.durations import format_duration, parse_duration
@@ -66,10 +67,20 @@ async def migrated_database(
         conn = await connect(url)
         try:
             applied = await migrations.migrate(conn)
+            other = await records_store.other_own_set(conn, settings.own_set)
         finally:
             await conn.close()
         if applied:
             log.info("applied migrations: %s", ", ".join(applied))
+        if other is not None:
+            # a typo in WISCAT_GISC_NAME, or another node's database: the records of the set
+            # this node made its own would lose the own set's protection (invariant 6)
+            raise DatabaseError(
+                f"this database belongs to the node whose own set is {other}, and "
+                f"WISCAT_GISC_NAME={settings.gisc_name} names {settings.own_set}: set "
+                f"WISCAT_GISC_NAME={other.removeprefix('WIS-GISC-')}, or point "
+                "WISCAT_DATABASE_URL (or WISCAT_DATA_DIR) at this node's own database"
+            )
         yield url
     if lost:
         raise DatabaseError(lost[0])

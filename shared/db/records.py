@@ -271,6 +271,12 @@ class SetCount:
     last_change: datetime | None
 
 
+async def other_own_set(db: Executor, own_set: str) -> str | None:
+    """The database's own set, if it is another than ``own_set``."""
+    other: str | None = await db.fetchval(_SQL["other_own_set"], own_set)
+    return other
+
+
 async def set_counts(db: Executor) -> list[SetCount]:
     """Live and deleted records per set."""
     rows = await db.fetch(_SQL["set_counts"])

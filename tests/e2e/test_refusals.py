@@ -405,3 +405,30 @@ async def test_delete_reads_identifiers_from_standard_input(
     assert (code, out) == (0, "".join(f"deleted: {i}\n" for i in (ids[2], ids[0], ids[1]))), err
     code, out, err = await node.wiscat("delete", "-", stdin=b"urn:x:none\n", check=False)
     assert code == 1 and "not deleted: urn:x:none: no live record in WIS-GISC-DELSTDIN" in err
+
+
+async def test_another_gisc_name_on_a_node_s_database_is_refused(
+    make_node: NodeFactory, tmp_path: Path
+) -> None:
+    """A typo in WISCAT_GISC_NAME made a second own set in the database: the node's records,
+    in a set now taken for a remote one, lost the own set's protection (invariant 6), and its
+    provider announced another GISC."""
+    node = await make_node("NAMED")
+    (tmp_path / "r.xml").write_bytes(generate_record(1, centre="named"))
+    await node.wiscat("ingest", str(tmp_path))
+    node.extra["WISCAT_GISC_NAME"] = "NAMEDD"
+    for argv in (["link", "list"], ["ingest", str(tmp_path)]):
+        code, out, err = await node.wiscat(*argv, check=False)
+        assert (code, out) == (2, ""), err
+        assert err.splitlines()[-1] == (
+            "wiscat: this database belongs to the node whose own set is WIS-GISC-NAMED, and "
+            "WISCAT_GISC_NAME=NAMEDD names WIS-GISC-NAMEDD: set WISCAT_GISC_NAME=NAMED, or point "
+            "WISCAT_DATABASE_URL (or WISCAT_DATA_DIR) at this node's own database"
+        )
+    conn = await connect(node.database_url)
+    try:
+        assert await conn.fetchval("select count(*) from sets where kind = 'own'") == 1
+    finally:
+        await conn.close()
+    node.extra["WISCAT_GISC_NAME"] = "NAMED"
+    await node.wiscat("link", "list")

@@ -229,6 +229,10 @@ with gone as (
 )
 select count(*) from gone
 
+-- name: other_own_set --
+-- The own set of this database if it is not $1 (another GISC name in the settings).
+select spec from sets where kind = 'own' and spec <> $1 order by spec limit 1
+
 -- name: set_counts --
 -- Live and deleted records per set.
 select set_spec, count(*) filter (where not deleted) as live, count(*) filter (where deleted) as deleted,
