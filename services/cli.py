@@ -414,15 +414,17 @@ async def cmd_link_list(settings: Settings, args: argparse.Namespace) -> int:
             "yes" if link.enabled else "no",
             link.remote_set or "(all)",
             link.local_set,
+            f"{format_duration(link.every)}/{format_duration(link.full_every)}",
             when(link.high_water_mark),
             when(link.last_success_at),
             safe_url(link.base_url)
+            + (f" prefix {link.metadata_prefix}" if link.metadata_prefix != "iso19139" else "")
             + (f" by {_BY[link.strategy]}" if link.strategy != "ListRecords" else "")
             + (f"  [{link.last_error}]" if link.last_error else ""),
         ]
         for link in found
     ]
-    headers = ["NAME", "ENABLED", "SET", "INTO", "HWM", "LAST OK", "URL / LAST ERROR"]
+    headers = ["NAME", "ENABLED", "SET", "INTO", "EVERY/FULL", "HWM", "LAST OK", "URL / LAST ERROR"]
     print("\n".join(table(headers, rows)))
     return 0
 

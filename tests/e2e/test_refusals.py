@@ -207,6 +207,13 @@ async def test_link_set_changes_the_prefix_and_the_schedule(make_node: NodeFacto
         )
         [link] = await links(node)
         assert (link["metadata_prefix"], link["high_water_mark"]) == ("iso19139.wmo", None)
+        _, listed, _ = await node.wiscat("link", "list")
+        header, row = listed.splitlines()
+        assert header.split() == [
+            "NAME", "ENABLED", "SET", "INTO", "EVERY/FULL", "HWM", "LAST", "OK", "URL", "/", "LAST",
+            "ERROR",
+        ]  # fmt: skip
+        assert row.split()[4] == "10m/1d" and row.endswith(f"{PEER} prefix iso19139.wmo")
     finally:
         await conn.close()
 
