@@ -13,7 +13,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, HTTPException, Path, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 from services.provider.oai import ProviderState, read_body
 from shared import ingest
@@ -91,7 +91,14 @@ async def delete_record(
     return JSONResponse({"identifier": identifier, "outcome": outcome})
 
 
-class LinkBody(BaseModel):
+class _Body(BaseModel):
+    """A JSON body of the admin API: a field it does not know is refused (400 with its name),
+    where a misspelt one ("evrey") was dropped and its default taken in silence."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class LinkBody(_Body):
     """A new link, as ``wiscat link add`` takes it (durations like ``1h``, ``7d``)."""
 
     name: str
@@ -145,7 +152,7 @@ async def add_link(body: LinkBody, state: ProviderState = Depends(require_admin)
     return JSONResponse(link.as_json(), status_code=201)
 
 
-class LinkChange(BaseModel):
+class LinkChange(_Body):
     """What ``PATCH /admin/links/{name}`` changes; a field left out stays as it is (``"set":
     ""`` is the peer's whole catalogue), as with ``wiscat link set``."""
 
@@ -259,7 +266,7 @@ async def quarantined_bytes(
     )
 
 
-class CheckBody(BaseModel):
+class CheckBody(_Body):
     """A scheduled consistency check, as ``wiscat checks add`` takes it."""
 
     set: str

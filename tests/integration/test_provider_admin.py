@@ -244,6 +244,16 @@ async def test_a_link_is_changed_by_patch(provider: RunningProvider, db: Pool) -
         assert body["detail"].startswith("link not changed: ") and reason in body["detail"]
     status, _ = await request("PATCH", url.replace("peer", "nope"), json={}, headers=AUTH)
     assert status == 404
+    # a misspelt field is refused: it was dropped, and nothing changed, with 200
+    for method, path, body in [
+        ("PATCH", url, {"evrey": "1m"}),
+        ("POST", f"{provider.root}/admin/links", {"name": "b", "url": PEER, "evrey": "1m"}),
+    ]:
+        status, answer = await request(method, path, json=body, headers=AUTH)
+        assert status == 400 and isinstance(answer, dict), answer
+        assert {"loc": ["body", "evrey"], "msg": "Extra inputs are not permitted"} in answer[
+            "errors"
+        ]
     row = await db.fetchrow("select every, metadata_prefix, base_url from links")
     assert (row["every"], row["metadata_prefix"], row["base_url"]) == (
         timedelta(minutes=10), "iso19139.wmo", PEER,
