@@ -82,3 +82,21 @@ def test_a_peer_is_this_node_by_its_url_or_by_the_base_url_set_here() -> None:
     assert derived.base_url == "http://127.0.0.1:8080/oai" and not derived.base_url_set
     assert _is_this_node(derived, derived.base_url, identify(derived.base_url))
     assert not _is_this_node(derived, "https://other.example.org/oai", identify(derived.base_url))
+
+
+@pytest.mark.parametrize(
+    ("values", "host", "unreachable"),
+    [
+        ({}, "127.0.0.1", False),  # a node for this machine alone
+        ({"provider_host": "0.0.0.0"}, "0.0.0.0", True),  # peers are told 127.0.0.1
+        ({"provider_host": "::"}, "::", True),
+        ({"provider_host": "10.1.2.3"}, "10.1.2.3", False),  # told 10.1.2.3: they can use it
+        ({"provider_host": "0.0.0.0", "base_url": "https://gisc.example/oai"}, "0.0.0.0", False),
+    ],
+)
+def test_a_provider_for_peers_without_a_base_url_is_warned_of(
+    values: dict[str, str], host: str, unreachable: bool
+) -> None:
+    from services.cli import base_url_unreachable
+
+    assert base_url_unreachable(settings(**values), host) is unreachable
