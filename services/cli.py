@@ -400,6 +400,7 @@ async def cmd_link_add(settings: Settings, args: argparse.Namespace) -> int:
             window_slices=args.window_slices,
             enabled=not args.disabled,
             recovery=args.recovery,
+            own_base_url=settings.base_url,
         )
     except LinkSpecError as exc:
         print(f"wiscat: link not added: {exc}", file=sys.stderr)
@@ -500,6 +501,7 @@ async def cmd_link_set(settings: Settings, args: argparse.Namespace) -> int:
                 full_every=args.full_every,
                 overlap=args.overlap,
                 window_slices=args.window_slices,
+                own_base_url=settings.base_url,
             )
         except LinkSpecError as exc:
             print(f"wiscat: link not changed: {exc}", file=sys.stderr)

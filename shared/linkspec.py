@@ -90,6 +90,7 @@ def build_link(
     enabled: bool = True,
     recovery: bool = False,
     by_registry: bool = False,
+    own_base_url: str | None = None,
 ) -> NewLink:
     """Check a link definition and fill in its defaults.
 
@@ -97,6 +98,8 @@ def build_link(
     arrival); a link without a remote set harvests the peer's whole catalogue and must say
     ``into`` (typically an area link into the own set). Names that begin with
     :data:`REGISTRY_LINK_PREFIX` are for the links the registry adds (``by_registry``) alone.
+    A link to ``own_base_url`` (this node's) is refused: a harvest run would fail on it
+    (``LinkToItself``), and here it is said at once.
     """
     if not NAME.fullmatch(name):
         raise LinkSpecError(f"link name {clipped(name, 60)!r}: {NAME_RULE}")
@@ -106,6 +109,8 @@ def build_link(
             "links the registry adds (harvested from global addresses only)"
         )
     check_base_url(url)
+    if url == own_base_url:
+        raise LinkSpecError(f"{url} is this node's own provider: a link to itself harvests nothing")
     if remote_set is not None:
         check_set_spec(remote_set, "--set")
     local = into or remote_set
@@ -158,6 +163,7 @@ def changed_link(
     full_every: timedelta | None = None,
     overlap: timedelta | None = None,
     window_slices: int | None = None,
+    own_base_url: str | None = None,
 ) -> NewLink:
     """``link`` with the changes given (None: unchanged; ``remote_set=""``: the peer's whole
     catalogue), checked as :func:`build_link` checks a new one. Its local set, recovery flag
@@ -177,4 +183,5 @@ def changed_link(
         enabled=link.enabled,
         recovery=link.recovery,
         by_registry=link.name.startswith(REGISTRY_LINK_PREFIX),
+        own_base_url=own_base_url,
     )

@@ -139,6 +139,7 @@ async def add_link(body: LinkBody, state: ProviderState = Depends(require_admin)
             window_slices=body.window_slices,
             enabled=body.enabled,
             recovery=body.recovery,
+            own_base_url=state.settings.base_url,
         )
     except ValueError as exc:  # LinkSpecError and bad durations
         raise HTTPException(400, f"link refused: {exc}") from exc
@@ -193,6 +194,7 @@ async def change_link(
             full_every=_duration(body.full_every),
             overlap=_duration(body.overlap),
             window_slices=body.window_slices,
+            own_base_url=state.settings.base_url,
         )
     except ValueError as exc:  # LinkSpecError and bad durations
         raise HTTPException(400, f"link not changed: {exc}") from exc

@@ -113,7 +113,12 @@ async def test_harvest_now_without_the_token_is_refused(mesh: Mesh) -> None:
     assert Path(CHROMIUM).exists(), f"{CHROMIUM} is missing"
     await mesh.add_node("A")
     await mesh.start()
-    await mesh.link("A", "self", "A", "WIS-GISC-A", into="WIS-GISC-COPY")
+    await mesh._call(
+        mesh.nodes["A"],
+        "POST",
+        "/admin/links",
+        json={"name": "peer", "url": "http://127.0.0.1:9/oai", "set": "S", "enabled": False},
+    )
     async with async_playwright() as playwright:
         browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
         try:
@@ -121,7 +126,7 @@ async def test_harvest_now_without_the_token_is_refused(mesh: Mesh) -> None:
             await page.goto(mesh.nodes["A"].root + "/")
             await page.fill("#token", "wrong")
             await page.dispatch_event("#token", "change")
-            await page.click("button[data-link=self]")
+            await page.click("button[data-link=peer]")
             await page.wait_for_function(
                 "document.getElementById('answer').textContent.includes('refused')"
             )

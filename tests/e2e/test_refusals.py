@@ -366,22 +366,29 @@ async def test_a_link_to_the_node_itself_fails_its_run_and_says_why(
     (tmp_path / "r.xml").write_bytes(generate_record(1, centre="self"))
     await node.wiscat("ingest", str(tmp_path))
     await node.start("provider", f"http://127.0.0.1:{node.provider_port}/readyz")
-    await node.wiscat("link", "add", "self", "--url", node.oai, "--set", "WIS-GISC-X")
-    code, out, err = await node.wiscat("harvest", "self", check=False)
-    assert code == 1, (out, err)
-    reason = (
-        f"{node.oai} is this node's own provider ({node.oai}): a link to itself harvests "
-        "nothing new; remove it"
-    )
-    assert f"LinkToItself: {reason}" in out + err
-    _, listed, _ = await node.wiscat("link", "list", "--json")
-    assert json.loads(listed)[0]["last_error"] == reason
-    # reached by another name: its Identify names the BASE_URL set for this node
+    # its own base URL is refused at once, by link add and by link set
+    for argv in (
+        ["link", "add", "self", "--url", node.oai, "--set", "WIS-GISC-X"],
+        ["link", "set", "self", "--url", node.oai],
+    ):
+        if argv[1] == "set":
+            await node.wiscat("link", "add", "self", "--url", PEER, "--set", "WIS-GISC-X")
+        code, _, err = await node.wiscat(*argv, check=False)
+        assert code == 2 and err.splitlines()[-1].endswith(
+            f"{node.oai} is this node's own provider: a link to itself harvests nothing"
+        ), err
+    # reached by another name, it is known by its Identify, which names the BASE_URL set here
     alias = node.oai.replace("127.0.0.1", "localhost")
     await node.wiscat("link", "add", "alias", "--url", alias, "--set", "WIS-GISC-X")
     code, out, err = await node.wiscat("harvest", "alias", check=False)
     assert code == 1, (out, err)
-    assert f"LinkToItself: {alias} is this node's own provider ({node.oai})" in out + err
+    reason = (
+        f"{alias} is this node's own provider ({node.oai}): a link to itself harvests nothing "
+        "new; remove it"
+    )
+    assert f"LinkToItself: {reason}" in out + err
+    _, listed, _ = await node.wiscat("link", "list", "--json")
+    assert {link["name"]: link["last_error"] for link in json.loads(listed)}["alias"] == reason
 
 
 async def test_ingest_reads_a_record_from_standard_input(make_node: NodeFactory) -> None:
