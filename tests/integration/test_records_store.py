@@ -160,6 +160,13 @@ async def test_protected_own_set_is_not_changed_by_a_gisc_link(db: asyncpg.Pool)
     assert gone.outcomes == {"mine": "refused_protected"}
     stored = await store.get_record(db, "mine")
     assert stored and not stored.deleted and stored.set_specs == (OWN,)
+    # once the own set deleted it, a relayed deletion has nothing to do: not "refused" (with a
+    # warning that it belongs to the own set), as it was at every run of such a link
+    await delete(db, OWN, "mine")
+    gone = await delete(db, REMOTE, "mine", protected=OWN)
+    assert gone.outcomes == {"mine": "unchanged"}
+    stored = await store.get_record(db, "mine")
+    assert stored and stored.deleted
 
 
 async def test_deletion_leaves_a_tombstone_in_the_set_and_catalogue(db: asyncpg.Pool) -> None:

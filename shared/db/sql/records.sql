@@ -100,6 +100,8 @@ existing as (
 classified as (
     select i.identifier,
         case
+            -- a tombstone has nothing left to delete, the own set's included
+            when e.deleted then 'unchanged'
             when $3::text is not null and $3::text <> $1::text and exists (
                 select 1 from set_members p where p.set_spec = $3::text and p.identifier = i.identifier
             ) then 'refused_protected'
