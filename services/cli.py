@@ -5,13 +5,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import ipaddress
 import json
 import logging
 import os
 import signal
 import sys
-import urllib.parse
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
 from datetime import timedelta
 from pathlib import Path
@@ -153,7 +151,7 @@ async def _serve_provider(
         watcher = asyncio.create_task(stop.wait())
         watcher.add_done_callback(lambda _: setattr(server, "should_exit", True))
         log.info("provider listening on http://%s:%d/oai", url_host(host), port)
-        if base_url_unreachable(settings, host):
+        if settings.base_url_unreachable:
             log.warning(
                 "WISCAT_BASE_URL is unset: Identify and every response name %s, which peers "
                 "cannot reach; set it to the URL they use",
@@ -164,23 +162,6 @@ async def _serve_provider(
         finally:
             watcher.cancel()
             stop.set()
-
-
-def base_url_unreachable(settings: Settings, host: str) -> bool:
-    """Whether a provider listening on ``host`` for peers names a loopback URL, derived for want
-    of WISCAT_BASE_URL, in Identify and every response (one on 0.0.0.0 names 127.0.0.1)."""
-    announced = urllib.parse.urlsplit(settings.base_url).hostname or ""
-    return not settings.base_url_set and _loopback(announced) and not _loopback(host)
-
-
-def _loopback(host: str) -> bool:
-    """Whether ``host`` is this machine alone (a provider that only this machine reaches)."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:  # a name
-        return False
 
 
 def _check_key_files(settings: Settings) -> None:

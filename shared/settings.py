@@ -31,14 +31,18 @@ _NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
+def _every_address(host: str) -> bool:
+    """Whether a provider on ``host`` listens on every address (0.0.0.0, ::)."""
+    try:
+        return not host or ipaddress.ip_address(host).is_unspecified
+    except ValueError:  # a name
+        return False
+
+
 def _local_endpoint(host: str, port: int) -> str:
     """The /oai URL of a provider listening on ``host`` and ``port``: on every address (0.0.0.0,
     ::), this machine's loopback one."""
-    try:
-        every = not host or ipaddress.ip_address(host).is_unspecified
-    except ValueError:  # a name
-        every = False
-    if every:
+    if _every_address(host):
         host = "127.0.0.1"
     return f"http://{url_host(host)}:{port}/oai"
 
@@ -231,6 +235,12 @@ class Settings(BaseSettings):
     def base_url_set(self) -> bool:
         """Whether BASE_URL was set, rather than derived from where the provider listens."""
         return not self._derived_base_url
+
+    @property
+    def base_url_unreachable(self) -> bool:
+        """Whether peers are told a URL they cannot reach: BASE_URL unset, and the provider on
+        every address, so that Identify and every response name 127.0.0.1."""
+        return self._derived_base_url and _every_address(self.provider_host)
 
     @property
     def own_set(self) -> str:

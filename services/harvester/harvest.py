@@ -326,7 +326,7 @@ def _is_this_node(settings: Settings, url: str, identify: IdentifyInfo) -> bool:
     any node left unconfigured announces, wherever it runs."""
     if url == settings.base_url:
         return True
-    return settings.base_url_set and identify.base_url.strip() == settings.base_url
+    return settings.base_url_set and identify.base_url == settings.base_url
 
 
 async def _harvest(
