@@ -18,6 +18,7 @@ from dotenv import dotenv_values
 from pydantic import Field, PrivateAttr, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from shared import tls
 from shared.oaipmh.arguments import SET_LEVEL
 from shared.urls import http_url, url_host
 
@@ -87,6 +88,10 @@ class Settings(BaseSettings):
     provider_port: int = Field(default=8080, ge=1, le=65535)
     harvester_port: int = Field(default=8081, ge=1, le=65535)
     allow_private_fetch: bool = False
+    ca_file: Path | None = Field(
+        default=None,
+        description="PEM certificates trusted for https peers besides the system's (a private CA)",
+    )
     max_concurrent_lists: int = Field(default=16, ge=1, le=10_000)
     header_timeout_seconds: float = Field(
         default=30,
@@ -185,6 +190,21 @@ class Settings(BaseSettings):
             return None  # set empty: BASE_URL's
         if http_url(value) is None:
             raise ValueError("this node's http(s) root URL, e.g. http://gisc.example.org:8080")
+        return value
+
+    @field_validator("ca_file", mode="before")
+    @classmethod
+    def _no_ca_file_when_empty(cls, value: object) -> object:
+        return None if value == "" else value
+
+    @field_validator("ca_file")
+    @classmethod
+    def _ca_file_holds_certificates(cls, value: Path | None) -> Path | None:
+        if value is not None:
+            try:
+                tls.client_context(value)
+            except OSError as exc:  # ssl.SSLError among them: no certificate in it
+                raise ValueError(f"a PEM file of CA certificates ({tls.message(exc)})") from None
         return value
 
     @field_validator("admin_email")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -104,9 +105,10 @@ async def serving(
     body: bytes,
     content_type: str = "text/xml",
     pages: Callable[[web.Request], Awaitable[bytes]] | None = None,
+    tls: ssl.SSLContext | None = None,
 ) -> AsyncIterator[str]:
     """A peer that answers Identify properly and every list request with ``body`` (or with
-    what ``pages`` makes of the request)."""
+    what ``pages`` makes of the request); over https with the server context ``tls``."""
     now = datetime.now(UTC)
 
     async def handler(request: web.Request) -> web.Response:
@@ -117,20 +119,23 @@ async def serving(
 
     app = web.Application()
     app.router.add_get("/oai", handler)
-    async with serving_app(app) as root:
+    async with serving_app(app, tls) as root:
         yield root + "/oai"
 
 
 @contextlib.asynccontextmanager
-async def serving_app(app: web.Application) -> AsyncIterator[str]:
-    """Serve an aiohttp application on 127.0.0.1 (an ephemeral port); yields its root URL."""
+async def serving_app(
+    app: web.Application, tls: ssl.SSLContext | None = None
+) -> AsyncIterator[str]:
+    """Serve an aiohttp application on 127.0.0.1 (an ephemeral port), over https with the
+    server context ``tls``; yields its root URL."""
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=tls)
     await site.start()
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     try:
-        yield f"http://127.0.0.1:{port}"
+        yield f"{'https' if tls else 'http'}://127.0.0.1:{port}"
     finally:
         await runner.cleanup()
 

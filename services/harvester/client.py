@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
+from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 import aiohttp
@@ -51,6 +52,7 @@ from shared.oaipmh.pages import (
     read_identify,
 )
 from shared.registry.safe_fetch import address_allowed, parser_message
+from shared.tls import client_context, refusal
 from shared.urls import safe_url
 
 # isal's type stubs declare its error as an instance, not a class
@@ -114,6 +116,7 @@ class ClientSettings:
     max_decompressed_bytes: int = 64 * 1024 * 1024
     connections_per_host: int = 4
     user_agent: str = "wiscat-harvester/0.1 (OAI-PMH 2.0)"
+    ca_file: Path | None = None  # certificates trusted besides the system's (shared.tls)
 
 
 def _window_bits(head: bytes) -> int:
@@ -194,7 +197,10 @@ class OAIClient:
                 sock_read=settings.read_timeout,
             ),
             connector=aiohttp.TCPConnector(
-                limit=0, limit_per_host=settings.connections_per_host, socket_factory=_socket
+                limit=0,
+                limit_per_host=settings.connections_per_host,
+                socket_factory=_socket,
+                ssl=client_context(settings.ca_file),
             ),
             auto_decompress=False,
             headers={"User-Agent": settings.user_agent},
@@ -301,6 +307,8 @@ class OAIClient:
                 if attempt > settings.max_retries:
                     raise BadResponse(f"broken HTTP response from {shown}: {broken}") from exc
                 problem = f"broken HTTP response: {broken}"
+            except aiohttp.ClientSSLError as exc:  # no retry will change a certificate
+                raise PeerUnreachable(f"cannot reach {shown}: {refusal(exc)}") from exc
             except aiohttp.ClientConnectionError as exc:
                 refused = getattr(exc, "os_error", None)
                 if isinstance(refused, _RefusedAddress):  # no retry will change that

@@ -33,6 +33,7 @@ def client_settings(settings: Settings) -> ClientSettings:
         read_timeout=settings.harvest_timeout_seconds,
         max_retries=settings.harvest_max_retries,
         max_decompressed_bytes=settings.harvest_max_page_bytes,
+        ca_file=settings.ca_file,
     )
 
 

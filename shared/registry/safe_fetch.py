@@ -27,6 +27,7 @@ import ipaddress
 import socket
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 from urllib.parse import urljoin, urlsplit
@@ -35,6 +36,7 @@ import aiohttp
 from aiohappyeyeballs import AddrInfoType
 
 from shared.text import clipped
+from shared.tls import client_context, refusal
 
 Params = Mapping[str, str] | Sequence[tuple[str, str]]
 _REDIRECTS = {301, 302, 303, 307, 308}
@@ -101,6 +103,7 @@ class SafeFetcher:
         max_redirects: int = 5,
         user_agent: str = "wiscat-registry",
         address_policy: Callable[[str], bool] = address_allowed,
+        ca_file: Path | None = None,
     ) -> None:
         self.allow_private = allow_private
         self.address_policy = address_policy
@@ -108,6 +111,7 @@ class SafeFetcher:
         self.max_bytes = max_bytes
         self.max_redirects = max_redirects
         self.user_agent = user_agent
+        self.ca_file = ca_file
         self._session: aiohttp.ClientSession | None = None
 
     def _socket(self, addr_info: AddrInfoType) -> socket.socket:
@@ -122,7 +126,11 @@ class SafeFetcher:
 
     async def __aenter__(self) -> SafeFetcher:
         connector = aiohttp.TCPConnector(
-            limit=64, limit_per_host=4, socket_factory=self._socket, ttl_dns_cache=10
+            limit=64,
+            limit_per_host=4,
+            socket_factory=self._socket,
+            ttl_dns_cache=10,
+            ssl=client_context(self.ca_file),
         )
         self._session = aiohttp.ClientSession(
             connector=connector,
@@ -211,6 +219,8 @@ class SafeFetcher:
                 raise FetchFailed(
                     f"broken HTTP response from {current}: {parser_message(exc.message)}"
                 ) from exc
+            except aiohttp.ClientSSLError as exc:
+                raise FetchFailed(f"cannot fetch {current}: {refusal(exc)}") from exc
             except (aiohttp.ClientError, OSError) as exc:
                 if refused:
                     raise ForbiddenAddress(

@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
+import trustme
 from aiohttp import web
 
 from shared.registry.safe_fetch import FetchFailed, ForbiddenAddress, SafeFetcher
+from tests.servers import serving_app
 
 
 @dataclass
@@ -124,3 +128,28 @@ async def test_an_answer_that_is_not_http_is_told_on_one_line() -> None:
     assert str(caught.value) == (
         f"broken HTTP response from {url}: Invalid character in chunk size: b'ZZ'"
     )
+
+
+async def test_https_registry_nodes_are_trusted_through_the_ca_file(tmp_path: Path) -> None:
+    """A registry node over https whose certificate a private CA signed: refused with the reason
+    until that CA is in WISCAT_CA_FILE (``ca_file``), then fetched."""
+    ca = trustme.CA()
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(context)
+    app = web.Application()
+    app.router.add_get("/urls", _urls)
+    async with serving_app(app, context) as root:
+        async with SafeFetcher(allow_private=True, timeout=5) as fetcher:
+            with pytest.raises(
+                FetchFailed, match=r"TLS certificate of 127\.0\.0\.1:\d+ is not trusted"
+            ):
+                await fetcher.get(root + "/urls")
+        ca_file = tmp_path / "ca.pem"
+        ca.cert_pem.write_to_path(str(ca_file))
+        async with SafeFetcher(allow_private=True, timeout=5, ca_file=ca_file) as fetcher:
+            response = await fetcher.get(root + "/urls")
+    assert (response.status, response.body) == (200, b"<BaseURLs/>")
+
+
+async def _urls(request: web.Request) -> web.Response:
+    return web.Response(text="<BaseURLs/>", content_type="application/xml")
