@@ -20,6 +20,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from shared import tls
 from shared.oaipmh.arguments import SET_LEVEL
+from shared.proxy import Proxy, proxy_url_problem
 from shared.urls import http_url, url_host
 
 UNION_SET = "WIS-CATALOGUE"
@@ -88,6 +89,15 @@ class Settings(BaseSettings):
     provider_port: int = Field(default=8080, ge=1, le=65535)
     harvester_port: int = Field(default=8081, ge=1, le=65535)
     allow_private_fetch: bool = False
+    proxy_url: SecretStr | None = Field(
+        default=None,
+        description="http://[user:password@]host:port of the proxy harvests and checks go "
+        "through; unset: directly",
+    )
+    no_proxy: str = Field(
+        default="",
+        description="hosts, domains, addresses and networks reached directly (comma-separated)",
+    )
     ca_file: Path | None = Field(
         default=None,
         description="PEM certificates trusted for https peers besides the system's (a private CA)",
@@ -192,10 +202,19 @@ class Settings(BaseSettings):
             raise ValueError("this node's http(s) root URL, e.g. http://gisc.example.org:8080")
         return value
 
-    @field_validator("ca_file", mode="before")
+    @field_validator("proxy_url", "ca_file", mode="before")
     @classmethod
-    def _no_ca_file_when_empty(cls, value: object) -> object:
+    def _unset_when_empty(cls, value: object) -> object:
         return None if value == "" else value
+
+    @field_validator("proxy_url")
+    @classmethod
+    def _proxy_url_is_a_proxy(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            problem = proxy_url_problem(value.get_secret_value())
+            if problem:
+                raise ValueError(problem)  # the value itself is not shown: it may hold a password
+        return value
 
     @field_validator("ca_file")
     @classmethod
@@ -263,6 +282,13 @@ class Settings(BaseSettings):
         return self._derived_base_url and _every_address(self.provider_host)
 
     @property
+    def proxy(self) -> Proxy | None:
+        """The outbound proxy of harvests and checks, or None."""
+        if self.proxy_url is None:
+            return None
+        return Proxy.from_setting(self.proxy_url.get_secret_value(), self.no_proxy)
+
+    @property
     def own_set(self) -> str:
         """The node's own set, ``WIS-GISC-<NAME>`` (seed 002)."""
         return f"WIS-GISC-{self.gisc_name}"
@@ -307,7 +333,8 @@ def unknown(environ: Mapping[str, str], env_file: Path = Path(".env")) -> list[s
         }
     lines = []
     for name in sorted(given - names - _NOT_SETTINGS):
-        close = difflib.get_close_matches(name, names, n=1)
-        hint = f" (did you mean {close[0]}?)" if close else ""
+        # compared without the prefix every name shares, which made any short name "close"
+        close = difflib.get_close_matches(name[7:], [known[7:] for known in names], n=1)
+        hint = f" (did you mean WISCAT_{close[0]}?)" if close else ""
         lines.append(f"{name} is not a setting: ignored{hint}")
     return lines

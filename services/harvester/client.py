@@ -51,6 +51,7 @@ from shared.oaipmh.pages import (
     read_errors,
     read_identify,
 )
+from shared.proxy import Proxy
 from shared.registry.safe_fetch import address_allowed, parser_message
 from shared.tls import client_context, refusal
 from shared.urls import safe_url
@@ -117,6 +118,7 @@ class ClientSettings:
     connections_per_host: int = 4
     user_agent: str = "wiscat-harvester/0.1 (OAI-PMH 2.0)"
     ca_file: Path | None = None  # certificates trusted besides the system's (shared.tls)
+    proxy: Proxy | None = None  # the outbound proxy (shared.proxy); None: directly
 
 
 def _window_bits(head: bytes) -> int:
@@ -143,6 +145,13 @@ def _retry_after(value: str | None, cap: float) -> float | None:
             when = when.replace(tzinfo=UTC)
         return min(max((when - datetime.now(UTC)).total_seconds(), 0.0), cap)
     return None
+
+
+def _proxy_refused(proxy_url: str | None, shown: str, status: int) -> str:
+    why = "proxy authentication required: check WISCAT_PROXY_URL's user and password"
+    if status != 407:
+        why = f"HTTP {status}"
+    return f"the proxy {proxy_url} refused the request for {shown}: {why}"
 
 
 def _answered_by(response: aiohttp.ClientResponse, shown: str) -> str:
@@ -255,6 +264,9 @@ class OAIClient:
         """GET ``base_url`` with ``params``, retrying what is worth retrying; return the body."""
         settings = self.settings
         shown = safe_url(base_url)
+        # a link the registry added connects directly, where its addresses are checked
+        proxy = None if settings.proxy is None or _GUARDED.get() else settings.proxy
+        proxy_url = proxy.for_url(base_url) if proxy else None
         attempt = 0
         while True:
             attempt += 1
@@ -265,6 +277,8 @@ class OAIClient:
                     params=params,
                     headers={"Accept-Encoding": "gzip, deflate"},
                     allow_redirects=True,
+                    proxy=proxy_url,
+                    proxy_headers=proxy.headers if proxy and proxy_url else None,
                 ) as response:
                     if response.status == 200:
                         return await self._read(response)
@@ -276,6 +290,8 @@ class OAIClient:
                     if errors:
                         # e.g. an OAI-PMH error sent with HTTP 422: the OAI error is the answer
                         raise errors[0]
+                    if response.status == 407 and proxy_url:
+                        raise PeerUnreachable(_proxy_refused(proxy_url, shown, response.status))
                     if response.status not in RETRYABLE or attempt > settings.max_retries:
                         raise PeerHTTPError(response.status, _answered_by(response, shown))
                     delay = _retry_after(
@@ -301,6 +317,10 @@ class OAIClient:
                 raise BadResponse(
                     f"{shown} redirected to {target!r}, which is not a valid http(s) URL"
                 ) from exc
+            except aiohttp.ClientHttpProxyError as exc:  # CONNECT (https) not answered 200
+                if exc.status not in RETRYABLE or attempt > settings.max_retries:
+                    raise PeerUnreachable(_proxy_refused(proxy_url, shown, exc.status)) from exc
+                problem = f"the proxy {proxy_url} answered CONNECT with HTTP {exc.status}"
             except aiohttp.ClientResponseError as exc:
                 # not HTTP (a bad status line, Content-Length or chunk, headers past 8 KB)
                 broken = parser_message(exc.message)
@@ -309,6 +329,11 @@ class OAIClient:
                 problem = f"broken HTTP response: {broken}"
             except aiohttp.ClientSSLError as exc:  # no retry will change a certificate
                 raise PeerUnreachable(f"cannot reach {shown}: {refusal(exc)}") from exc
+            except aiohttp.ClientProxyConnectionError as exc:
+                why = f"cannot connect to the proxy {proxy_url}: {exc.os_error}"
+                if attempt > settings.max_retries:
+                    raise PeerUnreachable(f"cannot reach {shown}: {why}") from exc
+                problem = why
             except aiohttp.ClientConnectionError as exc:
                 refused = getattr(exc, "os_error", None)
                 if isinstance(refused, _RefusedAddress):  # no retry will change that

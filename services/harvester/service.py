@@ -34,6 +34,7 @@ def client_settings(settings: Settings) -> ClientSettings:
         max_retries=settings.harvest_max_retries,
         max_decompressed_bytes=settings.harvest_max_page_bytes,
         ca_file=settings.ca_file,
+        proxy=settings.proxy,
     )
 
 

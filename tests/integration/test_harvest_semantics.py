@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import pytest
 from aiohttp import web
 
+from services.harvester.client import OAIClient
 from shared.db import links as link_store
 from shared.db.pool import Pool
 from shared.generator import generate_record
@@ -26,7 +27,9 @@ from shared.oaipmh.errors import (
     CannotDisseminateFormat,
     IdDoesNotExist,
 )
+from shared.proxy import Proxy
 from tests import factories
+from tests.forward_proxy import forward_proxy
 from tests.harvest_pair import SOURCE_SET, Pair, add_link, content, run
 from tests.servers import identify_document, list_records_page, serving, serving_app
 
@@ -629,6 +632,15 @@ async def test_a_registry_link_reaches_only_global_addresses(pair: Pair) -> None
         assert (refused.status, refused.error_kind) == ("failed", "PeerUnreachable")
         assert "127.0.0.1 is not a global address" in (refused.error or "")
         assert asked == []  # not even connected to, and not retried
+        # nor through the node's proxy, which would connect past the address check
+        async with forward_proxy() as proxy:
+            client = pair.ctx.client
+            proxied = OAIClient(
+                client.http, dataclasses.replace(client.settings, proxy=Proxy(proxy.url))
+            )
+            refused = await harvest_link(dataclasses.replace(pair.ctx, client=proxied), link)
+        assert "127.0.0.1 is not a global address" in (refused.error or "")
+        assert (asked, proxy.asked) == ([], [])
         # a closed network allows it
         settings = pair.ctx.settings.model_copy(update={"allow_private_fetch": True})
         allowed = await harvest_link(dataclasses.replace(pair.ctx, settings=settings), link)

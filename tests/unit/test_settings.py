@@ -43,6 +43,11 @@ def test_a_variable_that_is_no_setting_is_named_with_the_likely_one(tmp_path: Pa
     assert unknown({"WISCAT_XYZZY": "1"}, tmp_path / "none") == [
         "WISCAT_XYZZY is not a setting: ignored"
     ]
+    # a short name is not "close" to a setting for the prefix they share
+    assert unknown({"WISCAT_FOO": "1", "WISCAT_CAFILE": "x"}, tmp_path / "none") == [
+        "WISCAT_CAFILE is not a setting: ignored (did you mean WISCAT_CA_FILE?)",
+        "WISCAT_FOO is not a setting: ignored",
+    ]
 
 
 def test_an_unset_base_url_follows_where_the_provider_listens() -> None:
