@@ -267,6 +267,11 @@ class OAIClient:
         # a link the registry added connects directly, where its addresses are checked
         proxy = None if settings.proxy is None or _GUARDED.get() else settings.proxy
         proxy_url = proxy.for_url(base_url) if proxy else None
+        headers = {"Accept-Encoding": "gzip, deflate"}
+        if proxy and proxy_url and base_url[:5].lower() == "http:":
+            # aiohttp sends proxy_headers with a CONNECT (https) only; a plain request to the
+            # proxy carries them itself (aiohttp drops them at a redirect to another origin)
+            headers.update(proxy.headers)
         attempt = 0
         while True:
             attempt += 1
@@ -275,7 +280,7 @@ class OAIClient:
                 async with self.http.get(
                     base_url,
                     params=params,
-                    headers={"Accept-Encoding": "gzip, deflate"},
+                    headers=headers,
                     allow_redirects=True,
                     proxy=proxy_url,
                     proxy_headers=proxy.headers if proxy and proxy_url else None,

@@ -92,9 +92,16 @@ async def test_a_proxy_that_wants_credentials_says_so(make_node: NodeFactory, pe
     async with forward_proxy(credentials=("harvester", PASSWORD)) as proxy:
         node = await linked(make_node, peer, WISCAT_PROXY_URL=proxy.url)
         code, out, _ = await node.wiscat("harvest", "peer", check=False)
-    assert code != 0, out
-    assert f"the proxy {proxy.url} refused the request for {peer}: proxy authentication" in out
-    assert len(proxy.asked) == 1  # not retried
+        assert code != 0, out
+        assert f"the proxy {proxy.url} refused the request for {peer}: proxy authentication" in out
+        assert len(proxy.asked) == 1  # not retried
+        # given them, plain http requests carry them too (not only https tunnels)
+        with_credentials = proxy.url.replace("http://", f"http://harvester:{PASSWORD}@")
+        node.extra["WISCAT_PROXY_URL"] = with_credentials
+        code, out, err = await node.wiscat("harvest", "peer", check=False)
+    assert code == 0, out + err
+    assert f"added {RECORDS}," in out
+    assert PASSWORD not in out + err
 
 
 async def test_no_proxy_hosts_are_reached_directly(make_node: NodeFactory, peer: str) -> None:
