@@ -41,6 +41,7 @@ from shared.settings import Settings
 from shared.settings import explain as explain_settings
 from shared.settings import unknown as unknown_settings
 from shared.urls import safe_url, url_host
+from shared.version import VERSION
 
 log = logging.getLogger("wiscat")
 
@@ -536,6 +537,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="WIS catalogue node: OAI-PMH provider, harvester and tools. Settings come "
         "from WISCAT_* environment variables or ./.env.",
     )
+    parser.add_argument("--version", action="version", version=f"wiscat {VERSION}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     sub.add_parser("migrate", help="apply migrations/ to the database (idempotent)")

@@ -55,6 +55,7 @@ from shared.proxy import Proxy
 from shared.registry.safe_fetch import address_allowed, parser_message
 from shared.tls import client_context, refusal
 from shared.urls import safe_url
+from shared.version import VERSION
 
 # isal's type stubs declare its error as an instance, not a class
 _INFLATE_ERROR: type[Exception] = isal_zlib.error  # type: ignore[assignment]
@@ -116,7 +117,7 @@ class ClientSettings:
     max_empty_pages: int = 5
     max_decompressed_bytes: int = 64 * 1024 * 1024
     connections_per_host: int = 4
-    user_agent: str = "wiscat-harvester/0.1 (OAI-PMH 2.0)"
+    user_agent: str = f"wiscat-harvester/{VERSION} (OAI-PMH 2.0)"
     ca_file: Path | None = None  # certificates trusted besides the system's (shared.tls)
     proxy: Proxy | None = None  # the outbound proxy (shared.proxy); None: directly
 

@@ -12,6 +12,8 @@ from prometheus_client import (
     disable_created_metrics,
 )
 
+from shared.version import register_build_info
+
 
 @dataclass
 class HarvesterMetrics:
@@ -20,6 +22,7 @@ class HarvesterMetrics:
     def __post_init__(self) -> None:
         # no `_created` series, as in the provider's metrics
         disable_created_metrics()  # type: ignore[no-untyped-call]
+        register_build_info(self.registry)
         self.runs = Counter(
             "wiscat_harvest_runs",
             "Harvest runs by link, mode and status",

@@ -12,6 +12,8 @@ from prometheus_client import (
     disable_created_metrics,
 )
 
+from shared.version import register_build_info
+
 
 @dataclass
 class ProviderMetrics:
@@ -22,6 +24,7 @@ class ProviderMetrics:
         # format a metric of its own without prefix rules or unit) only adds series to store;
         # the switch is the client library's, for the whole process.
         disable_created_metrics()  # type: ignore[no-untyped-call]
+        register_build_info(self.registry)
         self.requests = Counter(
             "wiscat_oai_requests",
             "OAI-PMH requests by verb and outcome (ok or the OAI-PMH error code)",

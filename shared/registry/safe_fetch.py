@@ -37,6 +37,7 @@ from aiohappyeyeballs import AddrInfoType
 
 from shared.text import clipped
 from shared.tls import client_context, refusal
+from shared.version import VERSION
 
 Params = Mapping[str, str] | Sequence[tuple[str, str]]
 _REDIRECTS = {301, 302, 303, 307, 308}
@@ -101,7 +102,7 @@ class SafeFetcher:
         timeout: float = 10.0,
         max_bytes: int = 1024 * 1024,
         max_redirects: int = 5,
-        user_agent: str = "wiscat-registry",
+        user_agent: str = f"wiscat-registry/{VERSION}",
         address_policy: Callable[[str], bool] = address_allowed,
         ca_file: Path | None = None,
     ) -> None:
