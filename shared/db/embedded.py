@@ -56,12 +56,16 @@ def _last_words(lines: list[str]) -> str:
     return " | ".join(causes[-1:] + recent[-1:])
 
 
-class _NoTimeoutDump(logging.Filter):
-    """Drops the copy of the server's whole log that ``pgserver`` writes when its wait times out:
-    the start goes on here, and that log can hold thousands of lines."""
+class _NoLogDump(logging.Filter):
+    """Drops the copies of the server's whole log, and of a failed command's output, that
+    ``pgserver`` writes when a start times out or fails: the start goes on here, or fails with
+    the cause taken from that log (:func:`_last_words`), and that log can hold thousands of
+    lines."""
+
+    DUMPS = ("Timeout starting server", "Failed to start server", "Failed postgres command")
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith("Timeout starting server")
+        return not str(record.msg).startswith(self.DUMPS)
 
 
 def import_pgserver() -> Any:
@@ -125,7 +129,12 @@ class EmbeddedPostgres:
         except EmbeddedServerError:
             raise
         except Exception as exc:
-            raise EmbeddedServerError(f"embedded PostgreSQL failed to start: {exc}") from exc
+            # the server's log says why ("database files are incompatible with server"); the
+            # exception names only the command that failed
+            words = _last_words(self._log_lines())
+            raise EmbeddedServerError(
+                f"embedded PostgreSQL failed to start in {self.path}: {words or exc}"
+            ) from exc
         log.info("embedded PostgreSQL running in %s", self.path)
         return str(self._server.get_uri())
 
@@ -176,7 +185,7 @@ class EmbeddedPostgres:
 
     def _attach(self, pgserver: Any, deadline: float) -> Any:
         """``pgserver``'s handle on the server, started if need be, once it accepts connections."""
-        quiet = _NoTimeoutDump()
+        quiet = _NoLogDump()
         logging.getLogger("pgserver").addFilter(quiet)
         try:
             return pgserver.get_server(self.path, cleanup_mode="stop")
@@ -249,14 +258,16 @@ class EmbeddedPostgres:
             if self._status() is not None:
                 return None
             time.sleep(0.5)
-        try:
-            lines = (self.path / "log").read_text(errors="replace").splitlines()
-        except OSError:
-            lines = []
-        words = _last_words(lines)
+        words = _last_words(self._log_lines())
         return f"the embedded PostgreSQL in {self.path} is no longer running" + (
             f"; its log: {words}" if words else ""
         )
+
+    def _log_lines(self) -> list[str]:
+        try:
+            return (self.path / "log").read_text(errors="replace").splitlines()
+        except OSError:
+            return []
 
     def stop(self) -> None:
         if self._server is not None:

@@ -124,6 +124,25 @@ async def test_a_start_that_cannot_finish_fails_with_the_reason(
         await asyncio.wait_for(starting, 60)
 
 
+def test_a_data_folder_the_server_refuses_is_told_by_its_cause(
+    folder: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A folder another PostgreSQL version made (pgserver's wheel moved on a major version):
+    the error names the server's own reason, and pgserver's copy of the whole log is dropped."""
+    server = EmbeddedPostgres(folder)
+    server.start()
+    server.stop()
+    (server.path / "PG_VERSION").write_text("15\n")
+    caplog.set_level(logging.DEBUG)
+    with pytest.raises(EmbeddedServerError) as refused:
+        EmbeddedPostgres(folder).start()
+    assert str(refused.value).startswith(f"embedded PostgreSQL failed to start in {server.path}")
+    assert "database files are incompatible with server" in str(refused.value)
+    assert "initialized by PostgreSQL version 15" in str(refused.value)
+    dumped = [r for r in caplog.records if "database system is ready" in r.getMessage()]
+    assert dumped == []
+
+
 def test_starting_says_nothing_about_xdg_runtime_dir() -> None:
     # servers and containers seldom set it; platformdirs then warns at pgserver's import
     env = {k: v for k, v in os.environ.items() if k != "XDG_RUNTIME_DIR"}
