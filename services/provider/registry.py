@@ -235,7 +235,15 @@ async def url_form(request: Request) -> Response:
     except _Refusal as exc:
         return _text(exc.status, str(exc))
     root = html.escape(request.scope.get("root_path", ""), quote=True)
-    return HTMLResponse(_FORM.format(network=html.escape(node.network.name), root=root))
+    return HTMLResponse(
+        _FORM.format(network=html.escape(node.network.name), root=root),
+        # no script, style or frame: a form that posts to the registry, and nothing else
+        headers={
+            "Content-Security-Policy": "default-src 'none'; frame-ancestors 'none'",
+            "X-Frame-Options": "DENY",
+            "X-Content-Type-Options": "nosniff",
+        },
+    )
 
 
 @router.get("/registry/status")

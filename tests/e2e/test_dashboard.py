@@ -17,6 +17,13 @@ TABLES_FIT = """[...document.querySelectorAll('table')].every(
 # as long as the names the registry gives its candidate links: they must not widen the page
 DEAD = "candidate-5f0e3c2a9b7d4e61"
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
+# a script added to the page as an escaping fault would add it; its result, if it ran
+INJECT = """() => {
+    const script = document.createElement('script');
+    script.textContent = 'window.injected = 1';
+    document.body.appendChild(script);
+    return window.injected ?? null;
+}"""
 FLAGS = [
     "--headless",
     "--no-sandbox",
@@ -58,8 +65,14 @@ async def test_dashboard_shows_links_plots_and_harvests_now(mesh: Mesh, tmp_path
             page = await browser.new_page(viewport={"width": LAPTOP_WIDTH, "height": 900})
             requested: list[str] = []
             page.on("request", lambda request: requested.append(request.url))
+            console: list[str] = []
+            page.on("console", lambda message: console.append(message.text))
             response = await page.goto(b.root + "/")
             assert response is not None and response.status == 200
+            assert "frame-ancestors 'none'" in response.headers["content-security-policy"]
+            # the page's own script runs (below, "harvest now"); one that reached the page
+            # through an escaping fault would not
+            assert await page.evaluate(INJECT) is None
             assert await page.title() == "wiscat B"
             alpha = page.locator("tr", has=page.locator("button[data-link=alpha]"))
             dead_row = page.locator("tr", has=page.locator(f"button[data-link={DEAD}]"))
@@ -85,14 +98,15 @@ async def test_dashboard_shows_links_plots_and_harvests_now(mesh: Mesh, tmp_path
             await page.fill("#token", "token-B")
             await page.dispatch_event("#token", "change")
             await page.click("button[data-link=alpha]")
-            await page.wait_for_function(
-                "document.getElementById('answer').textContent.includes('requested')"
-            )
+            # waited for with a locator: the page's policy refuses the eval a function needs
+            await page.locator("#answer", has_text="requested").wait_for()
             assert await page.locator("button[data-link=alpha]").inner_text() == "requested"
             screenshot = tmp_path / "dashboard.png"
             await page.screenshot(path=str(screenshot), full_page=True)
             # works offline: the page, its plots and the button ask the node alone
             assert requested and all(url.startswith(b.root + "/") for url in requested)
+            refused = [text for text in console if "Content Security Policy" in text]
+            assert len(refused) == 1 and "inline script" in refused[0]  # the injected one
         finally:
             await browser.close()
     ARTIFACTS.mkdir(exist_ok=True)
@@ -127,9 +141,7 @@ async def test_harvest_now_without_the_token_is_refused(mesh: Mesh) -> None:
             await page.fill("#token", "wrong")
             await page.dispatch_event("#token", "change")
             await page.click("button[data-link=peer]")
-            await page.wait_for_function(
-                "document.getElementById('answer').textContent.includes('refused')"
-            )
+            await page.locator("#answer", has_text="refused").wait_for()
             assert "401" in await page.locator("#answer").inner_text()
         finally:
             await browser.close()

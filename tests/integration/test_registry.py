@@ -82,6 +82,9 @@ async def test_three_nodes_share_a_posted_url(tmp_path: Path, template_ready: st
             async with session.get(a.root + "/urls/form") as response:
                 assert response.status == 200
                 page = await response.text()
+                # no script may run in it, and no other page may frame it
+                policy = response.headers["Content-Security-Policy"]
+                assert policy == "default-src 'none'; frame-ancestors 'none'"
             assert 'name="baseURL"' in page and 'action="/urls"' in page
 
             # a candidate link on every node: disabled, the whole catalogue, filed in the
