@@ -18,7 +18,7 @@ from typing import Any
 import uvicorn
 from pydantic import ValidationError
 
-from services import cli_checks, cli_history, cli_registry
+from services import cli_checks, cli_history, cli_probe, cli_registry
 from services.cli_output import table, when
 from services.listen import CannotListen, listen
 from shared import ingest
@@ -639,6 +639,7 @@ def build_parser() -> argparse.ArgumentParser:
     state.add_argument("--disable", action="store_true")
 
     cli_history.add_parsers(link)
+    cli_probe.add_parsers(link)
     cli_checks.add_parsers(sub)
     cli_registry.add_parsers(sub)
     return parser
@@ -657,6 +658,7 @@ COMMANDS = {
     "link remove": cmd_link_remove,
     "link set": cmd_link_set,
     **cli_history.COMMANDS,
+    **cli_probe.COMMANDS,
     **cli_checks.COMMANDS,
     **cli_registry.COMMANDS,
 }

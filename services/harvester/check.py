@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from services.harvester.client import OAIClient
-from services.harvester.errors import BadResponse, HarvestError
+from services.harvester.errors import BadResponse, HarvestError, reason_of
 from shared.iso19139 import canonical_hash
 from shared.oaipmh.dates import format_datestamp
 from shared.oaipmh.errors import IdDoesNotExist, NoSetHierarchy, OAIError
@@ -363,7 +363,7 @@ class Checker:
                     header = item if isinstance(item, HeaderItem) else item.header
                     spill.add((header.identifier, header.datestamp, header.deleted))
         except (HarvestError, OAIError, ResponseError) as exc:
-            result.status, result.reason = "failed", _reason(exc)
+            result.status, result.reason = "failed", reason_of(exc)
         except Exception as exc:  # a peer must never stop the others
             log.exception("listing %s failed unexpectedly", safe_url(result.url))
             result.status, result.reason = "failed", f"{type(exc).__name__}: {exc}"
@@ -380,7 +380,7 @@ class Checker:
             named = await self._names_set(self.request.source, wanted)
         except (HarvestError, OAIError, ResponseError) as exc:
             # cannot tell: the empty list stands, as the source gave it
-            log.warning("ListSets of %s failed: %s", safe_url(source.url), _reason(exc))
+            log.warning("ListSets of %s failed: %s", safe_url(source.url), reason_of(exc))
             return
         if named is False:
             source.status = "failed"
@@ -497,7 +497,10 @@ class Checker:
                     return None
                 except (HarvestError, OAIError, ResponseError) as exc:
                     log.warning(
-                        "sample %s at %s not compared: %s", identifier, safe_url(url), _reason(exc)
+                        "sample %s at %s not compared: %s",
+                        identifier,
+                        safe_url(url),
+                        reason_of(exc),
                     )
                     return None
                 if record.header.deleted or record.metadata is None:
@@ -544,14 +547,6 @@ def _item(mine: Entry | None, other: Entry | None) -> dict[str, Any]:
         item["peer_datestamp"] = other[1]
         item["peer_deleted"] = other[2]
     return item
-
-
-def _reason(exc: Exception) -> str:
-    if isinstance(exc, HarvestError):
-        return exc.reason
-    if isinstance(exc, OAIError):
-        return f"OAI-PMH error {exc.code}: {exc}"
-    return str(exc)
 
 
 async def run_check(client: OAIClient, request: CheckRequest) -> tuple[CheckReport, Checker]:

@@ -22,6 +22,8 @@ Its own module, without aiohttp, so that the harvester's page workers can raise 
 
 from __future__ import annotations
 
+from shared.oaipmh.errors import OAIError
+
 
 class HarvestError(Exception):
     """A run failed because of the peer or the network."""
@@ -94,3 +96,13 @@ class RunTakenOver(HarvestError):
     """Another worker leased the link and closed this run as abandoned (this worker's lease
     ran out unrenewed: the process was paused, or cut off from the database, for longer than a
     lease): the run stops at its next page, unwritten, so the link never runs twice at once."""
+
+
+def reason_of(exc: Exception) -> str:
+    """What went wrong, in one line: a failed run's reason, an OAI-PMH error with its code, or
+    what a response error says."""
+    if isinstance(exc, HarvestError):
+        return exc.reason
+    if isinstance(exc, OAIError):
+        return f"OAI-PMH error {exc.code}: {exc}"
+    return str(exc)

@@ -320,7 +320,7 @@ async def _identify(ctx: HarvestContext, link: Link, mode: str) -> IdentifyInfo:
     return known[1]
 
 
-def _is_this_node(settings: Settings, url: str, identify: IdentifyInfo) -> bool:
+def is_this_node(settings: Settings, url: str, identify: IdentifyInfo) -> bool:
     """Whether the peer at ``url`` is this node. Its Identify's baseURL is compared only with
     a BASE_URL set for this node: a derived one (``http://127.0.0.1:8080/oai``) is also what
     any node left unconfigured announces, wherever it runs."""
@@ -339,7 +339,7 @@ async def _harvest(
     settings = ctx.settings
     protected = _protected_set(link, settings.own_set)
     identify = await _identify(ctx, link, report.mode)
-    if _is_this_node(settings, link.base_url, identify):
+    if is_this_node(settings, link.base_url, identify):
         raise LinkToItself(
             f"{link.base_url} is this node's own provider ({settings.base_url}): a link to "
             "itself harvests nothing new; remove it"

@@ -1,4 +1,5 @@
-"""Reading a ListSets response as a client: the setSpecs of one page and its resumptionToken."""
+"""Reading a ListSets response as a client: the setSpecs of one page and its resumptionToken;
+and a ListMetadataFormats response: the metadataPrefixes offered."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from dataclasses import dataclass
 
 from lxml import etree
 
-from shared.oaipmh.pages import OAI_NS, NotOAIResponse, PageReader
+from shared.oaipmh.pages import OAI_NS, NotOAIResponse, PageReader, PageSummary
 
 _Q = "{" + OAI_NS + "}"
 
@@ -20,13 +21,28 @@ class SetsPage:
 def read_sets_page(body: bytes) -> SetsPage:
     """Parse one ListSets page; raise the OAI error (say ``noSetHierarchy``) or the
     ResponseError it carries."""
-    # the page reader refuses HTML, DOCTYPEs and broken XML, raises the OAI-PMH error, and reads
-    # the resumptionToken (OAI-PMH 2.0 §3.5: ListSets may be split like the other lists)
+    # ListSets may be split like the other lists (OAI-PMH 2.0 §3.5)
+    root, summary = _answer(body, "ListSets")
+    specs = root.iterfind(f"{_Q}ListSets/{_Q}set/{_Q}setSpec")
+    return SetsPage([(spec.text or "").strip() for spec in specs], summary.resumption_token)
+
+
+def read_metadata_formats(body: bytes) -> list[str]:
+    """The metadataPrefixes of a ListMetadataFormats response; raise the OAI error (say
+    ``noMetadataFormats``) or the ResponseError it carries."""
+    root, _ = _answer(body, "ListMetadataFormats")
+    path = f"{_Q}ListMetadataFormats/{_Q}metadataFormat/{_Q}metadataPrefix"
+    return [(prefix.text or "").strip() for prefix in root.iterfind(path)]
+
+
+def _answer(body: bytes, verb: str) -> tuple[etree._Element, PageSummary]:
+    """The root of an answer to ``verb``, and what the page reader made of it: the reader
+    refuses HTML, DOCTYPEs and broken XML, raises the OAI-PMH error, and reads the
+    resumptionToken."""
     reader = PageReader(body)
     for _ in reader.items():
         pass
-    if reader.summary.verb != "ListSets":
-        raise NotOAIResponse(f"a ListSets request was answered with {reader.summary.verb!r}")
+    if reader.summary.verb != verb:
+        raise NotOAIResponse(f"a {verb} request was answered with {reader.summary.verb!r}")
     root = etree.fromstring(body, etree.XMLParser(resolve_entities=False, no_network=True))
-    specs = root.iterfind(f"{_Q}ListSets/{_Q}set/{_Q}setSpec")
-    return SetsPage([(spec.text or "").strip() for spec in specs], reader.summary.resumption_token)
+    return root, reader.summary

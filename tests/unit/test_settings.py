@@ -71,7 +71,7 @@ def test_an_unset_base_url_follows_where_the_provider_listens() -> None:
 
 
 def test_a_peer_is_this_node_by_its_url_or_by_the_base_url_set_here() -> None:
-    from services.harvester.harvest import _is_this_node
+    from services.harvester.harvest import is_this_node
     from shared.oaipmh.pages import IdentifyInfo
 
     def identify(base_url: str) -> IdentifyInfo:
@@ -79,14 +79,14 @@ def test_a_peer_is_this_node_by_its_url_or_by_the_base_url_set_here() -> None:
 
     public = "https://gisc.example.org/oai"
     mine = settings(base_url=public)
-    assert _is_this_node(mine, public, identify(public))
-    assert _is_this_node(mine, "http://10.0.0.5:8080/oai", identify(public))  # another name
-    assert not _is_this_node(mine, "https://other.example.org/oai", identify("https://o/oai"))
+    assert is_this_node(mine, public, identify(public))
+    assert is_this_node(mine, "http://10.0.0.5:8080/oai", identify(public))  # another name
+    assert not is_this_node(mine, "https://other.example.org/oai", identify("https://o/oai"))
     # a node that left BASE_URL unset announces the same local endpoint as any other such node
     derived = settings()
     assert derived.base_url == "http://127.0.0.1:8080/oai" and not derived.base_url_set
-    assert _is_this_node(derived, derived.base_url, identify(derived.base_url))
-    assert not _is_this_node(derived, "https://other.example.org/oai", identify(derived.base_url))
+    assert is_this_node(derived, derived.base_url, identify(derived.base_url))
+    assert not is_this_node(derived, "https://other.example.org/oai", identify(derived.base_url))
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,147 @@
+"""``wiscat link test``: ask a link's peer what a harvest would ask it, and store nothing.
+
+A link with a mistyped URL, set or metadataPrefix was found out at its first run, an hour later
+perhaps, as a failed run or an empty "ok" one. The probe asks the peer, as the link's harvests
+would (the node's proxy, CA file and address checks included), four things in turn:
+
+1. Identify: is it an OAI-PMH 2.0 repository, and is it another node than this one;
+2. ListMetadataFormats: does it offer the link's metadataPrefix;
+3. ListSets: does it have the link's remote set (a link without one takes the whole catalogue);
+4. ListIdentifiers: the first page of the list the link would harvest.
+
+Each step gives a :class:`Finding`; a step that cannot be made (the peer unreachable) ends the
+probe.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Literal
+
+from services.harvester.client import OAIClient, global_addresses_only
+from services.harvester.errors import HarvestError, reason_of
+from services.harvester.harvest import is_this_node
+from shared.db.links import Link
+from shared.linkspec import REGISTRY_LINK_PREFIX
+from shared.oaipmh.dates import format_datestamp
+from shared.oaipmh.errors import NoMetadataFormats, NoRecordsMatch, NoSetHierarchy, OAIError
+from shared.oaipmh.pages import HeaderItem, PageReader, ResponseError
+from shared.oaipmh.sets import read_metadata_formats, read_sets_page
+from shared.settings import Settings
+
+MAX_SET_PAGES = 100  # ListSets pages read to find the set (a guard against endless lists)
+Outcome = Literal["ok", "note", "problem"]
+_PROBLEMS = (HarvestError, OAIError, ResponseError)
+
+
+@dataclass(frozen=True)
+class Finding:
+    step: str  # Identify, metadataPrefix, set, first page
+    outcome: Outcome  # a note is worth knowing but does not stop a harvest
+    text: str
+
+
+async def probe_link(client: OAIClient, settings: Settings, link: Link) -> list[Finding]:
+    """What the link's peer answers to the requests its harvests would make."""
+    guarded = link.name.startswith(REGISTRY_LINK_PREFIX) and not settings.allow_private_fetch
+    with global_addresses_only(guarded):
+        return [finding async for finding in _steps(client, settings, link)]
+
+
+async def _steps(client: OAIClient, settings: Settings, link: Link) -> AsyncIterator[Finding]:
+    url = link.base_url
+    try:
+        identify = await client.identify(url)
+    except _PROBLEMS as exc:
+        yield Finding("Identify", "problem", reason_of(exc))
+        return
+    if is_this_node(settings, url, identify):
+        yield Finding("Identify", "problem", f"{url} is this node's own provider")
+        return
+    yield Finding(
+        "Identify",
+        "ok",
+        f"{identify.repository_name!r}, granularity {identify.granularity}, deletedRecord "
+        f"{identify.deleted_record}, earliest {format_datestamp(identify.earliest_datestamp)}",
+    )
+    if identify.base_url != url:
+        yield Finding(
+            "Identify",
+            "note",
+            f"its baseURL is {identify.base_url}, not the link's URL: OAI-PMH §4.2 wants the "
+            "URL it is reached at",
+        )
+
+    yield await _prefix(client, link)
+    if link.remote_set is None:
+        yield Finding("set", "ok", "none: the link harvests the whole catalogue")
+    else:
+        yield await _set(client, link, link.remote_set)
+    yield await _first_page(client, link)
+
+
+async def _prefix(client: OAIClient, link: Link) -> Finding:
+    try:
+        body = await client.fetch(link.base_url, {"verb": "ListMetadataFormats"})
+        offered = read_metadata_formats(body)
+    except NoMetadataFormats:
+        offered = []
+    except _PROBLEMS as exc:
+        return Finding("metadataPrefix", "problem", f"ListMetadataFormats: {reason_of(exc)}")
+    if link.metadata_prefix in offered:
+        return Finding("metadataPrefix", "ok", f"{link.metadata_prefix} offered")
+    return Finding(
+        "metadataPrefix",
+        "problem",
+        f"{link.metadata_prefix} is not offered (offered: {', '.join(offered) or 'none'}); "
+        f"change it with `wiscat link set {link.name} --prefix P`",
+    )
+
+
+async def _set(client: OAIClient, link: Link, wanted: str) -> Finding:
+    params = {"verb": "ListSets"}
+    seen = 0
+    try:
+        for _ in range(MAX_SET_PAGES):
+            page = read_sets_page(await client.fetch(link.base_url, params))
+            seen += len(page.set_specs)
+            if wanted in page.set_specs:
+                return Finding("set", "ok", f"{wanted} listed by the peer")
+            if page.resumption_token is None:
+                return Finding(
+                    "set",
+                    "problem",
+                    f"{wanted} is not among the peer's {seen} sets; change it with "
+                    f"`wiscat link set {link.name} --set S`",
+                )
+            params = {"verb": "ListSets", "resumptionToken": page.resumption_token}
+    except NoSetHierarchy:
+        return Finding("set", "problem", f"the peer has no sets (noSetHierarchy), so no {wanted}")
+    except _PROBLEMS as exc:
+        return Finding("set", "problem", f"ListSets: {reason_of(exc)}")
+    return Finding("set", "note", f"{wanted} not found in {MAX_SET_PAGES} pages of ListSets")
+
+
+async def _first_page(client: OAIClient, link: Link) -> Finding:
+    params = {"verb": "ListIdentifiers", "metadataPrefix": link.metadata_prefix}
+    if link.remote_set is not None:
+        params["set"] = link.remote_set
+    try:
+        reader = PageReader(await client.fetch(link.base_url, params))
+        headers = [item for item in reader.items() if isinstance(item, HeaderItem)]
+    except NoRecordsMatch:
+        return Finding("first page", "note", "the list is empty (noRecordsMatch)")
+    except _PROBLEMS as exc:
+        return Finding("first page", "problem", f"ListIdentifiers: {reason_of(exc)}")
+    summary = reader.summary
+    deleted = sum(header.deleted for header in headers)
+    text = f"{len(headers)} headers ({deleted} deleted)"
+    if summary.complete_list_size is not None:
+        text += f" of {summary.complete_list_size:,} in the whole list"
+    elif summary.resumption_token:
+        text += ", more to follow"
+    if headers:
+        newest = max(header.datestamp_parsed for header in headers)
+        text += f"; newest datestamp on it {format_datestamp(newest)}"
+    return Finding("first page", "ok", text)

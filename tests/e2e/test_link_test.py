@@ -1,0 +1,104 @@
+"""``wiscat link test NAME`` against a real node: what the link's peer answers to the requests its
+harvests would make, a problem named per step (exit 1), and nothing stored."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from shared.db.pool import connect
+from shared.generator import generate_record
+from shared.iso19139 import parse_record
+from tests.e2e.nodes import Node, NodeFactory, free_port
+
+RECORDS = 7
+
+
+async def peer_node(make_node: NodeFactory, tmp_path: Path) -> Node:
+    """Node B serving RECORDS records of its own set, one of them deleted."""
+    b = await make_node("B")
+    for n in range(RECORDS):
+        (tmp_path / f"r{n}.xml").write_bytes(generate_record(n, centre="bravo"))
+    await b.wiscat("ingest", str(tmp_path))
+    await b.wiscat("delete", parse_record(generate_record(0, centre="bravo")).identifier)
+    await b.start("provider", f"http://127.0.0.1:{b.provider_port}/readyz")
+    return b
+
+
+def lines(out: str) -> dict[str, list[str]]:
+    """The findings by step: 'Identify' -> ['ok ...', 'note ...']."""
+    steps: dict[str, list[str]] = {}
+    for line in out.splitlines()[1:]:
+        step, rest = line[2:17].strip(), line[17:].strip()
+        steps.setdefault(step, []).append(rest)
+    return steps
+
+
+async def records_at(node: Node) -> int:
+    conn = await connect(node.database_url)
+    try:
+        return int(await conn.fetchval("select count(*) from records"))
+    finally:
+        await conn.close()
+
+
+async def test_a_good_link_is_ok_at_every_step(make_node: NodeFactory, tmp_path: Path) -> None:
+    b = await peer_node(make_node, tmp_path)
+    a = await make_node("A")
+    await a.wiscat("link", "add", "b", "--url", b.oai, "--set", b.own_set, "--disabled")
+    code, out, err = await a.wiscat("link", "test", "b", check=False)
+    assert code == 0, out + err
+    steps = lines(out)
+    assert steps["Identify"] == [steps["Identify"][0]] and steps["Identify"][0].startswith("ok")
+    assert steps["metadataPrefix"] == ["ok       iso19139 offered"]
+    assert steps["set"] == [f"ok       {b.own_set} listed by the peer"]
+    assert steps["first page"][0].startswith(f"ok       {RECORDS} headers (1 deleted)")
+    assert await records_at(a) == 0  # a probe stores nothing
+    # a link to the whole catalogue of a peer whose list is empty: a note, not a problem
+    empty = await make_node("C")
+    await empty.start("provider", f"http://127.0.0.1:{empty.provider_port}/readyz")
+    await a.wiscat("link", "add", "c", "--url", empty.oai, "--into", "WIS-GISC-C", "--disabled")
+    code, out, err = await a.wiscat("link", "test", "c", check=False)
+    assert code == 0, out + err
+    assert lines(out)["set"] == ["ok       none: the link harvests the whole catalogue"]
+    assert lines(out)["first page"] == ["note     the list is empty (noRecordsMatch)"]
+
+
+async def test_a_mistyped_link_is_told_what_the_peer_has(
+    make_node: NodeFactory, tmp_path: Path
+) -> None:
+    b = await peer_node(make_node, tmp_path)
+    a = await make_node("A")
+    await a.wiscat(
+        "link",
+        "add",
+        "b",
+        "--url",
+        b.oai,
+        "--set",
+        "WIS-GISC-BB",
+        "--prefix",
+        "iso19193",
+        "--disabled",
+    )
+    code, out, err = await a.wiscat("link", "test", "b", check=False)
+    assert code == 1, out + err
+    steps = lines(out)
+    assert steps["metadataPrefix"] == [
+        "PROBLEM  iso19193 is not offered (offered: iso19139, oai_dc); change it with "
+        "`wiscat link set b --prefix P`"
+    ]
+    assert steps["set"][0].startswith("PROBLEM  WIS-GISC-BB is not among the peer's ")
+    assert "cannotDisseminateFormat" in steps["first page"][0]
+
+
+async def test_a_peer_that_cannot_be_reached_ends_the_probe(make_node: NodeFactory) -> None:
+    a = await make_node("A")
+    a.extra["WISCAT_HARVEST_MAX_RETRIES"] = "0"
+    closed = f"http://127.0.0.1:{free_port()}/oai"
+    await a.wiscat("link", "add", "gone", "--url", closed, "--set", "S", "--disabled")
+    code, out, err = await a.wiscat("link", "test", "gone", check=False)
+    assert code == 1, out + err
+    assert list(lines(out)) == ["Identify"]
+    assert f"PROBLEM  cannot reach {closed}" in out
+    code, _, err = await a.wiscat("link", "test", "nothing", check=False)
+    assert code == 1 and "no link named 'nothing'" in err
