@@ -195,6 +195,27 @@ class OAIClient:
     def __init__(self, session: aiohttp.ClientSession, settings: ClientSettings) -> None:
         self.http = session
         self.settings = settings
+        # base URL -> where it redirects permanently (301, 308), as seen by this process
+        self.moved: dict[str, str] = {}
+
+    def _note_moved(self, base_url: str, shown: str, response: aiohttp.ClientResponse) -> None:
+        """Warn, once a process, that ``base_url`` redirects permanently: its links still work,
+        one round trip more a request, until the operator points them at the new URL (never
+        done here: a redirect is not the peer's operator's word)."""
+        first = response.history[0]
+        if first.status not in (301, 308) or base_url in self.moved:
+            return
+        landed = (response.history[1] if len(response.history) > 1 else response).url
+        target = safe_url(str(landed.with_query(None)))
+        self.moved[base_url] = target
+        log.warning(
+            "%s moved permanently to %s (HTTP %d): every request to it is redirected; point "
+            "its links at the new URL (wiscat link set NAME --url %s)",
+            shown,
+            target,
+            first.status,
+            target,
+        )
 
     @staticmethod
     def session(settings: ClientSettings) -> aiohttp.ClientSession:
@@ -286,6 +307,8 @@ class OAIClient:
                     proxy=proxy_url,
                     proxy_headers=proxy.headers if proxy and proxy_url else None,
                 ) as response:
+                    if response.history:
+                        self._note_moved(base_url, shown, response)
                     if response.status == 200:
                         return await self._read(response)
                     body = await self._read(response)

@@ -65,7 +65,14 @@ async def _steps(client: OAIClient, settings: Settings, link: Link) -> AsyncIter
         f"{identify.repository_name!r}, granularity {identify.granularity}, deletedRecord "
         f"{identify.deleted_record}, earliest {format_datestamp(identify.earliest_datestamp)}",
     )
-    if identify.base_url != url:
+    if url in client.moved:
+        yield Finding(
+            "Identify",
+            "note",
+            f"{url} moved permanently to {client.moved[url]}: change the link with "
+            f"`wiscat link set {link.name} --url {client.moved[url]}`",
+        )
+    elif identify.base_url != url:
         yield Finding(
             "Identify",
             "note",

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from aiohttp import web
+
 from shared.db.pool import connect
 from shared.generator import generate_record
 from shared.iso19139 import parse_record
 from tests.e2e.nodes import Node, NodeFactory, free_port
+from tests.servers import serving_app
 
 RECORDS = 7
 
@@ -22,6 +25,15 @@ async def peer_node(make_node: NodeFactory, tmp_path: Path) -> Node:
     await b.wiscat("delete", parse_record(generate_record(0, centre="bravo")).identifier)
     await b.start("provider", f"http://127.0.0.1:{b.provider_port}/readyz")
     return b
+
+
+def redirecting_to(url: str) -> web.Application:
+    async def moved(request: web.Request) -> web.Response:
+        raise web.HTTPMovedPermanently(f"{url}?{request.query_string}")
+
+    app = web.Application()
+    app.router.add_get("/oai", moved)
+    return app
 
 
 def lines(out: str) -> dict[str, list[str]]:
@@ -53,6 +65,15 @@ async def test_a_good_link_is_ok_at_every_step(make_node: NodeFactory, tmp_path:
     assert steps["set"] == [f"ok       {b.own_set} listed by the peer"]
     assert steps["first page"][0].startswith(f"ok       {RECORDS} headers (1 deleted)")
     assert await records_at(a) == 0  # a probe stores nothing
+    # a peer that moved: followed, and the new URL named
+    async with serving_app(redirecting_to(b.oai)) as old:
+        await a.wiscat("link", "add", "old", "--url", old + "/oai", "--set", b.own_set)
+        code, out, err = await a.wiscat("link", "test", "old", check=False)
+    assert code == 0, out + err
+    assert lines(out)["Identify"][1] == (
+        f"note     {old}/oai moved permanently to {b.oai}: change the link with "
+        f"`wiscat link set old --url {b.oai}`"
+    )
     # a link to the whole catalogue of a peer whose list is empty: a note, not a problem
     empty = await make_node("C")
     await empty.start("provider", f"http://127.0.0.1:{empty.provider_port}/readyz")

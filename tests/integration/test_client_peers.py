@@ -679,6 +679,41 @@ async def test_an_http_error_after_a_redirect_names_where_it_came_from(
     assert caught.value.status == 404 and peer.count == 1
 
 
+async def test_a_peer_that_moved_permanently_is_followed_and_told_once(
+    serve: Serve, client: OAIClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def new_home(request: web.Request, peer: Peer) -> web.Response:
+        return xml("Identify.xml")
+
+    home = await serve(new_home)
+
+    async def old_home(request: web.Request, peer: Peer) -> web.Response:
+        raise web.HTTPMovedPermanently(f"{home.url}?{request.query_string}")
+
+    old = await serve(old_home)
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        for _ in range(3):
+            await client.identify(old.url)
+    told = [r.getMessage() for r in caplog.records if r.name == LOGGER]
+    assert told == [
+        f"{old.url} moved permanently to {home.url} (HTTP 301): every request to it is "
+        f"redirected; point its links at the new URL (wiscat link set NAME --url {home.url})"
+    ]
+    assert client.moved == {old.url: home.url}
+    assert (old.count, home.count) == (3, 3)
+
+    # a temporary redirect is the peer's business: nothing to tell
+    async def away(request: web.Request, peer: Peer) -> web.Response:
+        raise web.HTTPFound(f"{home.url}?{request.query_string}")
+
+    caplog.clear()
+    temporary = await serve(away)
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        await client.identify(temporary.url)
+    assert [r for r in caplog.records if r.name == LOGGER] == []
+    assert temporary.url not in client.moved
+
+
 # --- bodies that are not usable ---------------------------------------------------------------
 
 
