@@ -18,6 +18,13 @@ import aiohttp
 _OPENSSL_NOISE = re.compile(r"^\[[A-Z0-9_]+: [A-Z0-9_]+\] | \(_ssl\.c:\d+\)$")
 
 
+# OpenSSL's verify codes for a certificate whose issuer is not among those trusted (rather than
+# one expired, or made out to another name): X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT,
+# DEPTH_ZERO_SELF_SIGNED_CERT, SELF_SIGNED_CERT_IN_CHAIN, UNABLE_TO_GET_ISSUER_CERT_LOCALLY,
+# UNABLE_TO_VERIFY_LEAF_SIGNATURE
+_UNKNOWN_ISSUER = {2, 18, 19, 20, 21}
+
+
 def client_context(ca_file: Path | None) -> ssl.SSLContext:
     """What an outbound https connection trusts: the system's certificates, and ``ca_file``'s.
 
@@ -40,10 +47,9 @@ def refusal(exc: aiohttp.ClientSSLError) -> str:
     if isinstance(exc, aiohttp.ClientConnectorCertificateError):
         error = exc.certificate_error
         why = getattr(error, "verify_message", None) or message(error)
-        return (
-            f"the TLS certificate of {where} is not trusted: {why} (a private CA's "
-            "certificates can be trusted with WISCAT_CA_FILE)"
-        )
+        if getattr(error, "verify_code", None) in _UNKNOWN_ISSUER:
+            why += " (a private CA's certificates can be trusted with WISCAT_CA_FILE)"
+        return f"the TLS certificate of {where} is not trusted: {why}"
     error = exc.os_error
     why = message(error)
     if getattr(error, "reason", None) == "WRONG_VERSION_NUMBER":

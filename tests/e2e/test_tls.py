@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ssl
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -117,3 +117,23 @@ async def test_a_ca_file_without_certificates_is_a_bad_setting(
     code, _, err = await node.wiscat("link", "list", check=False)
     assert code == 2
     assert "No such file or directory" in err
+
+
+async def test_an_expired_certificate_is_told_as_such(
+    make_node: NodeFactory, ca: trustme.CA, tmp_path: Path
+) -> None:
+    """Trusted issuer, expired certificate: the reason says so, with no word of WISCAT_CA_FILE
+    (which cannot help)."""
+    now = datetime.now(UTC)
+    gone = now - timedelta(hours=1)
+    expired = ca.issue_cert("127.0.0.1", not_before=now - timedelta(days=9), not_after=gone)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    expired.configure_cert(context)
+    ca_file = tmp_path / "ca.pem"
+    ca.cert_pem.write_to_path(str(ca_file))
+    async with serving(b"", tls=context) as url:
+        node = await node_linked_to(make_node, url)
+        node.extra["WISCAT_CA_FILE"] = str(ca_file)
+        code, out, _ = await node.wiscat("harvest", "peer", check=False)
+    assert code != 0, out
+    assert "is not trusted: certificate has expired\n" in out
