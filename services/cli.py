@@ -400,6 +400,7 @@ async def cmd_link_add(settings: Settings, args: argparse.Namespace) -> int:
         f"into {link.local_set}, every {format_duration(link.every)}, "
         f"full every {format_duration(link.full_every)}"
     )
+    print(f"ask the peer what its harvests will: wiscat link test {link.name}")
     return 0
 
 

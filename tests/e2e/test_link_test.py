@@ -56,7 +56,10 @@ async def records_at(node: Node) -> int:
 async def test_a_good_link_is_ok_at_every_step(make_node: NodeFactory, tmp_path: Path) -> None:
     b = await peer_node(make_node, tmp_path)
     a = await make_node("A")
-    await a.wiscat("link", "add", "b", "--url", b.oai, "--set", b.own_set, "--disabled")
+    _, added, _ = await a.wiscat(
+        "link", "add", "b", "--url", b.oai, "--set", b.own_set, "--disabled"
+    )
+    assert added.splitlines()[-1] == "ask the peer what its harvests will: wiscat link test b"
     code, out, err = await a.wiscat("link", "test", "b", check=False)
     assert code == 0, out + err
     steps = lines(out)
