@@ -132,6 +132,24 @@ class Settings(BaseSettings):
     harvest_timeout_seconds: float = Field(default=120, gt=0, le=_DAY, description="per response")
     harvest_max_retries: int = Field(default=5, ge=0, le=100)
     harvest_max_page_bytes: int = Field(default=64 * 1024 * 1024, gt=0, le=2**31)
+    harvest_max_empty_pages: int = Field(
+        default=5,
+        ge=0,
+        le=10**6,
+        description="pages in a row with a resumptionToken and no item before a list is given up",
+    )
+    harvest_max_requests_per_list: int = Field(
+        default=100_000,
+        ge=1,
+        le=10**9,
+        description="requests one list may take before it is given up (a list that never ends)",
+    )
+    harvest_retry_after_cap_seconds: float = Field(
+        default=300,
+        ge=0,
+        le=_DAY,
+        description="the longest wait a peer's Retry-After is honoured for",
+    )
     harvest_page_workers: int = Field(
         default_factory=lambda: min(4, os.cpu_count() or 1),
         ge=0,

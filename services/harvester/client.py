@@ -473,7 +473,10 @@ class OAIClient:
             nonlocal requests, newest
             requests += 1
             if requests > limit:
-                raise TooManyRequests(f"the list from {shown} needed more than {limit} requests")
+                raise TooManyRequests(
+                    f"the list from {shown} needed more than {limit} requests (the cap is "
+                    "WISCAT_HARVEST_MAX_REQUESTS_PER_LIST)"
+                )
             newest = _Slot(asked_with)
             newest.task = asyncio.create_task(fetch_and_read(newest, query))
             slots.append(newest)
@@ -517,7 +520,8 @@ class OAIClient:
                 empty_pages = empty_pages + 1 if page.reader.items_seen == 0 else 0
                 if empty_pages > self.settings.max_empty_pages:
                     raise TooManyEmptyPages(
-                        f"{shown} sent {empty_pages} pages in a row with a token and no item"
+                        f"{shown} sent {empty_pages} pages in a row with a token and no item "
+                        "(the cap is WISCAT_HARVEST_MAX_EMPTY_PAGES)"
                     )
                 if slots and slots[0].asked_with == token:
                     continue  # the request sent ahead was the right one

@@ -33,6 +33,9 @@ def client_settings(settings: Settings) -> ClientSettings:
         read_timeout=settings.harvest_timeout_seconds,
         max_retries=settings.harvest_max_retries,
         max_decompressed_bytes=settings.harvest_max_page_bytes,
+        max_empty_pages=settings.harvest_max_empty_pages,
+        max_requests_per_list=settings.harvest_max_requests_per_list,
+        retry_after_cap=settings.harvest_retry_after_cap_seconds,
         ca_file=settings.ca_file,
         proxy=settings.proxy,
     )
