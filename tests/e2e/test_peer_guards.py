@@ -12,7 +12,7 @@ from shared.generator import generate_record
 from shared.iso19139 import parse_record
 from shared.oaipmh import render
 from tests.e2e.nodes import NodeFactory
-from tests.servers import list_records_page, serving
+from tests.servers import list_records_page, serving, serving_app
 
 
 class EndlessPeer:
@@ -61,3 +61,26 @@ async def test_a_list_that_never_ends_is_given_up_at_the_set_cap(make_node: Node
     assert "TooManyRequests" in out
     assert "needed more than 4 requests (the cap is WISCAT_HARVEST_MAX_REQUESTS_PER_LIST)" in out
     assert peer.asked == 4
+
+
+async def test_a_long_retry_after_is_cut_to_the_set_cap(make_node: NodeFactory) -> None:
+    asked = 0
+
+    async def overloaded(request: web.Request) -> web.Response:
+        nonlocal asked
+        asked += 1
+        return web.Response(status=503, text="busy", headers={"Retry-After": "3600"})
+
+    app = web.Application()
+    app.router.add_get("/oai", overloaded)
+    async with serving_app(app) as root:
+        node = await make_node("A")
+        node.extra.update(
+            WISCAT_HARVEST_RETRY_AFTER_CAP_SECONDS="0.2", WISCAT_HARVEST_MAX_RETRIES="2"
+        )
+        await node.wiscat("link", "add", "p", "--url", root + "/oai", "--set", "S", "--disabled")
+        code, out, err = await node.wiscat("harvest", "p", check=False)
+    assert code == 1, out + err
+    assert "PeerHTTPError: HTTP 503" in out
+    assert err.count("retrying in 0.2 s") == 2  # not in 3600 s, nor in the default 300
+    assert asked == 3
