@@ -101,6 +101,14 @@ def health_app(ctx: HarvestContext) -> web.Application:
     return app
 
 
+def health_runner(ctx: HarvestContext) -> web.AppRunner:
+    """The health port's server: a connection idle for WISCAT_HEADER_TIMEOUT_SECONDS, before
+    its first request or between two, is closed (aiohttp's default kept one that never sent a
+    request for an hour, its file descriptor with it), as the provider closes it."""
+    timeout = ctx.settings.header_timeout_seconds
+    return web.AppRunner(health_app(ctx), access_log=None, keepalive_timeout=timeout)
+
+
 async def serve_harvester(
     settings: Settings, database_url: str, *, host: str, port: int, stop: asyncio.Event
 ) -> None:
@@ -108,7 +116,7 @@ async def serve_harvester(
     async with harvest_context(settings, database_url) as ctx:
         async with ctx.pool.acquire() as conn:
             await check_current(conn)
-        runner = web.AppRunner(health_app(ctx), access_log=None)
+        runner = health_runner(ctx)
         await runner.setup()
         site = web.SockSite(runner, listen(host, port, "the harvester's health endpoints"))
         await site.start()

@@ -3,12 +3,15 @@ scrape, so they follow the links as they are now."""
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import time
 
 import aiohttp
+from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
-from services.harvester.service import health_app
+from services.harvester.service import health_app, health_runner
 from shared.db import links as link_store
 from tests import factories
 from tests.harvest_pair import SOURCE_SET, Pair, add_link, run
@@ -47,3 +50,24 @@ async def test_lag_follows_the_links_in_the_database(pair: Pair) -> None:
     assert ("wiscat_harvest_last_success_timestamp_seconds", "removed") not in second
     # the counters of the work this process did stay: they are history, not state
     assert second["wiscat_harvest_runs_total", "removed"] == 1
+
+
+async def test_the_health_port_closes_connections_that_send_nothing(pair: Pair) -> None:
+    settings = pair.ctx.settings.model_copy(update={"header_timeout_seconds": 0.5})
+    runner = health_runner(dataclasses.replace(pair.ctx, settings=settings))
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        silent, writer = await asyncio.open_connection("127.0.0.1", port)
+        assert await asyncio.wait_for(silent.read(1), 10) == b""
+        writer.close()
+        # a scrape in time is answered
+        async with (
+            aiohttp.ClientSession() as http,
+            http.get(f"http://127.0.0.1:{port}/healthz") as r,
+        ):
+            assert r.status == 200
+    finally:
+        await runner.cleanup()
