@@ -19,7 +19,8 @@ def add_parsers(link: Any) -> None:
     p = link.add_parser(
         "test",
         help="ask the link's peer what a harvest would (Identify, ListMetadataFormats, "
-        "ListSets, a first ListIdentifiers page) and store nothing; exit 1 on a problem",
+        "ListSets, a first ListIdentifiers page, one GetRecord) and store nothing; exit 1 on a "
+        "problem",
     )
     p.add_argument("name")
 

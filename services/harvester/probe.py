@@ -7,7 +7,9 @@ would (the node's proxy, CA file and address checks included), four things in tu
 1. Identify: is it an OAI-PMH 2.0 repository, and is it another node than this one;
 2. ListMetadataFormats: does it offer the link's metadataPrefix;
 3. ListSets: does it have the link's remote set (a link without one takes the whole catalogue);
-4. ListIdentifiers: the first page of the list the link would harvest.
+4. ListIdentifiers: the first page of the list the link would harvest;
+5. GetRecord of that page's first record: would it be stored, or quarantined (not ISO 19139, no
+   fileIdentifier, another identifier than the OAI one)?
 
 Each step gives a :class:`Finding`; a step that cannot be made (the peer unreachable) ends the
 probe.
@@ -23,6 +25,7 @@ from services.harvester.client import OAIClient, global_addresses_only
 from services.harvester.errors import HarvestError, reason_of
 from services.harvester.harvest import is_this_node
 from shared.db.links import Link
+from shared.iso19139 import RecordError, record_from_element
 from shared.linkspec import REGISTRY_LINK_PREFIX
 from shared.oaipmh.dates import format_datestamp
 from shared.oaipmh.errors import NoMetadataFormats, NoRecordsMatch, NoSetHierarchy, OAIError
@@ -85,7 +88,10 @@ async def _steps(client: OAIClient, settings: Settings, link: Link) -> AsyncIter
         yield Finding("set", "ok", "none: the link harvests the whole catalogue")
     else:
         yield await _set(client, link, link.remote_set)
-    yield await _first_page(client, link)
+    page, first = await _first_page(client, link)
+    yield page
+    if first is not None:
+        yield await _record(client, link, first)
 
 
 async def _prefix(client: OAIClient, link: Link) -> Finding:
@@ -130,7 +136,8 @@ async def _set(client: OAIClient, link: Link, wanted: str) -> Finding:
     return Finding("set", "note", f"{wanted} not found in {MAX_SET_PAGES} pages of ListSets")
 
 
-async def _first_page(client: OAIClient, link: Link) -> Finding:
+async def _first_page(client: OAIClient, link: Link) -> tuple[Finding, str | None]:
+    """The finding on the list's first page, and the identifier of its first live record."""
     params = {"verb": "ListIdentifiers", "metadataPrefix": link.metadata_prefix}
     if link.remote_set is not None:
         params["set"] = link.remote_set
@@ -138,9 +145,9 @@ async def _first_page(client: OAIClient, link: Link) -> Finding:
         reader = PageReader(await client.fetch(link.base_url, params))
         headers = [item for item in reader.items() if isinstance(item, HeaderItem)]
     except NoRecordsMatch:
-        return Finding("first page", "note", "the list is empty (noRecordsMatch)")
+        return Finding("first page", "note", "the list is empty (noRecordsMatch)"), None
     except _PROBLEMS as exc:
-        return Finding("first page", "problem", f"ListIdentifiers: {reason_of(exc)}")
+        return Finding("first page", "problem", f"ListIdentifiers: {reason_of(exc)}"), None
     summary = reader.summary
     deleted = sum(header.deleted for header in headers)
     text = f"{len(headers)} headers ({deleted} deleted)"
@@ -151,4 +158,26 @@ async def _first_page(client: OAIClient, link: Link) -> Finding:
     if headers:
         newest = max(header.datestamp_parsed for header in headers)
         text += f"; newest datestamp on it {format_datestamp(newest)}"
-    return Finding("first page", "ok", text)
+    live = [header.identifier for header in headers if not header.deleted]
+    return Finding("first page", "ok", text), (live[0] if live else None)
+
+
+async def _record(client: OAIClient, link: Link, identifier: str) -> Finding:
+    """Whether the record ``identifier`` would be stored as a harvest reads it."""
+    try:
+        item = await client.get_record(link.base_url, identifier, link.metadata_prefix)
+    except _PROBLEMS as exc:
+        return Finding("a record", "problem", f"GetRecord of {identifier}: {reason_of(exc)}")
+    if item.metadata is None:
+        return Finding("a record", "problem", f"GetRecord of {identifier} has no metadata")
+    try:
+        record = record_from_element(item.metadata, safe_parsed=True)
+    except RecordError as exc:
+        return Finding("a record", "problem", f"{identifier} would be quarantined: {exc}")
+    if record.identifier != identifier:
+        return Finding(
+            "a record",
+            "problem",
+            f"{identifier} would be quarantined: its gmd:fileIdentifier is {record.identifier!r}",
+        )
+    return Finding("a record", "ok", f"{identifier} is ISO 19139 and would be stored")

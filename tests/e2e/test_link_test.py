@@ -67,6 +67,8 @@ async def test_a_good_link_is_ok_at_every_step(make_node: NodeFactory, tmp_path:
     assert steps["metadataPrefix"] == ["ok       iso19139 offered"]
     assert steps["set"] == [f"ok       {b.own_set} listed by the peer"]
     assert steps["first page"][0].startswith(f"ok       {RECORDS} headers (1 deleted)")
+    [record] = steps["a record"]
+    assert record.startswith("ok       urn:x-wmo:md:") and record.endswith("would be stored")
     assert await records_at(a) == 0  # a probe stores nothing
     # a peer that moved: followed, and the new URL named
     async with serving_app(redirecting_to(b.oai)) as old:
@@ -113,6 +115,15 @@ async def test_a_mistyped_link_is_told_what_the_peer_has(
     ]
     assert steps["set"][0].startswith("PROBLEM  WIS-GISC-BB is not among the peer's ")
     assert "cannotDisseminateFormat" in steps["first page"][0]
+    assert "a record" not in steps  # no page, no record to ask for
+    # a format the peer has but that is not ISO 19139: every record would be quarantined
+    await a.wiscat("link", "set", "b", "--set", b.own_set, "--prefix", "oai_dc")
+    code, out, err = await a.wiscat("link", "test", "b", check=False)
+    assert code == 1, out + err
+    steps = lines(out)
+    assert steps["metadataPrefix"] == ["ok       oai_dc offered"]
+    assert steps["a record"][0].startswith("PROBLEM  urn:x-wmo:md:")
+    assert "would be quarantined: root element is" in steps["a record"][0]
 
 
 async def test_a_peer_that_cannot_be_reached_ends_the_probe(make_node: NodeFactory) -> None:
