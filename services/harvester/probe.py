@@ -32,6 +32,7 @@ from shared.oaipmh.errors import NoMetadataFormats, NoRecordsMatch, NoSetHierarc
 from shared.oaipmh.pages import HeaderItem, PageReader, ResponseError
 from shared.oaipmh.sets import read_metadata_formats, read_sets_page
 from shared.settings import Settings
+from shared.urls import safe_url
 
 MAX_SET_PAGES = 100  # ListSets pages read to find the set (a guard against endless lists)
 Outcome = Literal["ok", "note", "problem"]
@@ -40,7 +41,7 @@ _PROBLEMS = (HarvestError, OAIError, ResponseError)
 
 @dataclass(frozen=True)
 class Finding:
-    step: str  # Identify, metadataPrefix, set, first page
+    step: str  # Identify, metadataPrefix, set, first page, a record
     outcome: Outcome  # a note is worth knowing but does not stop a harvest
     text: str
 
@@ -54,13 +55,14 @@ async def probe_link(client: OAIClient, settings: Settings, link: Link) -> list[
 
 async def _steps(client: OAIClient, settings: Settings, link: Link) -> AsyncIterator[Finding]:
     url = link.base_url
+    shown = safe_url(url)  # never a password in what is printed
     try:
         identify = await client.identify(url)
     except _PROBLEMS as exc:
         yield Finding("Identify", "problem", reason_of(exc))
         return
     if is_this_node(settings, url, identify):
-        yield Finding("Identify", "problem", f"{url} is this node's own provider")
+        yield Finding("Identify", "problem", f"{shown} is this node's own provider")
         return
     yield Finding(
         "Identify",
@@ -72,7 +74,7 @@ async def _steps(client: OAIClient, settings: Settings, link: Link) -> AsyncIter
         yield Finding(
             "Identify",
             "note",
-            f"{url} moved permanently to {client.moved[url]}: change the link with "
+            f"{shown} moved permanently to {client.moved[url]}: change the link with "
             f"`wiscat link set {link.name} --url {client.moved[url]}`",
         )
     elif identify.base_url != url:
