@@ -72,13 +72,16 @@ async def test_a_good_link_is_ok_at_every_step(make_node: NodeFactory, tmp_path:
     assert await records_at(a) == 0  # a probe stores nothing
     # a peer that moved: followed, and the new URL named
     async with serving_app(redirecting_to(b.oai)) as old:
-        await a.wiscat("link", "add", "old", "--url", old + "/oai", "--set", b.own_set)
+        with_password = old.replace("http://", "http://probe:s3cret@") + "/oai"
+        await a.wiscat("link", "add", "old", "--url", with_password, "--set", b.own_set)
         code, out, err = await a.wiscat("link", "test", "old", check=False)
     assert code == 0, out + err
+    shown = old.replace("http://", "http://probe:***@")
     assert lines(out)["Identify"][1] == (
-        f"note     {old}/oai moved permanently to {b.oai}: change the link with "
+        f"note     {shown}/oai moved permanently to {b.oai}: change the link with "
         f"`wiscat link set old --url {b.oai}`"
     )
+    assert "s3cret" not in out + err
     # a link to the whole catalogue of a peer whose list is empty: a note, not a problem
     empty = await make_node("C")
     await empty.start("provider", f"http://127.0.0.1:{empty.provider_port}/readyz")
