@@ -20,6 +20,7 @@ from shared.db import links as link_store
 from shared.db.links import Link
 from shared.db.pool import Pool
 from shared.logs import Outage
+from shared.version import VERSION
 
 log = logging.getLogger("wiscat.harvester")
 
@@ -81,10 +82,11 @@ class Scheduler:
     async def run(self, stop: asyncio.Event) -> None:
         """Lease due links and run them until ``stop`` is set; then finish the running ones."""
         log.info(
-            "harvester %s scheduling (%d at once, %d per host)",
+            "harvester %s scheduling (%d at once, %d per host; wiscat %s)",
             self.owner,
             self.slots,
             self.per_host,
+            VERSION,
         )
         while not stop.is_set():
             free = self.slots - len(self.running)

@@ -26,6 +26,7 @@ from shared.db.pool import create_pool
 from shared.ingest import ensure_own_set
 from shared.oaipmh.tokens import TokenCodec
 from shared.settings import Settings
+from shared.version import VERSION
 
 log = logging.getLogger("wiscat.provider")
 
@@ -105,7 +106,12 @@ def create_app(settings: Settings, database_url: str) -> FastAPI:
                 if settings.deleted_retention_days > 0 or settings.history_retention_days > 0
                 else None
             )
-            log.info("provider ready: %s (own set %s)", settings.base_url, settings.own_set)
+            log.info(
+                "provider ready: %s (own set %s, wiscat %s)",
+                settings.base_url,
+                settings.own_set,
+                VERSION,
+            )
             yield
             await registry.stop(app)
             await state.read_ahead.close()

@@ -18,6 +18,7 @@ from services.harvester.page_records import WORKER_MIN_BYTES
 from shared.generator import generate_record
 from shared.iso19139 import parse_record
 from shared.oaipmh import render
+from shared.version import VERSION
 from tests.e2e.nodes import WISCAT, Node, NodeFactory, stop_signals_by_default
 from tests.servers import list_records_page, serving
 
@@ -127,6 +128,9 @@ async def test_a_service_stopped_by_a_signal_says_which_and_that_it_stopped(
         found = events(node.logs[-1].read_text())
         assert said(found, "info", f"{sig.name} received: stopping"), (command, found[-5:])
         assert said(found, "info", stopped), (command, found[-5:])
+        # which wiscat it was, for a report of what happened
+        started = "provider ready" if command == "provider" else "scheduling"
+        assert said(found, "info", started, f"wiscat {VERSION}"), (command, found[:8])
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGHUP], ids=["SIGINT", "SIGHUP"])
