@@ -18,7 +18,7 @@ from typing import Any
 import uvicorn
 from pydantic import ValidationError
 
-from services import cli_checks, cli_history, cli_probe, cli_registry
+from services import cli_checks, cli_history, cli_probe, cli_registry, cli_settings
 from services.cli_output import table, when
 from services.listen import CannotListen, listen
 from shared import ingest
@@ -643,6 +643,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_probe.add_parsers(link)
     cli_checks.add_parsers(sub)
     cli_registry.add_parsers(sub)
+    cli_settings.add_parsers(sub)
     return parser
 
 
@@ -662,6 +663,7 @@ COMMANDS = {
     **cli_probe.COMMANDS,
     **cli_checks.COMMANDS,
     **cli_registry.COMMANDS,
+    **cli_settings.COMMANDS,
 }
 
 
