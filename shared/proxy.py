@@ -47,11 +47,11 @@ class Proxy:
 
 
 def bypass_list(no_proxy: str) -> tuple[str, ...]:
-    """``WISCAT_NO_PROXY``'s entries: comma-separated host names, domains, addresses and
+    """``WISCAT_NO_PROXY``'s entries: comma-separated host names, domains (``example.org``,
+    ``.example.org`` and ``*.example.org`` alike: it and its subdomains), addresses and
     networks, ``*`` for all."""
-    return tuple(
-        entry.strip().lower().lstrip(".") for entry in no_proxy.split(",") if entry.strip()
-    )
+    entries = (entry.strip().lower() for entry in no_proxy.split(","))
+    return tuple(entry if entry == "*" else entry.lstrip("*.") for entry in entries if entry)
 
 
 def bypassed(host: str, bypass: tuple[str, ...]) -> bool:

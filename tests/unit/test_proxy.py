@@ -24,8 +24,15 @@ from shared.proxy import Proxy, proxy_url_problem
     ],
 )
 def test_no_proxy_names_hosts_domains_and_networks(url: str, through: bool) -> None:
-    proxy = Proxy.from_setting("http://gate:3128", ".example.org, 10.1.0.0/16,fd00::/8, intranet")
+    proxy = Proxy.from_setting("http://gate:3128", "*.example.org, 10.1.0.0/16,fd00::/8, intranet")
     assert proxy.for_url(url) == ("http://gate:3128" if through else None)
+
+
+def test_a_domain_is_written_three_ways() -> None:
+    for written in ("example.org", ".example.org", "*.example.org"):
+        proxy = Proxy.from_setting("http://gate:3128", written)
+        assert proxy.for_url("https://a.example.org/oai") is None, written
+        assert proxy.for_url("https://example.org/oai") is None, written
 
 
 def test_a_star_sends_nothing_through_the_proxy() -> None:
