@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from typing import Any
 
 from shared.db import links as link_store
@@ -40,7 +41,9 @@ async def cmd_link_test(settings: Settings, args: argparse.Namespace) -> int:
         f"link {link.name}: {safe_url(link.base_url)} set={link.remote_set or '(all)'} "
         f"prefix={link.metadata_prefix}"
     )
+    # one retry at most: an operator waits for the answer, and runs it again if need be
     config = client_settings(settings)
+    config = replace(config, max_retries=min(config.max_retries, 1))
     async with OAIClient.session(config) as session:
         findings = await probe_link(OAIClient(session, config), settings, link)
     for finding in findings:

@@ -130,13 +130,13 @@ async def test_a_mistyped_link_is_told_what_the_peer_has(
 
 
 async def test_a_peer_that_cannot_be_reached_ends_the_probe(make_node: NodeFactory) -> None:
-    a = await make_node("A")
-    a.extra["WISCAT_HARVEST_MAX_RETRIES"] = "0"
+    a = await make_node("A")  # the default 5 retries of a harvest: a probe makes one at most
     closed = f"http://127.0.0.1:{free_port()}/oai"
     await a.wiscat("link", "add", "gone", "--url", closed, "--set", "S", "--disabled")
     code, out, err = await a.wiscat("link", "test", "gone", check=False)
     assert code == 1, out + err
     assert list(lines(out)) == ["Identify"]
     assert f"PROBLEM  cannot reach {closed}" in out
+    assert err.count("retrying in") == 1
     code, _, err = await a.wiscat("link", "test", "nothing", check=False)
     assert code == 1 and "no link named 'nothing'" in err
