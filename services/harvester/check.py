@@ -51,7 +51,6 @@ from shared.iso19139 import canonical_hash
 from shared.oaipmh.dates import format_datestamp
 from shared.oaipmh.errors import IdDoesNotExist, NoSetHierarchy, OAIError
 from shared.oaipmh.pages import HeaderItem, ResponseError, UnreadableItem
-from shared.oaipmh.sets import read_sets_page
 from shared.urls import safe_url
 
 log = logging.getLogger("wiscat.check")
@@ -392,18 +391,11 @@ class Checker:
 
     async def _names_set(self, url: str, wanted: str) -> bool | None:
         """Whether the ListSets of ``url`` names ``wanted``; None if it did not end in time."""
-        params = {"verb": "ListSets"}
-        for _ in range(MAX_SET_PAGES):
-            try:
-                page = read_sets_page(await self.client.fetch(url, params))
-            except NoSetHierarchy:
-                return False
-            if wanted in page.set_specs:
-                return True
-            if page.resumption_token is None:
-                return False
-            params = {"verb": "ListSets", "resumptionToken": page.resumption_token}
-        return None
+        try:
+            found, _ = await self.client.find_set(url, wanted, MAX_SET_PAGES)
+        except NoSetHierarchy:
+            return False
+        return found
 
     def _scan_source(self, source: ListResult, spill: SortedSpill) -> dict[str, str]:
         """Count the source's live and deleted identifiers and draw the sample (a reservoir of

@@ -51,6 +51,7 @@ from shared.oaipmh.pages import (
     read_errors,
     read_identify,
 )
+from shared.oaipmh.sets import read_sets_page
 from shared.proxy import Proxy
 from shared.registry.safe_fetch import address_allowed, parser_message
 from shared.tls import client_context, refusal
@@ -531,6 +532,21 @@ class OAIClient:
         finally:
             while slots:
                 _drop(slots.pop().task)
+
+    async def find_set(self, base_url: str, wanted: str, max_pages: int) -> tuple[bool | None, int]:
+        """Whether the ListSets of ``base_url`` names ``wanted`` (None: not within ``max_pages``
+        pages), and how many sets it listed meanwhile; ``noSetHierarchy`` is raised."""
+        params = {"verb": "ListSets"}
+        seen = 0
+        for _ in range(max_pages):
+            page = read_sets_page(await self.fetch(base_url, params))
+            seen += len(page.set_specs)
+            if wanted in page.set_specs:
+                return True, seen
+            if page.resumption_token is None:
+                return False, seen
+            params = {"verb": "ListSets", "resumptionToken": page.resumption_token}
+        return None, seen
 
     async def get_record(self, base_url: str, identifier: str, metadata_prefix: str) -> RecordItem:
         """One record by GetRecord (the ListIdentifiers + GetRecord strategy)."""

@@ -30,7 +30,7 @@ from shared.linkspec import REGISTRY_LINK_PREFIX
 from shared.oaipmh.dates import format_datestamp
 from shared.oaipmh.errors import NoMetadataFormats, NoRecordsMatch, NoSetHierarchy, OAIError
 from shared.oaipmh.pages import HeaderItem, PageReader, ResponseError
-from shared.oaipmh.sets import read_metadata_formats, read_sets_page
+from shared.oaipmh.sets import read_metadata_formats
 from shared.settings import Settings
 from shared.urls import safe_url
 
@@ -115,27 +115,22 @@ async def _prefix(client: OAIClient, link: Link) -> Finding:
 
 
 async def _set(client: OAIClient, link: Link, wanted: str) -> Finding:
-    params = {"verb": "ListSets"}
-    seen = 0
     try:
-        for _ in range(MAX_SET_PAGES):
-            page = read_sets_page(await client.fetch(link.base_url, params))
-            seen += len(page.set_specs)
-            if wanted in page.set_specs:
-                return Finding("set", "ok", f"{wanted} listed by the peer")
-            if page.resumption_token is None:
-                return Finding(
-                    "set",
-                    "problem",
-                    f"{wanted} is not among the peer's {seen} sets; change it with "
-                    f"`wiscat link set {link.name} --set S`",
-                )
-            params = {"verb": "ListSets", "resumptionToken": page.resumption_token}
+        found, seen = await client.find_set(link.base_url, wanted, MAX_SET_PAGES)
     except NoSetHierarchy:
         return Finding("set", "problem", f"the peer has no sets (noSetHierarchy), so no {wanted}")
     except _PROBLEMS as exc:
         return Finding("set", "problem", f"ListSets: {reason_of(exc)}")
-    return Finding("set", "note", f"{wanted} not found in {MAX_SET_PAGES} pages of ListSets")
+    if found:
+        return Finding("set", "ok", f"{wanted} listed by the peer")
+    if found is None:
+        return Finding("set", "note", f"{wanted} not found in {MAX_SET_PAGES} pages of ListSets")
+    return Finding(
+        "set",
+        "problem",
+        f"{wanted} is not among the peer's {seen} sets; change it with "
+        f"`wiscat link set {link.name} --set S`",
+    )
 
 
 async def _first_page(client: OAIClient, link: Link) -> tuple[Finding, str | None]:
