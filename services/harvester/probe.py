@@ -165,6 +165,8 @@ async def _record(client: OAIClient, link: Link, identifier: str) -> Finding:
         item = await client.get_record(link.base_url, identifier, link.metadata_prefix)
     except _PROBLEMS as exc:
         return Finding("a record", "problem", f"GetRecord of {identifier}: {reason_of(exc)}")
+    if item.header.deleted:
+        return Finding("a record", "note", f"{identifier} was deleted since it was listed")
     if item.metadata is None:
         return Finding("a record", "problem", f"GetRecord of {identifier} has no metadata")
     try:
