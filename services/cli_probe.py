@@ -4,8 +4,9 @@ make (:mod:`services.harvester.probe`), before a run finds out."""
 from __future__ import annotations
 
 import argparse
+import json
 import sys
-from dataclasses import replace
+from dataclasses import asdict, replace
 from typing import Any
 
 from shared.db import links as link_store
@@ -24,6 +25,7 @@ def add_parsers(link: Any) -> None:
         "problem",
     )
     p.add_argument("name")
+    p.add_argument("--json", action="store_true", help="the findings as a JSON list")
 
 
 async def cmd_link_test(settings: Settings, args: argparse.Namespace) -> int:
@@ -37,17 +39,20 @@ async def cmd_link_test(settings: Settings, args: argparse.Namespace) -> int:
     if link is None:
         print(f"wiscat: no link named {args.name!r}", file=sys.stderr)
         return 1
-    print(
-        f"link {link.name}: {safe_url(link.base_url)} set={link.remote_set or '(all)'} "
-        f"prefix={link.metadata_prefix}"
-    )
     # one retry at most: an operator waits for the answer, and runs it again if need be
     config = client_settings(settings)
     config = replace(config, max_retries=min(config.max_retries, 1))
     async with OAIClient.session(config) as session:
         findings = await probe_link(OAIClient(session, config), settings, link)
-    for finding in findings:
-        print(f"  {finding.step:<15} {MARKS[finding.outcome]:<8} {finding.text}")
+    if args.json:
+        print(json.dumps([asdict(finding) for finding in findings], indent=2))
+    else:
+        print(
+            f"link {link.name}: {safe_url(link.base_url)} set={link.remote_set or '(all)'} "
+            f"prefix={link.metadata_prefix}"
+        )
+        for finding in findings:
+            print(f"  {finding.step:<15} {MARKS[finding.outcome]:<8} {finding.text}")
     return 1 if any(finding.outcome == "problem" for finding in findings) else 0
 
 

@@ -3,6 +3,7 @@ harvests would make, a problem named per step (exit 1), and nothing stored."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from aiohttp import web
@@ -127,6 +128,18 @@ async def test_a_mistyped_link_is_told_what_the_peer_has(
     assert steps["metadataPrefix"] == ["ok       oai_dc offered"]
     assert steps["a record"][0].startswith("PROBLEM  urn:x-wmo:md:")
     assert "would be quarantined: root element is" in steps["a record"][0]
+    # the same findings for a script
+    code, out, err = await a.wiscat("link", "test", "b", "--json", check=False)
+    assert code == 1, out + err
+    findings = json.loads(out)
+    assert [f["step"] for f in findings] == [
+        "Identify",
+        "metadataPrefix",
+        "set",
+        "first page",
+        "a record",
+    ]
+    assert findings[-1]["outcome"] == "problem" and "quarantined" in findings[-1]["text"]
 
 
 async def test_a_peer_that_cannot_be_reached_ends_the_probe(make_node: NodeFactory) -> None:
