@@ -498,7 +498,7 @@ class OAIClient:
             slot.fetched = True
             if slot is newest:
                 go_ahead()
-            page = Page(shown, len(body), PageReader(body))
+            page = Page(shown, len(body), PageReader(body), verb=verb)
             return page, await read(page)
 
         try:
@@ -555,8 +555,13 @@ class OAIClient:
             {"verb": "GetRecord", "identifier": identifier, "metadataPrefix": metadata_prefix},
         )
         url = safe_url(base_url)
+        reader = PageReader(body)
         try:
-            for item in PageReader(body).items():
+            for item in reader.items():
+                if reader.summary.verb != "GetRecord":
+                    raise BadResponse(
+                        f"a GetRecord request to {url} was answered with {reader.summary.verb!r}"
+                    )
                 if isinstance(item, RecordItem):
                     return item
                 if isinstance(item, UnreadableItem):  # the record's fault, as a malformed one

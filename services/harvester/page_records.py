@@ -76,18 +76,24 @@ class Page:
     bytes: int
     reader: PageReader
     consumed: bool = False
+    # the verb asked: a page that answers another (ListIdentifiers' headers to a ListRecords
+    # request) fails, before any of its items is taken for what was asked
+    verb: str | None = None
 
     def items(self) -> Iterator[Item]:
         if self.consumed:
             return
         self.consumed = True
         try:
-            yield from self.reader.items()
+            for item in self.reader.items():
+                self._check_verb(self.reader.summary)
+                yield item
         except NoRecordsMatch:
             self.reader.summary.errors.clear()
             self.reader.summary.resumption_token = None
         except ResponseError as exc:
             raise BadResponse(f"{exc} (from {self.url})") from exc
+        self._check_verb(self.reader.summary)
 
     @property
     def summary(self) -> PageSummary:
@@ -95,9 +101,17 @@ class Page:
 
     def adopt(self, summary: PageSummary, items_seen: int) -> None:
         """Take the outcome of reading this page elsewhere (a worker process read a copy)."""
+        self._check_verb(summary)
         self.consumed = True
         self.reader.summary = summary
         self.reader.items_seen = items_seen
+
+    def _check_verb(self, summary: PageSummary) -> None:
+        # None: an error, or noRecordsMatch, read as such
+        if self.verb is not None and summary.verb not in (None, self.verb):
+            raise BadResponse(
+                f"a {self.verb} request to {self.url} was answered with {summary.verb!r}"
+            )
 
 
 def _raw(element: Any) -> bytes:

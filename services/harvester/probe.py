@@ -29,7 +29,7 @@ from shared.iso19139 import RecordError, record_from_element
 from shared.linkspec import REGISTRY_LINK_PREFIX
 from shared.oaipmh.dates import format_datestamp
 from shared.oaipmh.errors import NoMetadataFormats, NoRecordsMatch, NoSetHierarchy, OAIError
-from shared.oaipmh.pages import HeaderItem, PageReader, ResponseError
+from shared.oaipmh.pages import HeaderItem, NotOAIResponse, PageReader, ResponseError
 from shared.oaipmh.sets import read_metadata_formats
 from shared.settings import Settings
 from shared.urls import safe_url
@@ -141,6 +141,8 @@ async def _first_page(client: OAIClient, link: Link) -> tuple[Finding, str | Non
     try:
         reader = PageReader(await client.fetch(link.base_url, params))
         headers = [item for item in reader.items() if isinstance(item, HeaderItem)]
+        if reader.summary.verb != "ListIdentifiers":
+            raise NotOAIResponse(f"the answer is {reader.summary.verb!r}, not ListIdentifiers")
     except NoRecordsMatch:
         return Finding("first page", "note", "the list is empty (noRecordsMatch)"), None
     except _PROBLEMS as exc:

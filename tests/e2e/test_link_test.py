@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from aiohttp import web
+from aiohttp import ClientSession, web
 
 from shared.db.pool import connect
 from shared.generator import generate_record
@@ -153,3 +153,34 @@ async def test_a_peer_that_cannot_be_reached_ends_the_probe(make_node: NodeFacto
     assert err.count("retrying in") == 1
     code, _, err = await a.wiscat("link", "test", "nothing", check=False)
     assert code == 1 and "no link named 'nothing'" in err
+
+
+def answering_lists_with_records(url: str) -> web.Application:
+    """A peer that forwards every request to ``url`` but answers ListIdentifiers with the
+    ListRecords of the same arguments."""
+
+    async def forward(request: web.Request) -> web.Response:
+        query = dict(request.query)
+        if query.get("verb") == "ListIdentifiers":
+            query["verb"] = "ListRecords"
+        async with ClientSession() as session, session.get(url, params=query) as answer:
+            return web.Response(body=await answer.read(), content_type="text/xml")
+
+    app = web.Application()
+    app.router.add_get("/oai", forward)
+    return app
+
+
+async def test_a_list_answered_with_another_verb_is_a_problem(
+    make_node: NodeFactory, tmp_path: Path
+) -> None:
+    # its headers were all RecordItems, none counted: "0 headers", and the step said ok
+    b = await peer_node(make_node, tmp_path)
+    a = await make_node("A")
+    async with serving_app(answering_lists_with_records(b.oai)) as peer:
+        await a.wiscat("link", "add", "b", "--url", peer + "/oai", "--set", b.own_set)
+        code, out, err = await a.wiscat("link", "test", "b", check=False)
+    assert code == 1, out + err
+    assert lines(out)["first page"] == [
+        "PROBLEM  ListIdentifiers: the answer is 'ListRecords', not ListIdentifiers"
+    ]

@@ -736,6 +736,26 @@ async def test_an_html_page_with_status_200(serve: Serve, client: OAIClient) -> 
     assert "HTML" in failure.reason
 
 
+async def test_a_list_answered_with_another_verb(serve: Serve, client: OAIClient) -> None:
+    # a ListRecords request answered with ListIdentifiers headers: read as records to get, or
+    # as a list that ended, the run went on as if the peer had answered what it was asked
+    failure = await fails_with(serve, client, fixture("ListIdentifiers-day-granularity.xml"))
+    assert "a ListRecords request to" in failure.reason
+    assert failure.reason.endswith("was answered with 'ListIdentifiers'")
+
+
+async def test_get_record_answered_with_a_list(serve: Serve, client: OAIClient) -> None:
+    async def handler(request: web.Request, peer: Peer) -> web.Response:
+        return xml("ListRecords-page1.xml")
+
+    peer = await serve(handler)
+    with pytest.raises(BadResponse) as caught:
+        await client.get_record(peer.url, "urn:x-wmo:md:int.wmo.wis::A", "iso19139")
+    assert caught.value.reason == (
+        f"a GetRecord request to {peer.url} was answered with 'ListRecords'"
+    )
+
+
 async def test_truncated_xml(serve: Serve, client: OAIClient) -> None:
     failure = await fails_with(serve, client, fixture("malformed-truncated.xml"))
     assert isinstance(failure.__cause__, MalformedResponse)

@@ -165,9 +165,10 @@ asyncio.run(main())
 async def test_workers_start_on_the_first_page_without_stopping_the_event_loop() -> None:
     report = await report_of(FIRST_PAGE)
     assert report["read"] == 3 and report["workers"] == 1
-    # starting the workers took a good part of a second (0.3 s here); the event loop ran on
-    # all along (blocked, as it once was, the longest gap was the whole start)
-    assert report["took"] > 0.1, report
+    # starting the workers took 0.3 s on a busy machine, 0.09 s on a quiet one: several of
+    # the ticker's 10 ms, so that a blocked event loop (as it once was) would show as one gap
+    # of most of the start; it ran on all along
+    assert report["took"] > 0.04, report
     assert report["gap"] < min(0.15, report["took"] / 2), report
 
 
@@ -266,3 +267,32 @@ async def test_readers_closed_while_their_workers_start_leave_no_spool() -> None
     report = await report_of(CLOSED_WHILE_STARTING)
     assert report["under_way"], "the fork server takes longer than 50 ms to start"
     assert report["left"] == []
+
+
+@pytest.mark.parametrize("workers", [1, 0])
+async def test_a_page_that_answers_another_verb_fails_in_a_worker_and_in_a_thread(
+    workers: int,
+) -> None:
+    # a ListRecords page to a ListIdentifiers request: read in a worker, its summary named the
+    # other verb, and its records were taken all the same
+    page = page_of(range(3))
+    page.verb = "ListIdentifiers"
+    readers = PageReaders(workers, min_bytes=0)
+    try:
+        with pytest.raises(BadResponse) as caught:
+            await readers.read(page)
+    finally:
+        readers.close()
+    assert str(caught.value) == (
+        "a ListIdentifiers request to http://peer/oai was answered with 'ListRecords'"
+    )
+    assert await readers_read_it_as_asked(page_of(range(3))) == 3
+
+
+async def readers_read_it_as_asked(page: Page) -> int:
+    page.verb = "ListRecords"
+    readers = PageReaders(1, min_bytes=0)
+    try:
+        return len((await readers.read(page)).sorter.batch)
+    finally:
+        readers.close()
