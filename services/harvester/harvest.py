@@ -573,7 +573,12 @@ async def _store_page(
         await conn.execute(f"set local statement_timeout = {timeout_ms}")
         await _hold_run(conn, link, report)
         result = await store.upsert_records(
-            conn, link.local_set, batch, protected_set=protected, refuse_conflicts=True
+            conn,
+            link.local_set,
+            batch,
+            protected_set=protected,
+            refuse_conflicts=True,
+            source=link.name,
         )
         counts = result.counts
         refused = counts["refused_older"] + counts["refused_protected"] + counts["refused_conflict"]
@@ -624,8 +629,8 @@ async def _store_page(
         )
     for identifier in result.identifiers("refused_conflict"):
         _run_log(report).warning(
-            "harvest %s: refused %s: the copy stored from another set has the same gmd:dateStamp "
-            "and other content; it is kept (the peers disagree on this record)",
+            "harvest %s: refused %s: the copy stored from another link or set has the same "
+            "gmd:dateStamp and other content; it is kept (the peers disagree on this record)",
             link.name,
             identifier,
         )

@@ -73,18 +73,21 @@ async def upsert_records(
     *,
     protected_set: str | None = None,
     refuse_conflicts: bool = False,
+    source: str | None = None,
 ) -> WriteResult:
-    """Write live records into ``set_spec`` in one statement.
+    """Write live records into ``set_spec`` in one statement; ``source`` is the link writing
+    (None: a local write), kept with each copy written.
 
     Outcomes: ``added`` (new, or revived from a tombstone), ``updated`` (content changed: new
     datestamp), ``joined`` (same content, newly in this set: new datestamp), ``unchanged`` (nothing
     written, datestamp kept), ``refused_older`` (gmd:dateStamp older than the stored copy's,
     or none where the stored copy has one, invariant 5), ``refused_protected`` (the record is
     in ``protected_set`` and this write is not into it, invariant 6), and with
-    ``refuse_conflicts`` ``refused_conflict`` (the record is stored in other sets only, and this
-    copy differs in content but has the same gmd:dateStamp, or neither has one: the first copy
-    stays, so that two peers that disagree on a record do not replace each
-    other's copy, with a new datestamp, at every run).
+    ``refuse_conflicts`` ``refused_conflict`` (this copy differs in content from the stored one
+    but has the same gmd:dateStamp, or neither has one, and the stored copy was written by
+    another link, or, where no existing link wrote it, it is in other sets only: the first copy
+    stays, so that two peers that disagree on a record do not replace each other's copy, with a
+    new datestamp, at every run, whether their links file it under one set or two).
     """
     if not records:
         return WriteResult({})
@@ -99,6 +102,7 @@ async def upsert_records(
         [r.xml for r in records],
         protected_set,
         refuse_conflicts,
+        source,
     )
     return WriteResult({row["identifier"]: row["outcome"] for row in rows})
 

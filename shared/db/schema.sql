@@ -138,6 +138,7 @@ CREATE TABLE public.records (
     xml text,
     deleted boolean DEFAULT false NOT NULL,
     set_specs text[] DEFAULT '{}'::text[] NOT NULL,
+    source text,
     CONSTRAINT tombstone_has_no_content CHECK ((deleted = (xml IS NULL)))
 );
 ALTER TABLE ONLY public.records ALTER COLUMN xml SET STORAGE EXTERNAL;

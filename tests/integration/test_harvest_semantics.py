@@ -806,13 +806,15 @@ async def test_failure_mid_list_keeps_committed_pages_and_the_old_mark(pair: Pai
     assert await pair.sink.fetchval("select count(*) from records") == 4
 
 
+@pytest.mark.parametrize("into", [None, "shared01"])
 async def test_two_peers_that_disagree_on_a_record_do_not_churn_it(
-    pair: Pair, caplog: pytest.LogCaptureFixture
+    pair: Pair, caplog: pytest.LogCaptureFixture, into: str | None
 ) -> None:
     """Two GISCs list one identifier in their own sets with the same gmd:dateStamp and other
     content (one edited it without a new dateStamp). Each full or window run of either link
     replaced the other's copy with a new datestamp, which every harvester downstream then took
-    again. Now the first copy stays, the other link's run refuses it and says why."""
+    again. Now the first copy stays, the other link's run refuses it and says why; also where
+    both links file it under one set (two GISCs serving a shared set)."""
     from services.harvester.harvest import harvest_link
     from shared.linkspec import build_link
 
@@ -827,7 +829,7 @@ async def test_two_peers_that_disagree_on_a_record_do_not_churn_it(
         await link_store.add_link(
             pair.sink,
             build_link(
-                name=name, url=url, remote_set=remote_set, into=None,
+                name=name, url=url, remote_set=remote_set, into=into,
                 own_set="WIS-GISC-SINK", window_slices=0,
             ),
         )  # fmt: skip
@@ -847,7 +849,7 @@ async def test_two_peers_that_disagree_on_a_record_do_not_churn_it(
     assert b.counts["updated"] == 0 and again.counts["updated"] == 0
     assert await pair.sink.fetchrow("select datestamp, xml from records") == first
     assert "<gmd:series/>" not in first["xml"]
-    assert f"harvest b: refused {identifier}: the copy stored from another set" in caplog.text
+    assert f"harvest b: refused {identifier}: the copy stored from another link" in caplog.text
     run_b = await pair.sink.fetchrow("select refused, updated from harvest_runs where link = 'b'")
     assert dict(run_b) == {"refused": 1, "updated": 0}
 

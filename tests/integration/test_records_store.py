@@ -8,7 +8,9 @@ from datetime import UTC, datetime, timedelta
 
 import asyncpg
 
+from shared.db import links as link_store
 from shared.db import records as store
+from shared.db.links import NewLink
 from shared.db.records import IncomingRecord
 
 OWN = "WIS-GISC-TEST"
@@ -133,6 +135,47 @@ async def test_two_sets_that_disagree_with_the_same_md_datestamp_keep_the_first_
     assert stored and stored.set_specs == ("WIS-GISC-A", "WIS-GISC-B")
     # a local write (ingest, the admin API) is not held to it
     assert (await upsert(db, OWN, rec("x", "mine", later))).outcomes == {"x": "updated"}
+
+
+async def test_two_links_into_one_set_that_disagree_keep_the_first_copy(
+    db: asyncpg.Pool,
+) -> None:
+    """Two GISCs serving one shared set, each harvested by a link of its own into that set: a
+    record they hold with the same gmd:dateStamp and other content was replaced by each link's
+    full or window run in turn, with a new datestamp each time. The first link's copy stays;
+    that link alone may correct it without a new gmd:dateStamp."""
+    shared = "shared01"
+    for name in ("from-a", "from-b"):
+        await link_store.add_link(db, NewLink(name, f"http://{name}/oai", shared, shared))
+    day = datetime(2024, 1, 1, tzinfo=UTC)
+
+    async def harvest(link: str, record: IncomingRecord) -> str:
+        async with db.acquire() as conn, conn.transaction():
+            written = await store.upsert_records(
+                conn, shared, [record], refuse_conflicts=True, source=link
+            )
+        return written.outcomes["x"]
+
+    assert await harvest("from-a", rec("x", "A's copy", day)) == "added"
+    first = await store.get_record(db, "x")
+    for _ in range(2):
+        assert await harvest("from-b", rec("x", "B's copy", day)) == "refused_conflict"
+        assert await harvest("from-a", rec("x", "A's copy", day)) == "unchanged"
+    kept = await store.get_record(db, "x")
+    assert first and kept and kept.datestamp == first.datestamp
+    assert kept.xml and b"A's copy" in kept.xml
+    assert await harvest("from-a", rec("x", "A's copy, fixed", day)) == "updated"
+    assert await harvest("from-b", rec("x", "B's copy", day)) == "refused_conflict"
+    # a newer copy wins from either link, and is then that link's to correct
+    later = day + timedelta(days=1)
+    assert await harvest("from-b", rec("x", "B's newer copy", later)) == "updated"
+    assert await harvest("from-a", rec("x", "A's newer copy", later)) == "refused_conflict"
+    # a removed link's copy is held by its sets alone, as a copy from before links were kept
+    assert await link_store.remove_link(db, "from-b")
+    assert await harvest("from-a", rec("x", "A's newer copy", later)) == "updated"
+    # a local write is not held to it, and leaves a copy held by its sets
+    assert (await upsert(db, shared, rec("x", "mine", later))).outcomes == {"x": "updated"}
+    assert await harvest("from-a", rec("x", "A's newer copy", later)) == "updated"
 
 
 async def test_a_stored_md_datestamp_far_ahead_does_not_block_a_true_one(

@@ -6,8 +6,10 @@ on conflict (spec) do nothing
 -- name: upsert_records --
 -- Write a batch of live records into set $1 in one statement; returns each identifier's outcome.
 -- $6 is the protected set: a record that is (or was) a member of it is refused unless $1 = $6.
--- With $7, a record of other sets whose incoming copy differs in content but not in gmd:dateStamp
--- is refused: two peers that disagree on it would otherwise replace each other's copy at each run.
+-- $8 is the link writing (null: a local write), kept as the copy's source. With $7, an incoming
+-- copy that differs in content but not in gmd:dateStamp from a copy another link wrote (or, where
+-- that link is not known, from a copy of other sets only) is refused: two peers that disagree on
+-- it would otherwise replace each other's copy at each run.
 with incoming as (
     -- the identifiers are distinct (the caller keeps a repeated one's last occurrence); the
     -- documents stay in $5 until they are written, so no step of the plan copies or sorts them
@@ -16,7 +18,7 @@ with incoming as (
          with ordinality as t (identifier, md_datestamp, content_hash, position)
 ),
 existing as (
-    select r.identifier, r.deleted, r.content_hash, r.md_datestamp, r.set_specs
+    select r.identifier, r.deleted, r.content_hash, r.md_datestamp, r.set_specs, r.source
     from records r
     where r.identifier in (select identifier from incoming)
     order by r.identifier
@@ -39,7 +41,13 @@ classified as (
                 and e.md_datestamp <= now() + interval '1 day'
                 then 'refused_older'
             when $7::boolean and i.md_datestamp is not distinct from e.md_datestamp
-                and not ($1::text = any (e.set_specs))
+                and case
+                    -- the link that wrote the copy may correct it, no other
+                    when exists (select 1 from links l where l.name = e.source)
+                        then e.source is distinct from $8::text
+                    -- a local copy, an older one, or one whose link was removed: by its sets
+                    else not ($1::text = any (e.set_specs))
+                end
                 then 'refused_conflict'
             else 'updated'
         end as outcome
@@ -47,8 +55,8 @@ classified as (
     left join existing e using (identifier)
 ),
 written as (
-    insert into records as r (identifier, datestamp, md_datestamp, content_hash, xml, deleted, set_specs)
-    select identifier, now(), md_datestamp, content_hash, ($5::text[])[position], false, array[$1::text]
+    insert into records as r (identifier, datestamp, md_datestamp, content_hash, xml, deleted, set_specs, source)
+    select identifier, now(), md_datestamp, content_hash, ($5::text[])[position], false, array[$1::text], $8::text
     from classified
     where outcome in ('added', 'updated', 'joined')
     order by identifier  -- every writer locks rows in one order: no deadlock
@@ -57,6 +65,7 @@ written as (
         md_datestamp = excluded.md_datestamp,
         content_hash = excluded.content_hash,
         xml = excluded.xml,
+        source = excluded.source,
         deleted = false,
         set_specs = case
             when r.deleted then excluded.set_specs
@@ -311,6 +320,7 @@ written as (
         md_datestamp = excluded.md_datestamp,
         content_hash = excluded.content_hash,
         xml = excluded.xml,
+        source = null,  -- newer by both dates: no link's copy to hold to
         deleted = false,
         set_specs = case
             when r.deleted then excluded.set_specs
