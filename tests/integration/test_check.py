@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -261,6 +262,14 @@ async def test_consistent_and_unchecked_outcomes(mesh: Mesh) -> None:
     assert failing["status"] == "failed"
 
 
+def headers_of(list_records: bytes) -> bytes:
+    """A ListRecords fixture as the ListIdentifiers page that lists its headers (the checker
+    asks for ListIdentifiers, and a page that answers another verb fails for that reason)."""
+    body = re.sub(rb"<metadata>.*?</metadata>", b"", list_records, flags=re.DOTALL)
+    body = re.sub(rb"</?record>", b"", body)
+    return body.replace(b"ListRecords>", b"ListIdentifiers>")
+
+
 @contextlib.asynccontextmanager
 async def silent_peer() -> AsyncIterator[str]:
     """A peer that accepts connections and never answers."""
@@ -282,12 +291,13 @@ async def test_each_peer_that_cannot_be_checked_says_why(mesh: Mesh) -> None:
     async with (
         serving(fixture("error-cannotDisseminateFormat.xml")) as oai_error,
         serving(fixture("not-oai-html-error.html"), content_type="text/html") as html,
-        serving(fixture("malformed-truncated.xml")) as truncated,
-        serving(fixture("ListRecords-unreadable-headers.xml")) as undated,
+        serving(headers_of(fixture("malformed-truncated.xml"))) as truncated,
+        serving(headers_of(fixture("ListRecords-unreadable-headers.xml"))) as undated,
+        serving(fixture("ListRecords-page1.xml")) as records,
         silent_peer() as silent,
     ):
         report = await check(
-            [oai_error, mesh.good.oai, html, truncated, undated, silent],
+            [oai_error, mesh.good.oai, html, truncated, undated, records, silent],
             mesh.source.oai,
             timeout=1,
         )
@@ -300,6 +310,8 @@ async def test_each_peer_that_cannot_be_checked_says_why(mesh: Mesh) -> None:
         truncated: reasons[truncated],  # libxml2's words, below
         # a list with a header that cannot be read is not a list the checker can call complete
         undated: f"a header whose datestamp '2024-02-30T08:00:00Z' is no date (from {undated})",
+        # its records' headers were compared as if listed
+        records: f"a ListIdentifiers request to {records} was answered with 'ListRecords'",
         silent: f"no answer from {silent} in time (after 1 attempts)",
     }
     assert reasons[truncated].startswith("not well-formed XML: Premature end of data")
