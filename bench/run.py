@@ -32,6 +32,7 @@ import aiohttp
 from lxml import etree
 
 from bench import mesh, peers, registry
+from bench.cpu import CpuUse, Group
 from bench.static_server import page_key
 from services.harvester.harvest import harvest_link
 from services.harvester.page_records import spool_prefix, spool_root
@@ -424,9 +425,11 @@ async def bench_harvester(server_url: str, source: str, records: int, page_size:
             check=True,
             stdout=subprocess.DEVNULL,
         )
-        seconds, peak, code, summary = await asyncio.to_thread(
-            timed_command, [WISCAT, "harvest", "bench", "--full"], env
-        )
+        harvest_cpu = CpuUse(CPU_GROUPS)
+        with harvest_cpu.measured():
+            seconds, peak, code, summary = await asyncio.to_thread(
+                timed_command, [WISCAT, "harvest", "bench", "--full"], env
+            )
         summary = summary.strip()
         assert code == 0, summary
         stored = records / seconds
@@ -448,9 +451,11 @@ async def bench_harvester(server_url: str, source: str, records: int, page_size:
                 quiet.append(time.perf_counter() - t)
 
         rates = {}
+        pyoai_cpu = CpuUse(CPU_GROUPS)
         for client in ("sickle", "oaipmh-scythe", "pyoai"):
             t = time.perf_counter()
-            count = await asyncio.to_thread(iterate_with, client, oai)
+            with pyoai_cpu.measured() if client == "pyoai" else contextlib.nullcontext():
+                count = await asyncio.to_thread(iterate_with, client, oai)
             rates[client] = count / (time.perf_counter() - t)
             rows.append(f"| {client}, merely iterating | {rates[client]:,.0f} | - |")
     lines += [
@@ -472,9 +477,45 @@ async def bench_harvester(server_url: str, source: str, records: int, page_size:
         f"{quiet[0]:.2f} s for the first run of a harvester process, which starts its page "
         "workers",
         f"- the full run as the harvester reported it: {summary}",
+        *cpu_lines(harvest_cpu, pyoai_cpu, records, 0.9 * rates["pyoai"]),
         "",
     ]
     return lines
+
+
+# What each process of a harvest benchmark is, by its command name and line.
+CPU_GROUPS: list[Group] = [
+    ("page workers", lambda name, line: "forkserver" in line),
+    ("PostgreSQL", lambda name, line: name == "postgres"),
+    ("the harvest process", lambda name, line: " harvest " in f"{line} "),
+    ("the provider", lambda name, line: " provider " in f"{line} "),
+    ("this benchmark (the iterating client)", lambda name, line: "bench.run" in line),
+]
+
+
+def cpu_lines(harvest: CpuUse, pyoai: CpuUse, records: int, goal_rate: float) -> list[str]:
+    """Where the CPU of the full harvest and of pyoai's iteration went, and what the 0.9 goal
+    leaves per record on this machine's cores."""
+    cores = os.cpu_count() or 1
+
+    def spent(use: CpuUse) -> tuple[str, float]:
+        per_record = use.per_item_us(records)
+        shown = ", ".join(f"{group} {us:.0f}" for group, us in per_record.items() if us >= 0.5)
+        return shown, sum(per_record.values())
+
+    harvest_shown, harvest_total = spent(harvest)
+    pyoai_shown, pyoai_total = spent(pyoai)
+    budget = cores / goal_rate * 1e6
+    return [
+        f"- CPU per record stored, in µs, by process: {harvest_shown}; in all "
+        f"**{harvest_total:.0f} µs**, so at most {cores / harvest_total * 1e6:,.0f} records/s on "
+        f"{cores} cores kept busy all the time",
+        f"- CPU per record of pyoai's client merely iterating, in µs: {pyoai_shown}; in all "
+        f"{pyoai_total:.0f} µs",
+        f"- 0.9 of pyoai's rate is {goal_rate:,.0f} records/s: at most **{budget:.0f} µs** of CPU "
+        f"per record on {cores} cores, every core busy all the time, for fetching, parsing, "
+        "hashing and storing, the provider and PostgreSQL included",
+    ]
 
 
 async def bench_peers(server_url: str) -> list[str]:
