@@ -170,6 +170,14 @@ async def test_two_links_into_one_set_that_disagree_keep_the_first_copy(
     later = day + timedelta(days=1)
     assert await harvest("from-b", rec("x", "B's newer copy", later)) == "updated"
     assert await harvest("from-a", rec("x", "A's newer copy", later)) == "refused_conflict"
+    # a link into another set that brings the same copy joins it; the copy stays B's
+    await link_store.add_link(db, NewLink("into-c", "http://c/oai", "C", "C"))
+    async with db.acquire() as conn, conn.transaction():
+        joined = await store.upsert_records(
+            conn, "C", [rec("x", "B's newer copy", later)], refuse_conflicts=True, source="into-c"
+        )
+    assert joined.outcomes == {"x": "joined"}
+    assert await harvest("from-b", rec("x", "B's newer copy, fixed", later)) == "updated"
     # a removed link's copy is held by its sets alone, as a copy from before links were kept
     assert await link_store.remove_link(db, "from-b")
     assert await harvest("from-a", rec("x", "A's newer copy", later)) == "updated"

@@ -65,7 +65,11 @@ written as (
         md_datestamp = excluded.md_datestamp,
         content_hash = excluded.content_hash,
         xml = excluded.xml,
-        source = excluded.source,
+        -- joined (the same content, newly in this set): its copy is still the first writer's
+        source = case
+            when not r.deleted and r.content_hash = excluded.content_hash then r.source
+            else excluded.source
+        end,
         deleted = false,
         set_specs = case
             when r.deleted then excluded.set_specs
