@@ -80,7 +80,12 @@ class CpuUse:
                 group = next((g for g, belongs in self.groups if belongs(name, line)), "other")
                 self.seconds[group] = self.seconds.get(group, 0.0) + spent
 
-    def per_item_us(self, items: int) -> dict[str, float]:
-        """Microseconds of CPU per item (a record), by group, largest first."""
+    def per_item(self, items: int, digits: int) -> tuple[str, float]:
+        """Microseconds of CPU per item (a record): each group's, largest first and written with
+        ``digits`` decimals (a group that would show as 0 left out), and all groups' together."""
         ordered = sorted(self.seconds.items(), key=lambda pair: -pair[1])
-        return {group: seconds / items * 1e6 for group, seconds in ordered}
+        per_item = [(group, seconds / items * 1e6) for group, seconds in ordered]
+        shown = ", ".join(
+            f"{group} {us:.{digits}f}" for group, us in per_item if us >= 0.5 / 10**digits
+        )
+        return shown, sum(us for _, us in per_item)

@@ -394,9 +394,7 @@ def provider_cpu_lines(wiscat: CpuUse, zero: CpuUse, records: int, goal_rate: fl
     cores = os.cpu_count() or 1
     lines = []
     for label, use in (("wiscat provider", wiscat), ("zero-cost provider", zero)):
-        per_record = use.per_item_us(records)
-        shown = ", ".join(f"{group} {us:.1f}" for group, us in per_record.items() if us >= 0.1)
-        total = sum(per_record.values())
+        shown, total = use.per_item(records, digits=1)
         lines.append(
             f"- CPU per record served to the minimal client by the {label}, in µs: {shown}; in "
             f"all **{total:.1f} µs**, so at most {cores / total * 1e6:,.0f} records/s on {cores} "
@@ -508,7 +506,7 @@ async def bench_harvester(server_url: str, source: str, records: int, page_size:
         f"{quiet[0]:.2f} s for the first run of a harvester process, which starts its page "
         "workers",
         f"- the full run as the harvester reported it: {summary}",
-        *cpu_lines(harvest_cpu, pyoai_cpu, records, 0.9 * rates["pyoai"]),
+        *harvester_cpu_lines(harvest_cpu, pyoai_cpu, records, 0.9 * rates["pyoai"]),
         "",
     ]
     return lines
@@ -526,18 +524,14 @@ CPU_GROUPS: list[Group] = [
 ]
 
 
-def cpu_lines(harvest: CpuUse, pyoai: CpuUse, records: int, goal_rate: float) -> list[str]:
+def harvester_cpu_lines(
+    harvest: CpuUse, pyoai: CpuUse, records: int, goal_rate: float
+) -> list[str]:
     """Where the CPU of the full harvest and of pyoai's iteration went, and what the 0.9 goal
     leaves per record on this machine's cores."""
     cores = os.cpu_count() or 1
-
-    def spent(use: CpuUse) -> tuple[str, float]:
-        per_record = use.per_item_us(records)
-        shown = ", ".join(f"{group} {us:.0f}" for group, us in per_record.items() if us >= 0.5)
-        return shown, sum(per_record.values())
-
-    harvest_shown, harvest_total = spent(harvest)
-    pyoai_shown, pyoai_total = spent(pyoai)
+    harvest_shown, harvest_total = harvest.per_item(records, digits=0)
+    pyoai_shown, pyoai_total = pyoai.per_item(records, digits=0)
     budget = cores / goal_rate * 1e6
     return [
         f"- CPU per record stored, in µs, by process: {harvest_shown}; in all "

@@ -37,7 +37,7 @@ from services.harvester.errors import (
     TooManyEmptyPages,
     TooManyRequests,
 )
-from services.harvester.page_records import Page
+from services.harvester.page_records import Page, answered_otherwise
 from shared.oaipmh.dates import format_datestamp, format_day
 from shared.oaipmh.errors import NoRecordsMatch
 from shared.oaipmh.pages import (
@@ -559,9 +559,7 @@ class OAIClient:
         try:
             for item in reader.items():
                 if reader.summary.verb != "GetRecord":
-                    raise BadResponse(
-                        f"a GetRecord request to {url} was answered with {reader.summary.verb!r}"
-                    )
+                    raise answered_otherwise("GetRecord", url, reader.summary.verb)
                 if isinstance(item, RecordItem):
                     return item
                 if isinstance(item, UnreadableItem):  # the record's fault, as a malformed one

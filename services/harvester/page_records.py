@@ -109,9 +109,13 @@ class Page:
     def _check_verb(self, summary: PageSummary) -> None:
         # None: an error, or noRecordsMatch, read as such
         if self.verb is not None and summary.verb not in (None, self.verb):
-            raise BadResponse(
-                f"a {self.verb} request to {self.url} was answered with {summary.verb!r}"
-            )
+            raise answered_otherwise(self.verb, self.url, summary.verb)
+
+
+def answered_otherwise(asked: str, url: str, answered: str | None) -> BadResponse:
+    """The failure of a request for verb ``asked`` that ``url`` answered with another verb's
+    element (``answered``)."""
+    return BadResponse(f"a {asked} request to {url} was answered with {answered!r}")
 
 
 def _raw(element: Any) -> bytes:
