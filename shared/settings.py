@@ -103,6 +103,13 @@ class Settings(BaseSettings):
         description="PEM certificates trusted for https peers besides the system's (a private CA)",
     )
     max_concurrent_lists: int = Field(default=16, ge=1, le=10_000)
+    database_timeout_seconds: float = Field(
+        default=30,
+        gt=0,
+        le=3600,
+        description="a request the database has not answered in this long gets 503 with "
+        "Retry-After (/readyz and /metrics wait at most 5 s)",
+    )
     header_timeout_seconds: float = Field(
         default=30,
         gt=0,
@@ -310,6 +317,12 @@ class Settings(BaseSettings):
     def own_set(self) -> str:
         """The node's own set, ``WIS-GISC-<NAME>`` (seed 002)."""
         return f"WIS-GISC-{self.gisc_name}"
+
+    @property
+    def probe_timeout_seconds(self) -> float:
+        """How long /readyz and /metrics wait for the database: monitors probe often, and
+        expect an answer within seconds."""
+        return min(5.0, self.database_timeout_seconds)
 
     @property
     def write_timeout_seconds(self) -> float:

@@ -20,7 +20,7 @@ from services.listen import listen
 from shared.db import links as link_store
 from shared.db.errors import UNAVAILABLE
 from shared.db.migrate import check_current
-from shared.db.pool import create_pool
+from shared.db.pool import answered, create_pool
 from shared.heap import one_arena
 from shared.settings import Settings
 from shared.urls import url_host
@@ -65,18 +65,24 @@ def health_app(ctx: HarvestContext) -> web.Application:
         return web.Response(text="ok\n")
 
     async def readyz(request: web.Request) -> web.Response:
-        try:
+        async def schema_current() -> None:
             async with ctx.pool.acquire() as conn:
                 await check_current(conn)
+
+        try:
+            await answered(schema_current(), ctx.settings.probe_timeout_seconds)
         except Exception as exc:
             return web.json_response({"ready": False, "reason": str(exc)}, status=503)
         return web.json_response({"ready": True})
 
+    async def read_values() -> list[link_store.Link]:
+        await export_check_metrics(ctx)
+        return await link_store.all_links(ctx.pool)
+
     async def metrics(request: web.Request) -> web.Response:
         now = time.time()
         try:
-            links = await link_store.all_links(ctx.pool)
-            await export_check_metrics(ctx)
+            links = await answered(read_values(), ctx.settings.probe_timeout_seconds)
         except UNAVAILABLE as exc:
             # the process's own metrics are worth most during an outage: served all the same
             log.warning("metrics without the database's values: %s: %s", type(exc).__name__, exc)

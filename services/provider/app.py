@@ -12,7 +12,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from services.provider import admin, monitoring, oai, registry, ui
 from services.provider.metrics import ProviderMetrics
@@ -20,9 +20,9 @@ from services.provider.oai import CUT_OFF, ProviderState
 from shared.db import checks as check_store
 from shared.db import links as link_store
 from shared.db import records as store
-from shared.db.errors import UNAVAILABLE, UNSTORABLE_TEXT
+from shared.db.errors import UNAVAILABLE, UNSTORABLE_TEXT, NoAnswer
 from shared.db.migrate import check_current
-from shared.db.pool import create_pool
+from shared.db.pool import Pool, abandon, answered, create_pool
 from shared.ingest import ensure_own_set
 from shared.oaipmh.tokens import TokenCodec
 from shared.settings import Settings
@@ -45,6 +45,61 @@ class HeadAsGet:
         if scope["type"] == "http" and scope["method"] == "HEAD":
             scope = {**scope, "method": "GET"}
         await self.app(scope, receive, send)
+
+
+class Deadline:
+    """A request that has not begun its answer in ``seconds`` gets 503 with Retry-After, as
+    one whose database cannot be reached: a database that hangs would hold the dashboard's, the
+    admin API's and the registry's requests for minutes. Once the answer begins, no deadline
+    is left (a large answer to a slow client takes its time). /oai, /readyz and /metrics bound
+    their database work themselves, and answer it each in its own way."""
+
+    OWN = frozenset({"/oai", "/healthz", "/readyz", "/metrics"})
+
+    def __init__(self, app: ASGIApp, seconds: float) -> None:
+        self.app = app
+        self.seconds = seconds
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] in self.OWN:
+            await self.app(scope, receive, send)
+            return
+        began = False
+
+        async def answering(message: Message) -> None:
+            nonlocal began
+            began = True
+            await send(message)
+
+        task = asyncio.ensure_future(self.app(scope, receive, answering))
+        try:
+            await asyncio.wait({task}, timeout=self.seconds)
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
+        if task.done() or began:
+            await task
+            return
+        abandon(task)  # as shared.db.pool.answered does, for the same reason
+        oai.log_unavailable(
+            f"{scope['method']} {scope['path']}",
+            NoAnswer(f"the database did not answer within {self.seconds:g} s"),
+        )
+        await unavailable_json()(scope, receive, send)
+
+
+async def counted(pool: Pool) -> tuple[list[store.SetCount], store.SetCount]:
+    """Live and deleted records per set, and in the whole catalogue, for /metrics."""
+    return await store.set_counts(pool), await store.catalogue_counts(pool)
+
+
+def unavailable_json() -> JSONResponse:
+    """The dashboard's, admin API's and registry's answer while the database is unavailable."""
+    return JSONResponse(
+        {"detail": "the database is unavailable; retry later"},
+        status_code=503,
+        headers={"Retry-After": str(oai.UNAVAILABLE_RETRY_AFTER)},
+    )
 
 
 async def _purge_loop(state: ProviderState) -> None:
@@ -129,6 +184,7 @@ def create_app(settings: Settings, database_url: str) -> FastAPI:
         docs_url="/docs",
         redoc_url=None,
     )
+    app.add_middleware(Deadline, seconds=settings.database_timeout_seconds)
     app.add_middleware(HeadAsGet)
     app.include_router(oai.router)
     app.include_router(admin.router)
@@ -155,11 +211,7 @@ def create_app(settings: Settings, database_url: str) -> FastAPI:
     async def _unavailable(request: Request, exc: Exception) -> JSONResponse:
         # /oai answers this itself (text); the dashboard, admin and registry answer it here
         oai.log_unavailable(f"{request.method} {request.url.path}", exc)
-        return JSONResponse(
-            {"detail": "the database is unavailable; retry later"},
-            status_code=503,
-            headers={"Retry-After": str(oai.UNAVAILABLE_RETRY_AFTER)},
-        )
+        return unavailable_json()
 
     for unavailable in UNAVAILABLE:
         app.add_exception_handler(unavailable, _unavailable)
@@ -173,9 +225,13 @@ def create_app(settings: Settings, database_url: str) -> FastAPI:
     async def readyz(request: Request) -> Response:
         """The database answers and its schema is current."""
         state: ProviderState = request.app.state.provider
-        try:
+
+        async def schema_current() -> None:
             async with state.pool.acquire() as conn:
                 await check_current(conn)
+
+        try:
+            await answered(schema_current(), settings.probe_timeout_seconds)
         except Exception as exc:  # DatabaseError, or asyncpg's and the system's (UNAVAILABLE)
             return JSONResponse({"ready": False, "reason": str(exc)}, status_code=503)
         return JSONResponse({"ready": True})
@@ -186,8 +242,7 @@ def create_app(settings: Settings, database_url: str) -> FastAPI:
         state: ProviderState = request.app.state.provider
         gauge = state.metrics.records
         try:
-            counts = await store.set_counts(state.pool)
-            whole = await store.catalogue_counts(state.pool)
+            counts, whole = await answered(counted(state.pool), settings.probe_timeout_seconds)
         except UNAVAILABLE as exc:
             # the process's own metrics are worth most during an outage: served all the same
             log.warning("metrics without the database's counts: %s: %s", type(exc).__name__, exc)

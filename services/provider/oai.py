@@ -30,7 +30,7 @@ from services.provider.readahead import ListPageItems, PageKey, ReadAhead
 from shared import crosswalk
 from shared.db import records as store
 from shared.db.errors import UNAVAILABLE
-from shared.db.pool import Pool
+from shared.db.pool import Pool, answered
 from shared.oaipmh import render
 from shared.oaipmh.arguments import OAIRequest, echo_allowed, parse_request
 from shared.oaipmh.dates import Granularity, until_upper_bound
@@ -148,7 +148,9 @@ async def oai_endpoint(request: Request) -> Response:
         pairs = await request_pairs(request)
         verbs = [v for k, v in pairs if k == "verb"]
         verb_label = verbs[0] if len(verbs) == 1 and verbs[0] in render.VERBS else "invalid"
-        body = await answer(state, parse_request(pairs, formats=FORMATS), response_date)
+        asked = parse_request(pairs, formats=FORMATS)
+        seconds = state.settings.database_timeout_seconds
+        body = await answered(answer(state, asked, response_date), seconds)
     except Overloaded:
         state.metrics.overloaded.inc()
         state.metrics.requests.labels(verb_label, "overloaded").inc()
@@ -159,7 +161,8 @@ async def oai_endpoint(request: Request) -> Response:
             media_type="text/plain",
         )
     except UNAVAILABLE as exc:
-        # the database is down or restarting: a 503 with Retry-After, which harvesters wait out
+        # the database is down, restarting or not answering: a 503 with Retry-After, which
+        # harvesters wait out
         # (the repository guidelines, §6.1: "during database updates or other short outages")
         state.metrics.requests.labels(verb_label, "unavailable").inc()
         log_unavailable(verb_label, exc)

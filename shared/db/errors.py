@@ -8,7 +8,8 @@ Exception tree::
 
 ``UNAVAILABLE`` are asyncpg's errors (and the system's) when the server cannot be reached or went
 away: connecting (refused, no socket, the server starting or shutting down), a connection lost
-mid-query, a query the server cancelled. A service answers them as "try again later".
+mid-query, a query the server cancelled, and :class:`NoAnswer` (a server that does not answer
+in time). A service answers them as "try again later".
 
 ``UNSTORABLE_TEXT`` are asyncpg's own errors for text PostgreSQL cannot hold (U+0000, which a
 URL, a form or JSON can carry as ``%00`` or ``\\u0000``): a request that brings such text is the
@@ -20,7 +21,7 @@ from __future__ import annotations
 import asyncpg
 
 UNAVAILABLE: tuple[type[Exception], ...] = (
-    OSError,  # refused, no such socket, reset
+    OSError,  # refused, no such socket, reset; and NoAnswer, a TimeoutError
     asyncpg.PostgresConnectionError,  # the connection failed or is gone
     asyncpg.OperatorInterventionError,  # starting up, shutting down, crashed, query cancelled
     asyncpg.InterfaceError,  # a connection closed under a query, a pool closing
@@ -52,3 +53,9 @@ class SchemaNotCurrent(DatabaseError):
 
 class EmbeddedServerError(DatabaseError):
     """The embedded PostgreSQL server could not be started."""
+
+
+class NoAnswer(TimeoutError):
+    """The database did not answer within a service's deadline (:func:`shared.db.pool.within`):
+    a server that hangs (wedged, its host or network gone silent) or a lock held for long. A
+    ``TimeoutError``, and so an ``OSError``: one of ``UNAVAILABLE``."""

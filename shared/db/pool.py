@@ -5,16 +5,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
 from shared.db.embedded import EmbeddedPostgres
-from shared.db.errors import DatabaseError
+from shared.db.errors import DatabaseError, NoAnswer
 
 log = logging.getLogger("wiscat.db")
+
+T = TypeVar("T")
 
 
 async def _init_connection(conn: asyncpg.Connection) -> None:
@@ -32,6 +35,34 @@ async def create_pool(url: str, *, min_size: int = 1, max_size: int = 10) -> asy
         raise DatabaseError(f"cannot connect to the database: {exc}") from exc
     assert pool is not None
     return pool
+
+
+async def answered(work: Awaitable[T], seconds: float) -> T:
+    """``work``'s result, or :class:`NoAnswer` once it has taken ``seconds``.
+
+    A database that hangs (wedged, its host or network gone silent), rather than refusing or
+    dropping connections, would hold a request until asyncpg's five-minute command timeout,
+    and with it a pooled connection that every later request waits for. Past the deadline
+    ``work`` is cancelled but not waited for: asyncpg cancels a query by asking the server,
+    and a connection whose query is being cancelled goes back to its pool only once the server
+    has answered, whenever that is. The caller answers at once; the pool stays at most full.
+    """
+    task = asyncio.ensure_future(work)
+    try:
+        done, _ = await asyncio.wait({task}, timeout=seconds)
+    except asyncio.CancelledError:
+        task.cancel()
+        raise
+    if task not in done:
+        abandon(task)
+        raise NoAnswer(f"the database did not answer within {seconds:g} s")
+    return task.result()
+
+
+def abandon(task: asyncio.Future[Any]) -> None:
+    """Cancel ``task`` without waiting for it to end; whatever it ends with is dropped."""
+    task.cancel()
+    task.add_done_callback(lambda ended: ended.cancelled() or ended.exception())
 
 
 # How often a service looks whether its embedded server still runs.

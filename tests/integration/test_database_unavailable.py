@@ -1,7 +1,8 @@
-"""Provider and harvester while their database is unreachable, and once it is back.
+"""Provider and harvester while their database is unreachable or hangs, and once it is back.
 
 The outage is real as they see it: their database URL leads through a small TCP relay on
-loopback, which the test cuts (every connection closed, nothing listening) and then restores.
+loopback, which the test cuts (every connection closed, nothing listening) and then restores,
+or freezes (connections open, nothing passed on: a wedged server, a silent network) and thaws.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import logging
 from collections.abc import AsyncIterator
 from urllib.parse import parse_qs, urlsplit
 
+import aiohttp
 import pytest
 
 from services.harvester.scheduled_checks import run_due_checks
@@ -34,6 +36,8 @@ class Relay:
         self.port = 0
         self.server: asyncio.Server | None = None
         self.writers: list[asyncio.StreamWriter] = []
+        self.flowing = asyncio.Event()
+        self.flowing.set()
 
     @property
     def url(self) -> str:
@@ -59,11 +63,19 @@ class Relay:
         async def pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
             with contextlib.suppress(OSError):
                 while data := await source.read(65536):
+                    await self.flowing.wait()
                     sink.write(data)
                     await sink.drain()
             sink.close()
 
         await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+    def freeze(self) -> None:
+        """Connections stay open (and new ones are taken), but nothing is passed on."""
+        self.flowing.clear()
+
+    def thaw(self) -> None:
+        self.flowing.set()
 
     async def cut(self) -> None:
         """Nothing listens any more, and every open connection is closed."""
@@ -84,56 +96,92 @@ async def relay_to(url: str) -> AsyncIterator[Relay]:
         await relay.cut()
 
 
-async def test_an_unreachable_database_gets_503_with_retry_after(
-    db: Pool, database_url: str
+@pytest.mark.parametrize("outage", ["cut", "frozen"])
+async def test_a_database_unreachable_or_hanging_gets_503_with_retry_after(
+    db: Pool, database_url: str, outage: str
 ) -> None:
     identifiers = await factories.load_records(db, "WIS-GISC-TEST", range(3))
-    async with relay_to(database_url) as relay, running_provider(relay.url) as provider:
+    async with (
+        relay_to(database_url) as relay,
+        running_provider(relay.url, database_timeout_seconds=1) as provider,
+    ):
         get = f"verb=GetRecord&metadataPrefix=iso19139&identifier={identifiers[0]}"
         assert (await oai_raw(provider.oai, get)).status == 200
 
-        await relay.cut()
-        for query in ("verb=Identify", "verb=ListRecords&metadataPrefix=iso19139", get):
-            answer = await oai_raw(provider.oai, query)
-            assert answer.status == 503, answer.body
-            assert answer.headers["Retry-After"] == "30"
-            assert b"database is unavailable" in answer.body
-        ready = await oai_raw(provider.root + "/readyz", "")
-        assert ready.status == 503
-        page = await oai_raw(provider.root + "/", "")  # the dashboard, as admin and registry
-        assert page.status == 503
-        assert page.headers["Retry-After"] == "30"
-        # the process's own metrics are still served, and say the database is down
-        metrics = await oai_raw(provider.root + "/metrics", "")
-        assert metrics.status == 200
-        assert b"\nwiscat_database_up 0.0\n" in metrics.body
-        assert b'wiscat_oai_requests_total{outcome="unavailable",verb="Identify"} 1.0' in (
-            metrics.body
-        )
+        if outage == "cut":
+            await relay.cut()
+        else:
+            relay.freeze()
+        # frozen, without a deadline each would wait for asyncpg's command timeout (5 minutes)
+        async with asyncio.timeout(30):
+            for query in ("verb=Identify", "verb=ListRecords&metadataPrefix=iso19139", get):
+                answer = await oai_raw(provider.oai, query)
+                assert answer.status == 503, answer.body
+                assert answer.headers["Retry-After"] == "30"
+                assert b"database is unavailable" in answer.body
+            ready = await oai_raw(provider.root + "/readyz", "")
+            assert ready.status == 503
+            if outage == "frozen":
+                assert b"the database did not answer within 1 s" in ready.body
+            page = await oai_raw(provider.root + "/", "")  # the dashboard
+            assert page.status == 503, page.body
+            assert page.headers["Retry-After"] == "30"
+            token = {"Authorization": "Bearer test-admin-token"}
+            async with (
+                aiohttp.ClientSession(headers=token) as session,
+                session.get(provider.root + "/admin/links") as links,
+            ):
+                assert links.status == 503, await links.read()
+                assert links.headers["Retry-After"] == "30"
+            # the process's own metrics are still served, and say the database is down
+            metrics = await oai_raw(provider.root + "/metrics", "")
+            assert metrics.status == 200
+            assert b"\nwiscat_database_up 0.0\n" in metrics.body
+            assert b'wiscat_oai_requests_total{outcome="unavailable",verb="Identify"} 1.0' in (
+                metrics.body
+            )
 
-        await relay.start()  # the database is back, on the same address
+        if outage == "cut":
+            await relay.start()  # the database is back, on the same address
+        else:
+            relay.thaw()
         assert (await oai_raw(provider.oai, get)).status == 200
         listed = await oai_raw(provider.oai, "verb=ListIdentifiers&metadataPrefix=iso19139")
         assert listed.status == 200
         assert all(i.encode() in listed.body for i in identifiers)
+        assert (await oai_raw(provider.root + "/", "")).status == 200
         metrics = await oai_raw(provider.root + "/metrics", "")
         assert b"\nwiscat_database_up 1.0\n" in metrics.body
 
 
-async def test_the_harvester_serves_its_metrics_without_its_database(database_url: str) -> None:
+@pytest.mark.parametrize("outage", ["cut", "frozen"])
+async def test_the_harvester_serves_its_metrics_without_its_database(
+    database_url: str, outage: str
+) -> None:
     async with relay_to(database_url) as relay:
-        settings = Settings(_env_file=None, gisc_name="RELAYED", database_url=relay.url)  # type: ignore[call-arg]
+        settings = Settings(  # type: ignore[call-arg]
+            _env_file=None, gisc_name="RELAYED", database_url=relay.url, database_timeout_seconds=1
+        )
         async with (
             harvest_context(settings, relay.url) as ctx,
             serving_app(health_app(ctx)) as root,
         ):
             assert b"\nwiscat_database_up 1.0\n" in (await oai_raw(root + "/metrics", "")).body
-            await relay.cut()
-            metrics = await oai_raw(root + "/metrics", "")
-            assert metrics.status == 200
-            assert b"\nwiscat_database_up 0.0\n" in metrics.body
-            assert (await oai_raw(root + "/readyz", "")).status == 503
-            await relay.start()
+            if outage == "cut":
+                await relay.cut()
+            else:
+                relay.freeze()
+            async with asyncio.timeout(30):  # without a deadline: five minutes, frozen
+                metrics = await oai_raw(root + "/metrics", "")
+                assert metrics.status == 200
+                assert b"\nwiscat_database_up 0.0\n" in metrics.body
+                ready = await oai_raw(root + "/readyz", "")
+                assert ready.status == 503
+            if outage == "cut":
+                await relay.start()
+            else:
+                assert b"the database did not answer within 1 s" in ready.body
+                relay.thaw()
             assert b"\nwiscat_database_up 1.0\n" in (await oai_raw(root + "/metrics", "")).body
             assert (await oai_raw(root + "/readyz", "")).status == 200
 
