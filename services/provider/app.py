@@ -52,18 +52,23 @@ class Deadline:
     one whose database cannot be reached: a database that hangs would hold the dashboard's, the
     admin API's and the registry's requests for minutes. Once the answer begins, no deadline
     is left (a large answer to a slow client takes its time). /oai, /readyz and /metrics bound
-    their database work themselves, and answer it each in its own way."""
+    their database work themselves, and answer it each in its own way. ``longer`` gives a
+    request (method, path) that waits for something else too the time it may take for that."""
 
     OWN = frozenset({"/oai", "/healthz", "/readyz", "/metrics"})
 
-    def __init__(self, app: ASGIApp, seconds: float) -> None:
+    def __init__(
+        self, app: ASGIApp, seconds: float, longer: dict[tuple[str, str], float] | None = None
+    ) -> None:
         self.app = app
         self.seconds = seconds
+        self.longer = longer or {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] in self.OWN:
             await self.app(scope, receive, send)
             return
+        seconds = self.seconds + self.longer.get((scope["method"], scope["path"]), 0.0)
         began = False
 
         async def answering(message: Message) -> None:
@@ -73,7 +78,7 @@ class Deadline:
 
         task = asyncio.ensure_future(self.app(scope, receive, answering))
         try:
-            await asyncio.wait({task}, timeout=self.seconds)
+            await asyncio.wait({task}, timeout=seconds)
         except asyncio.CancelledError:
             task.cancel()
             raise
@@ -83,7 +88,7 @@ class Deadline:
         abandon(task)  # as shared.db.pool.answered does, for the same reason
         oai.log_unavailable(
             f"{scope['method']} {scope['path']}",
-            NoAnswer(f"the database did not answer within {self.seconds:g} s"),
+            NoAnswer(f"the database did not answer within {seconds:g} s"),
         )
         await unavailable_json()(scope, receive, send)
 
@@ -184,7 +189,11 @@ def create_app(settings: Settings, database_url: str) -> FastAPI:
         docs_url="/docs",
         redoc_url=None,
     )
-    app.add_middleware(Deadline, seconds=settings.database_timeout_seconds)
+    # a submitted URL is fetched (its Identify), then its block waited for
+    submit = settings.registry_fetch_timeout_seconds + settings.registry_submit_wait_seconds
+    app.add_middleware(
+        Deadline, seconds=settings.database_timeout_seconds, longer={("POST", "/urls"): submit}
+    )
     app.add_middleware(HeadAsGet)
     app.include_router(oai.router)
     app.include_router(admin.router)
