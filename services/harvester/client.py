@@ -163,6 +163,21 @@ def _answered_by(response: aiohttp.ClientResponse, shown: str) -> str:
     return f"{safe_url(str(response.url.with_query(None)))} (redirected from {shown})"
 
 
+def _refuse_downgrade(base_url: str, shown: str, response: aiohttp.ClientResponse) -> None:
+    """A peer asked over https is not followed to plain http: what came back there would not
+    surely be the peer's (anyone on the way could have written it). From http to https, as
+    peers that moved to https redirect, is followed."""
+    if base_url[:6].lower() != "https:":
+        return
+    for hop in (*response.history, response):
+        if hop.url.scheme == "http":
+            target = safe_url(str(hop.url.with_query(None)))
+            raise BadResponse(
+                f"{shown} redirected to {target}: from https to plain http, which a harvest "
+                "does not follow"
+            )
+
+
 class _Slot(Generic[T]):
     """One request of a list under way: the token it was made with, the token its page
     announces (once fetched), and the task that fetches and reads the page."""
@@ -309,6 +324,7 @@ class OAIClient:
                     proxy_headers=proxy.headers if proxy and proxy_url else None,
                 ) as response:
                     if response.history:
+                        _refuse_downgrade(base_url, shown, response)
                         self._note_moved(base_url, shown, response)
                     if response.status == 200:
                         return await self._read(response)

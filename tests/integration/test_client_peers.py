@@ -11,6 +11,7 @@ import logging
 import os
 import resource
 import socket
+import ssl
 import struct
 import time
 import zlib
@@ -21,6 +22,7 @@ from email.utils import format_datetime
 from pathlib import Path
 
 import pytest
+import trustme
 from aiohttp import web
 from multidict import MultiDict
 
@@ -37,6 +39,7 @@ from services.harvester.errors import (
 from services.harvester.page_records import Page
 from shared.oaipmh import errors
 from shared.oaipmh.pages import HeaderItem, MalformedResponse, NotOAIResponse, RecordItem
+from tests.servers import serving_app
 
 FIXTURES = Path(__file__).parent.parent / "data" / "oai"
 LOGGER = "wiscat.harvester.client"
@@ -712,6 +715,47 @@ async def test_a_peer_that_moved_permanently_is_followed_and_told_once(
         await client.identify(temporary.url)
     assert [r for r in caplog.records if r.name == LOGGER] == []
     assert temporary.url not in client.moved
+
+
+async def test_https_is_not_followed_to_plain_http(
+    serve: Serve, client_for: ClientFactory, tmp_path: Path
+) -> None:
+    """A redirect from https to http would take what any machine on the way wrote for the
+    peer's records; from http to https (a peer that moved to https) is followed."""
+    ca = trustme.CA()
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    client = client_for(ca_file=tmp_path / "ca.pem")
+    tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(tls)
+
+    async def plain(request: web.Request, peer: Peer) -> web.Response:
+        return xml("Identify.xml")
+
+    http_peer = await serve(plain)
+    secure = web.Application()
+
+    async def down(request: web.Request) -> web.Response:
+        raise web.HTTPFound(f"{http_peer.url}?{request.query_string}")
+
+    async def answer(request: web.Request) -> web.Response:
+        return xml("Identify.xml")
+
+    secure.router.add_get("/down/oai", down)
+    secure.router.add_get("/oai", answer)
+    async with serving_app(secure, tls) as root:
+        with pytest.raises(BadResponse) as caught:
+            await client.identify(f"{root}/down/oai")
+        assert caught.value.reason == (
+            f"{root}/down/oai redirected to {http_peer.url}: from https to plain http, which a "
+            "harvest does not follow"
+        )
+
+        async def up(request: web.Request, peer: Peer) -> web.Response:
+            raise web.HTTPMovedPermanently(f"{root}/oai?{request.query_string}")
+
+        upgraded = await serve(up)
+        await client.identify(upgraded.url)  # answered by the https peer
+        assert upgraded.count == 1
 
 
 # --- bodies that are not usable ---------------------------------------------------------------
