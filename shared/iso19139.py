@@ -420,7 +420,7 @@ def _text(element: etree._Element) -> str:
 
 
 # xs:date, and the gYearMonth / gYear forms gco:Date also admits, each with an optional zone.
-_DATE = re.compile(r"(\d{4})(?:-(\d{2})(?:-(\d{2}))?)?(Z|[+-]\d{2}:\d{2})?")
+_DATE = re.compile(r"([0-9]{4})(?:-([0-9]{2})(?:-([0-9]{2}))?)?(Z|[+-][0-9]{2}:[0-9]{2})?")
 
 
 def _parse_date(text: str) -> datetime | None:

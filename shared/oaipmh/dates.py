@@ -18,8 +18,8 @@ class Granularity(Enum):
     SECONDS = "YYYY-MM-DDThh:mm:ssZ"
 
 
-_DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
-_SECONDS = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z")
+_DAY = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
+_SECONDS = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z")
 
 
 def format_datestamp(moment: datetime) -> str:

@@ -68,7 +68,7 @@ _SIGNING_CONTEXT = b"wiscat-registry-block:"
 
 _HEX_HASH = re.compile(r"[0-9a-f]{128}")
 _NONCE = re.compile(r"0|[1-9][0-9]{0,19}")
-_CREATED_AT = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z")
+_CREATED_AT = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z")
 
 
 class ChainError(Exception):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta, timezone
 
+import pytest
+
 from shared.oaipmh.dates import (
     END_OF_TIME,
     START_OF_TIME,
@@ -14,6 +16,7 @@ from shared.oaipmh.dates import (
     shifted,
     until_upper_bound,
 )
+from shared.oaipmh.errors import BadArgument
 
 
 def test_years_before_1000_keep_four_digits() -> None:
@@ -38,3 +41,18 @@ def test_shifts_past_the_ends_of_time_stop_there() -> None:
     first, _ = parse_datestamp("0001-01-01T00:00:00Z")
     assert shifted(first, -timedelta(days=1)) == START_OF_TIME
     assert shifted(first, timedelta(days=1)) == datetime(1, 1, 2, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "\uff12\uff10\uff12\uff16-11-25",  # full-width digits
+        "2026-11-25T14:23:2\u0662Z",  # an Arabic-Indic digit
+        "2026-11-2\u0665",
+    ],
+)
+def test_digits_are_ascii_digits(text: str) -> None:
+    # Python's \d and strptime take any Unicode digit; §3.3.1's forms (and OAI-PMH.xsd's
+    # UTCdatetimeType, which the request element echoing them must satisfy) do not
+    with pytest.raises(BadArgument):
+        parse_datestamp(text)

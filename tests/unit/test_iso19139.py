@@ -214,6 +214,8 @@ def test_date_stamp_without_date() -> None:
         ("Date", "2024-13-01"),
         ("Date", "2024-01-02T10:00:00Z"),
         ("Date", ""),
+        ("Date", "\uff12\uff10\uff12\uff14-01-02"),  # full-width digits
+        ("DateTime", "2024-01-0\u0662T10:00:00Z"),  # an Arabic-Indic digit
     ],
 )
 def test_bad_date_values(kind: str, value: str) -> None:

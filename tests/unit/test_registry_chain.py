@@ -212,3 +212,11 @@ def test_key_file_round_trip(key: Ed25519PrivateKey) -> None:
         parse_network(tampered)
     with pytest.raises(KeyFileError):
         parse_network(b"<!DOCTYPE x [<!ENTITY a 'b'>]><registry-network/>")
+
+
+def test_a_created_at_of_other_digits_is_refused() -> None:
+    # strptime takes any Unicode digit; the block format's YYYY-MM-DDThh:mm:ssZ does not
+    tx = Transaction.new("https://a.example.org/oai")
+    for created_at in ("\uff12\uff10\uff12\uff16-11-25T10:00:00Z", "2026-11-25T10:00:0\u0661Z"):
+        with pytest.raises(InvalidBlock, match="is not YYYY-MM-DDThh:mm:ssZ"):
+            dataclasses.replace(tx, created_at=created_at).check()
