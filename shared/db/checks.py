@@ -11,6 +11,7 @@ import asyncpg
 
 from shared.db.links import Executor, fields_as_json
 from shared.db.queries import load
+from shared.urls import safe_url
 
 _SQL = load("checks.sql")
 
@@ -36,7 +37,12 @@ class Check:
     lease_expires: datetime | None
 
     def as_json(self) -> dict[str, Any]:
-        return fields_as_json(self)
+        """The check as JSON, its URLs' passwords, if any, shown as ``***`` (as everywhere)."""
+        return {
+            **fields_as_json(self),
+            "source_url": safe_url(self.source_url),
+            "peer_urls": [safe_url(url) for url in self.peer_urls],
+        }
 
 
 _FIELDS = [f.name for f in fields(Check)]

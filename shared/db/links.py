@@ -13,6 +13,7 @@ from asyncpg.pool import PoolConnectionProxy
 from shared.db.pool import Connection
 from shared.db.queries import load
 from shared.db.records import ensure_set
+from shared.urls import safe_url
 
 _SQL = load("links.sql")
 
@@ -69,7 +70,8 @@ class Link:
     last_error: str | None
 
     def as_json(self) -> dict[str, Any]:
-        return fields_as_json(self)
+        """The link as JSON, its URL's password, if any, shown as ``***`` (as everywhere)."""
+        return {**fields_as_json(self), "base_url": safe_url(self.base_url)}
 
 
 _LINK_FIELDS = [f.name for f in fields(Link)]
