@@ -125,6 +125,13 @@ def build_link(
         raise LinkSpecError(f"records cannot be filed into {UNION_SET}: it is every record")
     if recovery and local != own_set:
         raise LinkSpecError(f"a recovery link restores the own set: --into {own_set}")
+    if remote_set == own_set and local == own_set and not recovery:
+        # the peer's copy of the own set, harvested into it: what was deleted or changed here
+        # would come back from the peer's older copy (DESIGN invariants 4 and 6: no loops)
+        raise LinkSpecError(
+            f"{own_set} is this node's own set: its copy at a peer is harvested back only by a "
+            "recovery link (--recovery, usually --disabled, run by hand when the set is lost)"
+        )
     if strategy not in ("ListRecords", "ListIdentifiers"):
         raise LinkSpecError("strategy is ListRecords or ListIdentifiers")
     if not timedelta(0) < every <= MAX_INTERVAL or not timedelta(0) < full_every <= MAX_INTERVAL:

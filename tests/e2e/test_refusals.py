@@ -90,6 +90,8 @@ async def links(node: Node) -> list[dict[str, object]]:
         (["x", "--url", PEER, "--set", "S", "--window-slices", "10001"], "0 (off) to 10000"),
         (["x", "--url", PEER, "--set", "S", "--every", "400d"], "366d at most"),
         (["x", "--url", PEER, "--set", "S", "--overlap", "31d"], "--overlap is 0 to 30d"),
+        # a peer's copy of the own set, harvested back into it: a loop (the node is REFUSE)
+        (["x", "--url", PEER, "--set", "WIS-GISC-REFUSE"], "harvested back only by a recovery"),
     ],
 )
 async def test_a_link_that_cannot_work_is_not_added(
