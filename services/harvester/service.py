@@ -31,6 +31,9 @@ log = logging.getLogger("wiscat.harvester")
 def client_settings(settings: Settings) -> ClientSettings:
     return ClientSettings(
         read_timeout=settings.harvest_timeout_seconds,
+        # a response that keeps coming, however slowly, is cut off at 15 minutes, or at the
+        # read timeout where an operator set that longer
+        total_timeout=max(ClientSettings.total_timeout, settings.harvest_timeout_seconds),
         max_retries=settings.harvest_max_retries,
         max_decompressed_bytes=settings.harvest_max_page_bytes,
         max_empty_pages=settings.harvest_max_empty_pages,

@@ -37,8 +37,10 @@ from services.harvester.errors import (
     TooManyEmptyPages,
 )
 from services.harvester.page_records import Page
+from services.harvester.service import client_settings
 from shared.oaipmh import errors
 from shared.oaipmh.pages import HeaderItem, MalformedResponse, NotOAIResponse, RecordItem
+from shared.settings import Settings
 from tests.servers import serving_app
 
 FIXTURES = Path(__file__).parent.parent / "data" / "oai"
@@ -580,6 +582,37 @@ async def test_a_peer_that_hangs_times_out(serve: Serve, client_for: ClientFacto
     assert 0.7 <= elapsed < 2.0
     assert peer.count == 2
     assert len(caught.value.reason) < 300
+
+
+async def test_a_peer_that_drips_its_answer_times_out(
+    serve: Serve, client_for: ClientFactory
+) -> None:
+    """A byte now and then keeps the read timeout from ever firing; the response's total time
+    bounds it (WISCAT_HARVEST_TIMEOUT_SECONDS, or 15 minutes, whichever is longer)."""
+
+    async def handler(request: web.Request, peer: Peer) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/xml"})
+        await response.prepare(request)
+        while not peer.release.is_set():
+            await response.write(b" ")
+            await asyncio.sleep(0.05)
+        return response
+
+    peer = await serve(handler)
+    client = client_for(read_timeout=0.5, total_timeout=1.0, max_retries=0)
+    try:
+        with pytest.raises(PeerTimeout) as caught:
+            await client.identify(peer.url)
+    finally:
+        peer.release.set()
+    assert caught.value.reason == f"no answer from {peer.url} in time (after 1 attempts)"
+
+
+def test_the_whole_response_may_take_at_least_the_read_timeout() -> None:
+    default = client_settings(Settings(_env_file=None, gisc_name="T"))  # type: ignore[call-arg]
+    assert (default.read_timeout, default.total_timeout) == (120, 900)
+    longer = Settings(_env_file=None, gisc_name="T", harvest_timeout_seconds=3600)  # type: ignore[call-arg]
+    assert client_settings(longer).total_timeout == 3600
 
 
 async def test_an_unreachable_peer(client_for: ClientFactory) -> None:
