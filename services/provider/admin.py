@@ -13,7 +13,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, HTTPException, Path, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
 
 from services.provider.oai import ProviderState, read_body
 from shared import ingest
@@ -93,9 +93,15 @@ async def delete_record(
 
 class _Body(BaseModel):
     """A JSON body of the admin API: a field it does not know is refused (400 with its name),
-    where a misspelt one ("evrey") was dropped and its default taken in silence."""
+    where a misspelt one ("evrey") was dropped and its default taken in silence; so is a value
+    of another JSON type than the field's ("enabled": "yes" was taken as true, "24" as 24)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+# A duration as the commands take it ("1h", "7d", "1h30m"), or a number of seconds, as the
+# API's answers give it (a link listed can be sent back as it is).
+Duration = str | float
 
 
 class LinkBody(_Body):
@@ -107,9 +113,9 @@ class LinkBody(_Body):
     into: str | None = None
     prefix: str = "iso19139"
     strategy: str = "ListRecords"
-    every: str = "1h"
-    full_every: str = "7d"
-    overlap: str = "0s"
+    every: Duration = "1h"
+    full_every: Duration = "7d"
+    overlap: Duration = "0s"
     window_slices: int = 24
     enabled: bool = True
     recovery: bool = False
@@ -133,9 +139,9 @@ async def add_link(body: LinkBody, state: ProviderState = Depends(require_admin)
             own_set=state.settings.own_set,
             prefix=body.prefix,
             strategy=body.strategy,
-            every=parse_duration(body.every),
-            full_every=parse_duration(body.full_every),
-            overlap=parse_duration(body.overlap),
+            every=duration(body.every),
+            full_every=duration(body.full_every),
+            overlap=duration(body.overlap),
             window_slices=body.window_slices,
             enabled=body.enabled,
             recovery=body.recovery,
@@ -161,15 +167,34 @@ class LinkChange(_Body):
     set: str | None = None
     prefix: str | None = None
     strategy: str | None = None
-    every: str | None = None
-    full_every: str | None = None
-    overlap: str | None = None
+    every: Duration | None = None
+    full_every: Duration | None = None
+    overlap: Duration | None = None
     window_slices: int | None = None
     enabled: bool | None = None
 
+    @model_validator(mode="after")
+    def _no_nulls(self) -> LinkChange:
+        # null would be taken as "left out", and the change asked for silently not made
+        nulls = sorted(name for name in self.model_fields_set if getattr(self, name) is None)
+        if nulls:
+            raise ValueError(
+                f"{', '.join(nulls)}: null is no value here (leave a field out to keep it)"
+            )
+        return self
 
-def _duration(value: str | None) -> timedelta | None:
-    return None if value is None else parse_duration(value)
+
+def duration(value: Duration) -> timedelta:
+    """A :data:`Duration` as a timedelta; ValueError on anything else."""
+    if isinstance(value, str):
+        return parse_duration(value)
+    if value < 0:
+        raise ValueError(f"{value:g} seconds: a duration is not negative")
+    return parse_duration(f"{value:f}s")
+
+
+def _duration(value: Duration | None) -> timedelta | None:
+    return None if value is None else duration(value)
 
 
 @router.patch("/links/{name}")
@@ -274,7 +299,7 @@ class CheckBody(_Body):
     set: str
     source: str
     peers: list[str]
-    every: str = "1d"
+    every: Duration = "1d"
     sample: int = 0
     enabled: bool = True
 
@@ -292,7 +317,7 @@ async def put_check(
 ) -> JSONResponse:
     """Create or replace a scheduled check; it runs at the harvester's next poll."""
     try:
-        every = parse_duration(body.every)
+        every = duration(body.every)
         if every < check_store.MIN_EVERY:
             least = format_duration(check_store.MIN_EVERY)
             raise ValueError(f"every {body.every!r}: at least {least} between runs")

@@ -254,10 +254,42 @@ async def test_a_link_is_changed_by_patch(provider: RunningProvider, db: Pool) -
         assert {"loc": ["body", "evrey"], "msg": "Extra inputs are not permitted"} in answer[
             "errors"
         ]
-    row = await db.fetchrow("select every, metadata_prefix, base_url from links")
-    assert (row["every"], row["metadata_prefix"], row["base_url"]) == (
-        timedelta(minutes=10), "iso19139.wmo", PEER,
+    # a value of another JSON type, or null, is refused: "yes" was taken as true, "4" as 4, and
+    # null as a field left out (200, nothing changed)
+    for change, where, message in [
+        ({"enabled": "yes"}, ["body", "enabled"], "Input should be a valid boolean"),
+        ({"window_slices": "4"}, ["body", "window_slices"], "Input should be a valid integer"),
+        ({"url": None}, ["body"], "url: null is no value here"),
+    ]:
+        status, answer = await request("PATCH", url, json=change, headers=AUTH)
+        assert status == 400 and isinstance(answer, dict), answer
+        [error] = answer["errors"]
+        assert error["loc"] == where and message in error["msg"], error
+    row = await db.fetchrow("select every, metadata_prefix, base_url, enabled from links")
+    assert (row["every"], row["metadata_prefix"], row["base_url"], row["enabled"]) == (
+        timedelta(minutes=10), "iso19139.wmo", PEER, False
     )  # fmt: skip
+
+
+async def test_a_listed_link_can_be_sent_back(provider: RunningProvider, db: Pool) -> None:
+    """Durations are listed in seconds; they are taken in seconds too, besides "1h" and the
+    like, so that a link listed can be posted again (another node, a restore) as it is."""
+    links = f"{provider.root}/admin/links"
+    new = {"name": "peer", "url": PEER, "set": "S", "every": "30m", "full_every": "3d"}
+    assert (await request("POST", links, json=new, headers=AUTH))[0] == 201
+    status, [listed] = await request("GET", links, headers=AUTH)
+    assert (listed["every"], listed["full_every"], listed["overlap"]) == (1800, 259200, 0)
+    again = {key: listed[key] for key in ("every", "full_every", "overlap", "window_slices")}
+    again |= {"name": "copy", "url": listed["base_url"], "set": listed["remote_set"]}
+    status, body = await request("POST", links, json=again, headers=AUTH)
+    assert status == 201, body
+    assert {k: body[k] for k in ("every", "full_every", "overlap")} == {
+        "every": 1800, "full_every": 259200, "overlap": 0
+    }  # fmt: skip
+    status, body = await request("PATCH", f"{links}/copy", json={"every": 90.5}, headers=AUTH)
+    assert (status, body["every"]) == (200, 90.5)
+    status, body = await request("PATCH", f"{links}/copy", json={"every": -60}, headers=AUTH)
+    assert status == 400 and "-60 seconds: a duration is not negative" in body["detail"], body
 
 
 async def test_harvest_now_is_refused_for_a_disabled_link(
