@@ -12,6 +12,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from services.provider import admin, monitoring, oai, registry, ui
@@ -200,6 +201,24 @@ def create_app(settings: Settings, database_url: str) -> FastAPI:
     app.include_router(registry.router)
     app.include_router(monitoring.router)
     app.include_router(ui.router)
+
+    @app.exception_handler(405)
+    async def _method_not_allowed(request: Request, exc: Exception) -> Response:
+        # Starlette names the methods of the first route of the path only (GET, for /oai,
+        # whose POST is a route of its own): RFC 9110 §15.5.6 asks for every one the path has
+        allowed = {
+            method
+            for method in ("DELETE", "GET", "PATCH", "POST", "PUT")
+            if any(
+                route.matches({**request.scope, "method": method})[0] == Match.FULL
+                for route in app.router.routes
+            )
+        }
+        if "GET" in allowed:
+            allowed.add("HEAD")  # HeadAsGet
+        return PlainTextResponse(
+            "Method Not Allowed", status_code=405, headers={"Allow": ", ".join(sorted(allowed))}
+        )
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:

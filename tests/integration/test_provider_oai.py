@@ -163,7 +163,16 @@ async def test_head_wherever_get_is(provider: RunningProvider, path: str) -> Non
         # a method the path does not have is still refused, and says which it has
         async with session.delete(provider.root + path) as refused:
             assert refused.status == 405
-            assert "GET" in refused.headers["Allow"]
+            assert refused.headers["Allow"] == "GET, HEAD"
+
+
+async def test_a_method_oai_does_not_have_is_told_every_one_it_has(
+    provider: RunningProvider,
+) -> None:
+    # Starlette named the methods of /oai's first route only: "GET"
+    async with aiohttp.ClientSession() as session, session.put(provider.oai) as refused:
+        assert refused.status == 405
+        assert refused.headers["Allow"] == "GET, HEAD, POST"
 
 
 async def test_the_openapi_schema_is_built_without_warnings(provider: RunningProvider) -> None:
