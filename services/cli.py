@@ -491,10 +491,14 @@ async def cmd_link_set(settings: Settings, args: argparse.Namespace) -> int:
             return 2
         try:
             async with pool.acquire() as conn:
-                link, changed = await link_store.update_link(conn, link, new)
+                kind = set_kind(new.local_set, settings.own_set)
+                link, changed = await link_store.update_link(conn, link, new, set_kind=kind)
         except link_store.LinkGone:  # removed meanwhile
             print(f"wiscat: no link named {args.name!r}", file=sys.stderr)
             return 1
+        except link_store.LinkHasRecords as exc:
+            print(f"wiscat: link not changed: {exc}", file=sys.stderr)
+            return 2
         source = (
             f"{safe_url(link.base_url)} set={link.remote_set or '(all)'} "
             f"prefix={link.metadata_prefix}"

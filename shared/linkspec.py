@@ -174,16 +174,27 @@ def changed_link(
 ) -> NewLink:
     """``link`` with the changes given (None: unchanged; ``remote_set=""``: the peer's whole
     catalogue), checked as :func:`build_link` checks a new one. Its local set, recovery flag
-    and enabled state stay.
+    and enabled state stay, but for this:
 
     A link that files records under the name of the set it harvests (a GISC link: the set's
-    name is kept on arrival, DESIGN §1) cannot be given another remote set: the new set's
-    records would be filed under the old set's name. That takes a new link."""
-    new = build_link(
+    name is kept on arrival, DESIGN §1) and is given another remote set (a set name mistyped)
+    files them under the new set's name; not the whole catalogue, which needs ``into``.
+    (:func:`shared.db.links.update_link` refuses it while the link has records in the old.)"""
+    new_remote = link.remote_set if remote_set is None else (remote_set or None)
+    into = link.local_set
+    if new_remote != link.remote_set and link.local_set == link.remote_set:
+        if new_remote is None:
+            raise LinkSpecError(
+                f"link {link.name} files its records under the name of the set it harvests "
+                f"({link.local_set}); the peer's whole catalogue would be filed under that name: "
+                "add a link for it with --into and remove this one"
+            )
+        into = new_remote
+    return build_link(
         name=link.name,
         url=link.base_url if url is None else url,
-        remote_set=link.remote_set if remote_set is None else (remote_set or None),
-        into=link.local_set,
+        remote_set=new_remote,
+        into=into,
         own_set=own_set,
         prefix=link.metadata_prefix if prefix is None else prefix,
         strategy=link.strategy if strategy is None else strategy,
@@ -196,11 +207,3 @@ def changed_link(
         by_registry=link.name.startswith(REGISTRY_LINK_PREFIX),
         own_base_url=own_base_url,
     )
-    if new.remote_set != link.remote_set and link.local_set == link.remote_set:
-        harvested = f"set {new.remote_set}" if new.remote_set else "whole catalogue"
-        raise LinkSpecError(
-            f"link {link.name} files its records under the name of the set it harvests "
-            f"({link.local_set}); the peer's {harvested} would be filed under that name: add a "
-            f"link for it (wiscat link add) and remove this one"
-        )
-    return new

@@ -225,12 +225,15 @@ async def change_link(
         raise HTTPException(400, f"link not changed: {exc}") from exc
     try:
         async with state.pool.acquire() as conn:
-            link, changed = await link_store.update_link(conn, link, new)
+            kind = set_kind(new.local_set, state.settings.own_set)
+            link, changed = await link_store.update_link(conn, link, new, set_kind=kind)
             if body.enabled is not None and body.enabled != link.enabled:
                 link = await link_store.set_enabled(conn, name, body.enabled) or link
                 changed.append("enabled")
     except link_store.LinkGone as exc:
         raise HTTPException(404, str(exc)) from exc
+    except link_store.LinkHasRecords as exc:
+        raise HTTPException(400, f"link not changed: {exc}") from exc
     log.info("admin changed link %s: %s", name, ", ".join(changed) or "nothing")
     return JSONResponse({**link.as_json(), "changed": changed})
 

@@ -41,6 +41,10 @@ class LinkGone(Exception):
     """The link was removed while it was being changed."""
 
 
+class LinkHasRecords(Exception):
+    """The link would file its records under another set, and has records in the one it has."""
+
+
 @dataclass(frozen=True, slots=True)
 class Link:
     """A harvest job and its state (DESIGN §1 "link")."""
@@ -142,10 +146,13 @@ async def update_source(
     base_url: str,
     remote_set: str | None,
     metadata_prefix: str | None = None,
+    local_set: str | None = None,
 ) -> Link | None:
-    """Point a link at another peer, set or metadataPrefix (None: the one it has); resets its
-    high-water mark (full harvest next)."""
-    row = await db.fetchrow(_SQL["update_link_source"], name, base_url, remote_set, metadata_prefix)
+    """Point a link at another peer, set or metadataPrefix, and local set (None: the one it
+    has); resets its high-water mark (full harvest next)."""
+    row = await db.fetchrow(
+        _SQL["update_link_source"], name, base_url, remote_set, metadata_prefix, local_set
+    )
     return _link(row) if row else None
 
 
@@ -165,16 +172,32 @@ async def set_schedule(
     return _link(row) if row else None
 
 
-async def update_link(conn: Connection, link: Link, new: NewLink) -> tuple[Link, list[str]]:
+async def update_link(
+    conn: Connection, link: Link, new: NewLink, *, set_kind: str = "remote"
+) -> tuple[Link, list[str]]:
     """Write what differs between ``link`` and ``new`` (as :func:`shared.linkspec.changed_link`
     makes it), in one transaction; return the link as it now is and what changed: ``source``
-    (peer, remote set or metadataPrefix: high-water mark reset, full harvest next),
-    ``strategy``, ``schedule`` (intervals, overlap, window slices: the mark stays)."""
+    (peer, remote set, metadataPrefix or local set: high-water mark reset, full harvest next),
+    ``strategy``, ``schedule`` (intervals, overlap, window slices: the mark stays).
+
+    A new local set (of ``set_kind``; a link that files records under its remote set's name
+    given another remote set) is refused with :class:`LinkHasRecords` while the link has records
+    in the old one: they would stay there, kept up to date by no link."""
     changed = []
     async with conn.transaction():
         row: Link | None = link
-        source = (new.base_url, new.remote_set, new.metadata_prefix)
-        if source != (link.base_url, link.remote_set, link.metadata_prefix):
+        if new.local_set != link.local_set:
+            held = await conn.fetchval(_SQL["records_of_link_in_set"], link.name, link.local_set)
+            if held:
+                raise LinkHasRecords(
+                    f"link {link.name} files its records under the name of the set it harvests "
+                    f"({link.local_set}) and has {held} there; the peer's set {new.remote_set} "
+                    "would be filed under another name: add a link for it (wiscat link add) and "
+                    "remove this one"
+                )
+            await ensure_set(conn, new.local_set, new.local_set, set_kind)
+        source = (new.base_url, new.remote_set, new.metadata_prefix, new.local_set)
+        if source != (link.base_url, link.remote_set, link.metadata_prefix, link.local_set):
             row = await update_source(conn, link.name, *source)
             changed.append("source")
         if new.strategy != link.strategy:

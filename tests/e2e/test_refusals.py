@@ -113,20 +113,20 @@ async def test_a_link_is_not_changed_into_one_that_cannot_work(make_node: NodeFa
         (["--url", "http://h/oai?verb=Identify"], "must not carry a query"),
         (["--set", "WIS GISC"], "--set 'WIS GISC' is not a set name"),
         # its records are filed under the name of the set it harvests (a GISC link)
-        (
-            ["--set", "WIS-GISC-OTHER"],
-            "link peer files its records under the name of the set it harvests "
-            "(WIS-GISC-PEER); the peer's set WIS-GISC-OTHER would be filed under that name",
-        ),
         (["--set", ""], "the peer's whole catalogue would be filed under that name"),
     ]:
         code, _, err = await node.wiscat("link", "set", "peer", *argv, check=False)
         assert code == 2 and err.startswith("wiscat: link not changed: ") and reason in err, err
     assert await links(node) == before
-    # a good change still goes through
+    # a good change still goes through; a set name corrected is the name records are filed under
     await node.wiscat("link", "set", "peer", "--url", "http://127.0.0.1:10/oai")
+    await node.wiscat("link", "set", "peer", "--set", "WIS-GISC-OTHER")
     [after] = await links(node)
-    assert (after["base_url"], after["remote_set"]) == ("http://127.0.0.1:10/oai", "WIS-GISC-PEER")
+    assert (after["base_url"], after["remote_set"], after["local_set"]) == (
+        "http://127.0.0.1:10/oai",
+        "WIS-GISC-OTHER",
+        "WIS-GISC-OTHER",
+    )
     # an area link, filed under the own set, may take another set, or the whole catalogue
     await node.wiscat("link", "remove", "peer")
     await node.wiscat(

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
+import pytest
 
 from shared.db import links as link_store
 from shared.db import records as store
@@ -329,3 +331,27 @@ async def test_concurrent_writers_of_the_same_records_never_deadlock(db: asyncpg
         assert not [r for r in results if isinstance(r, BaseException)], results
     assert await db.fetchval("select count(*) from records where not deleted") == 1800
     assert await db.fetchval("select count(*) from records where deleted") == 1800
+
+
+async def test_a_link_moves_to_another_local_set_only_without_records(db: asyncpg.Pool) -> None:
+    """A GISC link given another remote set (a set name mistyped) files its records under the
+    new set's name; not while it has records under the old one, which no link would then keep
+    up to date."""
+    link = await link_store.add_link(
+        db, NewLink("gisc", "http://g/oai", "WIS-GISC-G", "WIS-GISC-G")
+    )
+    moved = dataclasses.replace(
+        NewLink("gisc", "http://g/oai", "WIS-GISC-H", "WIS-GISC-H"), every=link.every
+    )
+    async with db.acquire() as conn, conn.transaction():
+        await store.upsert_records(conn, "WIS-GISC-G", [rec("x")], source="gisc")
+    async with db.acquire() as conn:
+        with pytest.raises(link_store.LinkHasRecords, match="has 1 there"):
+            await link_store.update_link(conn, link, moved)
+    assert (await link_store.get_link(db, "gisc")).local_set == "WIS-GISC-G"  # type: ignore[union-attr]
+    # the same link without records there (another link's record does not count)
+    await db.execute("update records set source = 'other'")
+    async with db.acquire() as conn:
+        after, changed = await link_store.update_link(conn, link, moved)
+    assert (after.remote_set, after.local_set, changed) == ("WIS-GISC-H", "WIS-GISC-H", ["source"])
+    assert await db.fetchval("select kind from sets where spec = 'WIS-GISC-H'") == "remote"

@@ -23,9 +23,14 @@ delete from links where name = $1 returning name
 -- precautions).
 update links
 set base_url = $2, remote_set = $3, metadata_prefix = coalesce($4, metadata_prefix),
+    local_set = coalesce($5, local_set),
     high_water_mark = null, last_full_at = null, window_index = 0, next_run_at = now()
 where name = $1
 returning *
+
+-- name: records_of_link_in_set --
+-- Live records link $1 wrote that are filed under set $2 (a rare question: no index needed).
+select count(*) from records where source = $1 and $2 = any(set_specs)
 
 -- name: set_link_schedule --
 -- Change a link's intervals, overlap and window slices; its high-water mark stays. A shorter
