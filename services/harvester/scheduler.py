@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 
 from services.harvester.harvest import HarvestContext, harvest_link
 from shared.db import links as link_store
+from shared.db.errors import UNAVAILABLE
 from shared.db.links import Link
 from shared.db.pool import Pool
 from shared.logs import Outage
@@ -135,6 +136,15 @@ class Scheduler:
                 failed = report.status != "ok"
         except asyncio.CancelledError:
             raise
+        except UNAVAILABLE as exc:
+            # the run could not even be recorded as failed: it is, as abandoned, once its
+            # lease runs out (WISCAT_HARVEST_LEASE_SECONDS); the link runs again then
+            log.warning(
+                "harvest of %s stopped: the database is unavailable (%s: %s)",
+                link.name,
+                type(exc).__name__,
+                exc,
+            )
         except Exception:
             log.exception("harvest of %s crashed", link.name)
         finally:

@@ -18,7 +18,7 @@ from services.harvester.scheduled_checks import export_check_metrics, run_due_ch
 from services.harvester.scheduler import Scheduler
 from services.listen import listen
 from shared.db import links as link_store
-from shared.db.errors import UNAVAILABLE
+from shared.db.errors import UNAVAILABLE, unready_reason
 from shared.db.migrate import check_current
 from shared.db.pool import answered, create_pool
 from shared.heap import one_arena
@@ -75,7 +75,7 @@ def health_app(ctx: HarvestContext) -> web.Application:
         try:
             await answered(schema_current(), ctx.settings.probe_timeout_seconds)
         except Exception as exc:
-            return web.json_response({"ready": False, "reason": str(exc)}, status=503)
+            return web.json_response({"ready": False, "reason": unready_reason(exc)}, status=503)
         return web.json_response({"ready": True})
 
     async def read_values() -> list[link_store.Link]:

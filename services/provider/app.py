@@ -21,7 +21,7 @@ from services.provider.oai import CUT_OFF, ProviderState
 from shared.db import checks as check_store
 from shared.db import links as link_store
 from shared.db import records as store
-from shared.db.errors import UNAVAILABLE, UNSTORABLE_TEXT, NoAnswer
+from shared.db.errors import UNAVAILABLE, UNSTORABLE_TEXT, NoAnswer, unready_reason
 from shared.db.migrate import check_current
 from shared.db.pool import Pool, abandon, answered, create_pool
 from shared.ingest import ensure_own_set
@@ -261,7 +261,7 @@ def create_app(settings: Settings, database_url: str) -> FastAPI:
         try:
             await answered(schema_current(), settings.probe_timeout_seconds)
         except Exception as exc:  # DatabaseError, or asyncpg's and the system's (UNAVAILABLE)
-            return JSONResponse({"ready": False, "reason": str(exc)}, status_code=503)
+            return JSONResponse({"ready": False, "reason": unready_reason(exc)}, status_code=503)
         return JSONResponse({"ready": True})
 
     @app.get("/metrics")

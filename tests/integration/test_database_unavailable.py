@@ -123,6 +123,8 @@ async def test_a_database_unreachable_or_hanging_gets_503_with_retry_after(
             assert ready.status == 503
             if outage == "frozen":
                 assert b"the database did not answer within 1 s" in ready.body
+            else:  # not the system's bare "[Errno 111] Connect call failed"
+                assert b'"reason":"the database cannot be reached (' in ready.body, ready.body
             page = await oai_raw(provider.root + "/", "")  # the dashboard
             assert page.status == 503, page.body
             assert page.headers["Retry-After"] == "30"
@@ -178,6 +180,7 @@ async def test_the_harvester_serves_its_metrics_without_its_database(
                 ready = await oai_raw(root + "/readyz", "")
                 assert ready.status == 503
             if outage == "cut":
+                assert b'"reason": "the database cannot be reached (' in ready.body, ready.body
                 await relay.start()
             else:
                 assert b"the database did not answer within 1 s" in ready.body
