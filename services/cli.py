@@ -548,11 +548,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("migrate", help="apply migrations/ to the database (idempotent)")
 
     p = sub.add_parser("provider", help="serve /oai, /admin, /healthz, /readyz, /metrics")
-    p.add_argument("--host")
-    p.add_argument("--port", type=_port)
+    p.add_argument("--host", help="address to listen on (default: WISCAT_PROVIDER_HOST)")
+    p.add_argument("--port", type=_port, help="port (default: WISCAT_PROVIDER_PORT)")
 
     p = sub.add_parser("harvester", help="run the link scheduler (+ /healthz, /readyz, /metrics)")
-    p.add_argument("--port", type=_port)
+    p.add_argument("--port", type=_port, help="health port (default: WISCAT_HARVESTER_PORT)")
 
     sub.add_parser("run", help="run a whole node (embedded PostgreSQL when no DATABASE_URL)")
 
@@ -594,13 +594,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", help="the remote set to harvest (default: the whole catalogue)")
     p.add_argument("--into", help="the local set (default: the remote set's name)")
     p.add_argument("--prefix", default="iso19139", help="metadataPrefix (default iso19139)")
-    p.add_argument("--every", type=_DURATION, default="1h", help="incremental interval")
-    p.add_argument("--full-every", type=_DURATION, default="7d", help="full re-harvest interval")
+    p.add_argument(
+        "--every", type=_DURATION, default="1h", help="incremental interval (default 1h)"
+    )
+    p.add_argument(
+        "--full-every", type=_DURATION, default="7d", help="full re-harvest interval (default 7d)"
+    )
     p.add_argument(
         "--overlap",
         type=_DURATION,
         default="0s",
-        help="ask from = high-water mark minus this (peers with jittery clocks)",
+        help="ask from = high-water mark minus this (peers with jittery clocks; default 0s)",
     )
     p.add_argument(
         "--strategy",
@@ -612,7 +616,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--window-slices",
         type=int,
         default=24,
-        help="slices of the rolling windowed re-harvest (0: off)",
+        help="slices of the rolling windowed re-harvest (0: off; default 24)",
     )
     p.add_argument("--disabled", action="store_true", help="add it disabled")
     p.add_argument(
@@ -626,7 +630,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name")
     p = link.add_parser("set", help="change a link; a new peer or set resets its high-water mark")
     p.add_argument("name")
-    p.add_argument("--url")
+    p.add_argument("--url", help="new OAI-PMH base URL of the peer")
     p.add_argument("--set", help="new remote set ('' for the whole catalogue)")
     p.add_argument("--prefix", help="new metadataPrefix (a new peer, set or prefix resets the HWM)")
     p.add_argument(
