@@ -49,12 +49,13 @@ class HeadAsGet:
 
 
 class Deadline:
-    """A request that has not begun its answer in ``seconds`` gets 503 with Retry-After, as
-    one whose database cannot be reached: a database that hangs would hold the dashboard's, the
-    admin API's and the registry's requests for minutes. Once the answer begins, no deadline
-    is left (a large answer to a slow client takes its time). /oai, /readyz and /metrics bound
-    their database work themselves, and answer it each in its own way. ``longer`` gives a
-    request (method, path) that waits for something else too the time it may take for that."""
+    """A request that has not begun its answer ``seconds`` after its body came in (a record
+    PUT over a slow line takes its time) gets 503 with Retry-After, as one whose database
+    cannot be reached: a database that hangs would hold the dashboard's, the admin API's and
+    the registry's requests for minutes. Once the answer begins, no deadline is left (a large
+    answer to a slow client takes its time). /oai, /readyz and /metrics bound their database
+    work themselves, and answer it each in its own way. ``longer`` gives a request (method,
+    path) that waits for something else too the time it may take for that."""
 
     OWN = frozenset({"/oai", "/healthz", "/readyz", "/metrics"})
 
@@ -70,16 +71,25 @@ class Deadline:
             await self.app(scope, receive, send)
             return
         seconds = self.seconds + self.longer.get((scope["method"], scope["path"]), 0.0)
+        clock = asyncio.get_running_loop().time
         began = False
+        last_in = clock()
+
+        async def receiving() -> Message:
+            nonlocal last_in
+            message = await receive()
+            last_in = clock()
+            return message
 
         async def answering(message: Message) -> None:
             nonlocal began
             began = True
             await send(message)
 
-        task = asyncio.ensure_future(self.app(scope, receive, answering))
+        task = asyncio.ensure_future(self.app(scope, receiving, answering))
         try:
-            await asyncio.wait({task}, timeout=seconds)
+            while not (task.done() or began) and clock() < last_in + seconds:
+                await asyncio.wait({task}, timeout=last_in + seconds - clock())
         except asyncio.CancelledError:
             task.cancel()
             raise
