@@ -27,6 +27,7 @@ from aiohappyeyeballs import AddrInfoType
 from isal import isal_zlib
 
 from services.harvester.errors import (
+    BadIdentify,
     BadResponse,
     MalformedRecord,
     PeerHTTPError,
@@ -408,7 +409,7 @@ class OAIClient:
         try:
             return read_identify(body)
         except ResponseError as exc:
-            raise BadResponse(f"{exc} (Identify of {safe_url(base_url)})") from exc
+            raise BadIdentify(f"{exc} (Identify of {safe_url(base_url)})") from exc
 
     @staticmethod
     def _format(moment: datetime, day_granularity: bool) -> str:

@@ -71,6 +71,13 @@ class BadResponse(HarvestError):
     pass
 
 
+class BadIdentify(BadResponse):
+    """An Identify answer that cannot be used: the peer's endpoint is at fault, not a record.
+    Its kind, in runs and metrics, is that of any unusable answer."""
+
+    kind = "BadResponse"
+
+
 class LinkToItself(HarvestError):
     pass
 

@@ -24,6 +24,7 @@ from datetime import UTC, datetime, timedelta
 
 from services.harvester.client import OAIClient, global_addresses_only
 from services.harvester.errors import (
+    BadIdentify,
     HarvestError,
     LinkRemoved,
     LinkToItself,
@@ -221,8 +222,13 @@ async def run_list(
     except MassDeletion as exc:
         report.status, report.error_kind, report.error = "stopped", "mass_delete", str(exc)
     except HarvestError as exc:
-        report.status, report.error_kind, report.error = "failed", type(exc).__name__, exc.reason
-        if link.strategy == "ListRecords" and exc.reason.startswith(NOT_WELL_FORMED):
+        kind = getattr(exc, "kind", type(exc).__name__)
+        report.status, report.error_kind, report.error = "failed", kind, exc.reason
+        if (
+            link.strategy == "ListRecords"
+            and exc.reason.startswith(NOT_WELL_FORMED)
+            and not isinstance(exc, BadIdentify)
+        ):
             report.error += (
                 f"; if one record breaks the page, `wiscat link set {link.name} --strategy "
                 "ListIdentifiers` gets the records one by one and quarantines that one"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import gzip
 import logging
 import re
 import secrets
@@ -206,6 +207,29 @@ async def test_a_header_that_cannot_be_read_is_quarantined_and_its_list_goes_on(
     assert {r["identifier"] for r in live} == {good.identifier, gone.identifier}
     link = await link_store.get_link(pair.sink, "peer")
     assert link is not None and link.high_water_mark == when
+
+
+async def test_an_identify_that_is_not_well_formed_gets_no_hint_about_records(
+    pair: Pair,
+) -> None:
+    """A peer whose Identify is unreadable (here gzip bytes sent without Content-Encoding) fails
+    the run; the hint that ListIdentifiers + GetRecord gets past one broken record is for a
+    broken list page, and was given for this too."""
+    from services.harvester.harvest import harvest_link
+
+    async def identify(request: web.Request) -> web.Response:
+        return web.Response(body=gzip.compress(identify_document(request, datetime.now(UTC))))
+
+    app = web.Application()
+    app.router.add_get("/oai", identify)
+    async with serving_app(app) as root:
+        await link_store.add_link(pair.sink, _link("peer", root + "/oai"))
+        link = await link_store.get_link(pair.sink, "peer")
+        assert link is not None
+        report = await harvest_link(pair.ctx, link, window=False)
+    assert (report.status, report.error_kind) == ("failed", "BadResponse")
+    assert (report.error or "").startswith("not well-formed XML"), report.error
+    assert (report.error or "").endswith(f"(Identify of {root}/oai)"), report.error
 
 
 async def test_a_window_from_a_peer_whose_earliest_datestamp_is_year_one(pair: Pair) -> None:
