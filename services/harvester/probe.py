@@ -29,7 +29,7 @@ from shared.iso19139 import RecordError, record_from_element
 from shared.linkspec import REGISTRY_LINK_PREFIX
 from shared.oaipmh.dates import format_datestamp
 from shared.oaipmh.errors import NoMetadataFormats, NoRecordsMatch, NoSetHierarchy, OAIError
-from shared.oaipmh.pages import HeaderItem, NotOAIResponse, PageReader, ResponseError
+from shared.oaipmh.pages import HeaderItem, NotOAIResponse, PageReader, RecordItem, ResponseError
 from shared.oaipmh.sets import read_metadata_formats
 from shared.settings import Settings
 from shared.urls import safe_url
@@ -140,7 +140,10 @@ async def _first_page(client: OAIClient, link: Link) -> tuple[Finding, str | Non
         params["set"] = link.remote_set
     try:
         reader = PageReader(await client.fetch(link.base_url, params))
-        headers = [item for item in reader.items() if isinstance(item, HeaderItem)]
+        items = list(reader.items())
+        # whole records where headers belong (OAI-PMH §4.3): a harvest takes them as records
+        records = [item.header for item in items if isinstance(item, RecordItem)]
+        headers = [item for item in items if isinstance(item, HeaderItem)] + records
         if reader.summary.verb != "ListIdentifiers":
             raise NotOAIResponse(f"the answer is {reader.summary.verb!r}, not ListIdentifiers")
     except NoRecordsMatch:
@@ -158,6 +161,9 @@ async def _first_page(client: OAIClient, link: Link) -> tuple[Finding, str | Non
         newest = max(header.datestamp_parsed for header in headers)
         text += f"; newest datestamp on it {format_datestamp(newest)}"
     live = [header.identifier for header in headers if not header.deleted]
+    if records:
+        text += f"; {len(records)} of them sent as whole records, where ListIdentifiers has headers"
+        return Finding("first page", "note", text), (live[0] if live else None)
     return Finding("first page", "ok", text), (live[0] if live else None)
 
 

@@ -155,16 +155,20 @@ async def test_a_peer_that_cannot_be_reached_ends_the_probe(make_node: NodeFacto
     assert code == 1 and "no link named 'nothing'" in err
 
 
-def answering_lists_with_records(url: str) -> web.Application:
+def answering_lists_with_records(url: str, *, as_identifiers: bool = False) -> web.Application:
     """A peer that forwards every request to ``url`` but answers ListIdentifiers with the
-    ListRecords of the same arguments."""
+    ListRecords of the same arguments; ``as_identifiers``: inside a ListIdentifiers element."""
 
     async def forward(request: web.Request) -> web.Response:
         query = dict(request.query)
-        if query.get("verb") == "ListIdentifiers":
+        listing = query.get("verb") == "ListIdentifiers"
+        if listing:
             query["verb"] = "ListRecords"
         async with ClientSession() as session, session.get(url, params=query) as answer:
-            return web.Response(body=await answer.read(), content_type="text/xml")
+            body = await answer.read()
+        if listing and as_identifiers:
+            body = body.replace(b"ListRecords", b"ListIdentifiers")
+        return web.Response(body=body, content_type="text/xml")
 
     app = web.Application()
     app.router.add_get("/oai", forward)
@@ -184,3 +188,22 @@ async def test_a_list_answered_with_another_verb_is_a_problem(
     assert lines(out)["first page"] == [
         "PROBLEM  ListIdentifiers: the answer is 'ListRecords', not ListIdentifiers"
     ]
+
+
+async def test_a_list_of_identifiers_holding_records_is_told(
+    make_node: NodeFactory, tmp_path: Path
+) -> None:
+    # whole records inside ListIdentifiers: "0 headers", ok, and no record looked at
+    b = await peer_node(make_node, tmp_path)
+    a = await make_node("A")
+    async with serving_app(answering_lists_with_records(b.oai, as_identifiers=True)) as peer:
+        await a.wiscat("link", "add", "b", "--url", peer + "/oai", "--set", b.own_set)
+        code, out, err = await a.wiscat("link", "test", "b", check=False)
+    assert code == 0, out + err
+    [first] = lines(out)["first page"]
+    assert first.startswith(f"note     {RECORDS} headers (1 deleted)"), first
+    assert first.endswith(
+        f"; {RECORDS} of them sent as whole records, where ListIdentifiers has headers"
+    )
+    [record] = lines(out)["a record"]
+    assert record.startswith("ok       urn:x-wmo:md:") and record.endswith("would be stored")
