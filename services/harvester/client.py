@@ -55,6 +55,7 @@ from shared.oaipmh.pages import (
 from shared.oaipmh.sets import read_sets_page
 from shared.proxy import Proxy
 from shared.registry.safe_fetch import address_allowed, parser_message
+from shared.text import clipped
 from shared.tls import client_context, refusal
 from shared.urls import safe_url
 from shared.version import VERSION
@@ -162,6 +163,20 @@ def _answered_by(response: aiohttp.ClientResponse, shown: str) -> str:
     if not response.history:
         return shown
     return f"{safe_url(str(response.url.with_query(None)))} (redirected from {shown})"
+
+
+def _http_error_detail(
+    params: dict[str, str], response: aiohttp.ClientResponse, attempts: int
+) -> str:
+    """What a failed request's reason adds to its status: the verb asked, and for a status
+    retried, how often and what the peer last asked to wait."""
+    detail = f", answering {params['verb']}" if "verb" in params else ""
+    if response.status in RETRYABLE:
+        detail += f", after {attempts} attempts"
+        wait = response.headers.get("Retry-After")
+        if wait:
+            detail += f" (the last with Retry-After: {clipped(wait.strip(), 40)})"
+    return detail
 
 
 def _refuse_downgrade(base_url: str, shown: str, response: aiohttp.ClientResponse) -> None:
@@ -340,7 +355,11 @@ class OAIClient:
                     if response.status == 407 and proxy_url:
                         raise PeerUnreachable(_proxy_refused(proxy_url, shown, response.status))
                     if response.status not in RETRYABLE or attempt > settings.max_retries:
-                        raise PeerHTTPError(response.status, _answered_by(response, shown))
+                        raise PeerHTTPError(
+                            response.status,
+                            _answered_by(response, shown),
+                            _http_error_detail(params, response, attempt),
+                        )
                     delay = _retry_after(
                         response.headers.get("Retry-After"), settings.retry_after_cap
                     )

@@ -34,13 +34,14 @@ class HarvestError(Exception):
 
 
 class PeerHTTPError(HarvestError):
-    def __init__(self, status: int, url: str) -> None:
-        super().__init__(f"HTTP {status} from {url}")
+    def __init__(self, status: int, url: str, detail: str = "") -> None:
+        super().__init__(f"HTTP {status} from {url}{detail}")
         self.status = status
         self.url = url
+        self.detail = detail
 
-    def __reduce__(self) -> tuple[type[PeerHTTPError], tuple[int, str]]:
-        return type(self), (self.status, self.url)
+    def __reduce__(self) -> tuple[type[PeerHTTPError], tuple[int, str, str]]:
+        return type(self), (self.status, self.url, self.detail)
 
 
 class PeerTimeout(HarvestError):

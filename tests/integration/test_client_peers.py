@@ -553,8 +553,26 @@ async def test_404_is_not_retried(serve: Serve, client: OAIClient) -> None:
     peer = await serve(handler)
     with pytest.raises(PeerHTTPError) as caught:
         await client.identify(peer.url)
-    assert caught.value.status == 404 and "404" in caught.value.reason
+    assert caught.value.status == 404
+    assert caught.value.reason == f"HTTP 404 from {peer.url}, answering Identify"
     assert peer.count == 1
+
+
+async def test_a_status_retried_in_vain_says_how_often_and_what_the_peer_asked(
+    serve: Serve, client: OAIClient
+) -> None:
+    async def handler(request: web.Request, peer: Peer) -> web.Response:
+        return web.Response(status=429, headers={"Retry-After": "0"})
+
+    peer = await serve(handler)
+    with pytest.raises(PeerHTTPError) as caught:
+        await client.identify(peer.url)
+    attempts = SETTINGS.max_retries + 1
+    assert caught.value.reason == (
+        f"HTTP 429 from {peer.url}, answering Identify, after {attempts} attempts "
+        "(the last with Retry-After: 0)"
+    )
+    assert peer.count == attempts
 
 
 async def test_an_oai_error_sent_with_http_422(serve: Serve, client: OAIClient) -> None:
@@ -711,7 +729,9 @@ async def test_an_http_error_after_a_redirect_names_where_it_came_from(
     with pytest.raises(PeerHTTPError) as caught:
         await client.identify(peer.url)
     gone = peer.url.replace("/oai", "/gone/oai")
-    assert caught.value.reason == f"HTTP 404 from {gone} (redirected from {peer.url})"
+    assert caught.value.reason == (
+        f"HTTP 404 from {gone} (redirected from {peer.url}), answering Identify"
+    )
     assert caught.value.status == 404 and peer.count == 1
 
 
