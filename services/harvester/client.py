@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 import aiohttp
 from aiohappyeyeballs import AddrInfoType
@@ -55,6 +55,7 @@ from shared.oaipmh.pages import (
 from shared.oaipmh.sets import read_sets_page
 from shared.proxy import Proxy
 from shared.registry.safe_fetch import address_allowed, parser_message
+from shared.tasks import abandon
 from shared.text import clipped
 from shared.tls import client_context, refusal
 from shared.urls import safe_url
@@ -207,18 +208,6 @@ class _Slot(Generic[T]):
 
 async def _left_to_caller(page: Page) -> None:
     return None
-
-
-def _drop(request: asyncio.Task[Any] | None) -> None:
-    """Cancel a request sent ahead that is no longer wanted (its outcome is of no interest)."""
-    if request is not None:
-        request.cancel()
-        request.add_done_callback(_forget)
-
-
-def _forget(request: asyncio.Task[Any]) -> None:
-    if not request.cancelled():
-        request.exception()  # retrieved, so that asyncio does not report it as lost
 
 
 class OAIClient:
@@ -562,12 +551,12 @@ class OAIClient:
                     )
                 if slots and slots[0].asked_with == token:
                     continue  # the request sent ahead was the right one
-                while slots:
-                    _drop(slots.pop().task)
+                while slots:  # sent ahead, and no longer wanted
+                    abandon(slots.pop().task)
                 send(token, {"verb": verb, "resumptionToken": token})
         finally:
             while slots:
-                _drop(slots.pop().task)
+                abandon(slots.pop().task)
 
     async def find_set(self, base_url: str, wanted: str, max_pages: int) -> tuple[bool | None, int]:
         """Whether the ListSets of ``base_url`` names ``wanted`` (None: not within ``max_pages``

@@ -32,6 +32,11 @@ class HarvestError(Exception):
         super().__init__(reason)
         self.reason = reason
 
+    @property
+    def kind(self) -> str:
+        """The failure's kind, as runs and metrics tell it."""
+        return type(self).__name__
+
 
 class PeerHTTPError(HarvestError):
     def __init__(self, status: int, url: str, detail: str = "") -> None:
@@ -76,7 +81,9 @@ class BadIdentify(BadResponse):
     """An Identify answer that cannot be used: the peer's endpoint is at fault, not a record.
     Its kind, in runs and metrics, is that of any unusable answer."""
 
-    kind = "BadResponse"
+    @property
+    def kind(self) -> str:
+        return "BadResponse"
 
 
 class LinkToItself(HarvestError):

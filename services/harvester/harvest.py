@@ -222,8 +222,7 @@ async def run_list(
     except MassDeletion as exc:
         report.status, report.error_kind, report.error = "stopped", "mass_delete", str(exc)
     except HarvestError as exc:
-        kind = getattr(exc, "kind", type(exc).__name__)
-        report.status, report.error_kind, report.error = "failed", kind, exc.reason
+        report.status, report.error_kind, report.error = "failed", exc.kind, exc.reason
         if (
             link.strategy == "ListRecords"
             and exc.reason.startswith(NOT_WELL_FORMED)

@@ -18,8 +18,8 @@ from services.harvester.scheduled_checks import export_check_metrics, run_due_ch
 from services.harvester.scheduler import Scheduler
 from services.listen import listen
 from shared.db import links as link_store
-from shared.db.errors import UNAVAILABLE, unready_reason
-from shared.db.migrate import check_current
+from shared.db.errors import UNAVAILABLE
+from shared.db.migrate import check_current, not_ready
 from shared.db.pool import answered, create_pool
 from shared.heap import one_arena
 from shared.settings import Settings
@@ -68,14 +68,9 @@ def health_app(ctx: HarvestContext) -> web.Application:
         return web.Response(text="ok\n")
 
     async def readyz(request: web.Request) -> web.Response:
-        async def schema_current() -> None:
-            async with ctx.pool.acquire() as conn:
-                await check_current(conn)
-
-        try:
-            await answered(schema_current(), ctx.settings.probe_timeout_seconds)
-        except Exception as exc:
-            return web.json_response({"ready": False, "reason": unready_reason(exc)}, status=503)
+        reason = await not_ready(ctx.pool, ctx.settings.probe_timeout_seconds)
+        if reason is not None:
+            return web.json_response({"ready": False, "reason": reason}, status=503)
         return web.json_response({"ready": True})
 
     async def read_values() -> list[link_store.Link]:

@@ -21,12 +21,13 @@ from services.provider.oai import CUT_OFF, ProviderState
 from shared.db import checks as check_store
 from shared.db import links as link_store
 from shared.db import records as store
-from shared.db.errors import UNAVAILABLE, UNSTORABLE_TEXT, NoAnswer, unready_reason
-from shared.db.migrate import check_current
-from shared.db.pool import Pool, abandon, answered, create_pool
+from shared.db.errors import UNAVAILABLE, UNSTORABLE_TEXT, NoAnswer
+from shared.db.migrate import check_current, not_ready
+from shared.db.pool import Pool, answered, create_pool
 from shared.ingest import ensure_own_set
 from shared.oaipmh.tokens import TokenCodec
 from shared.settings import Settings
+from shared.tasks import abandon
 from shared.version import VERSION
 
 log = logging.getLogger("wiscat.provider")
@@ -263,15 +264,9 @@ def create_app(settings: Settings, database_url: str) -> FastAPI:
     async def readyz(request: Request) -> Response:
         """The database answers and its schema is current."""
         state: ProviderState = request.app.state.provider
-
-        async def schema_current() -> None:
-            async with state.pool.acquire() as conn:
-                await check_current(conn)
-
-        try:
-            await answered(schema_current(), settings.probe_timeout_seconds)
-        except Exception as exc:  # DatabaseError, or asyncpg's and the system's (UNAVAILABLE)
-            return JSONResponse({"ready": False, "reason": unready_reason(exc)}, status_code=503)
+        reason = await not_ready(state.pool, settings.probe_timeout_seconds)
+        if reason is not None:
+            return JSONResponse({"ready": False, "reason": reason}, status_code=503)
         return JSONResponse({"ready": True})
 
     @app.get("/metrics")

@@ -20,7 +20,6 @@ harvester that stops midway costs its pages read ahead for that long.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections import OrderedDict
@@ -31,6 +30,7 @@ from typing import Any, NamedTuple
 
 from shared.db.records import ListScope
 from shared.oaipmh.tokens import ListPosition
+from shared.tasks import abandon, forget
 
 log = logging.getLogger("wiscat.provider")
 
@@ -132,7 +132,7 @@ class ReadAhead:
             return
         self._expire()
         while len(self._reads) >= self.capacity:
-            self._drop(self._reads.popitem(last=False)[1].task)
+            abandon(self._reads.popitem(last=False)[1].task)
             self._observe("dropped")
         self._begin(key)
 
@@ -145,14 +145,14 @@ class ReadAhead:
             self._observe("missed")
             return None
         if time.monotonic() > entry.deadline:
-            self._drop(entry.task)
+            abandon(entry.task)
             self._observe("expired")
             return None
         try:
             page = await asyncio.shield(entry.task)
         except asyncio.CancelledError:
             if not entry.task.cancelled():  # the request itself was cancelled
-                entry.task.add_done_callback(_consume)
+                forget(entry.task)
                 raise
             return None
         except Exception as exc:
@@ -199,21 +199,5 @@ class ReadAhead:
     def _expire(self) -> None:
         now = time.monotonic()
         for key in [key for key, read in self._reads.items() if read.deadline < now]:
-            self._drop(self._reads.pop(key).task)
+            abandon(self._reads.pop(key).task)
             self._observe("dropped")
-
-    @staticmethod
-    def _drop(task: asyncio.Task[ListPageItems]) -> None:
-        if task.done():
-            # a failure nobody will ask for is not "never retrieved"
-            if not task.cancelled():
-                task.exception()
-        else:
-            task.cancel()
-            task.add_done_callback(_consume)
-
-
-def _consume(task: asyncio.Task[ListPageItems]) -> None:
-    if not task.cancelled():
-        with contextlib.suppress(BaseException):
-            task.exception()

@@ -56,13 +56,6 @@ class EmbeddedServerError(DatabaseError):
 
 
 class NoAnswer(TimeoutError):
-    """The database did not answer within a service's deadline (:func:`shared.db.pool.within`):
+    """The database did not answer within a service's deadline (:func:`shared.db.pool.answered`):
     a server that hangs (wedged, its host or network gone silent) or a lock held for long. A
     ``TimeoutError``, and so an ``OSError``: one of ``UNAVAILABLE``."""
-
-
-def unready_reason(exc: Exception) -> str:
-    """Why a service's /readyz says it is not ready, for an error of its database check."""
-    if isinstance(exc, (DatabaseError, NoAnswer)):
-        return str(exc)  # what is wrong with the schema, or how long it waited
-    return f"the database cannot be reached ({type(exc).__name__}: {exc})"

@@ -8,8 +8,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from shared.db.errors import SchemaNotCurrent
-from shared.db.pool import Connection
+from shared.db.errors import DatabaseError, NoAnswer, SchemaNotCurrent
+from shared.db.pool import Connection, Pool, answered
 
 log = logging.getLogger("wiscat.db")
 
@@ -52,7 +52,7 @@ def available(directory: Path = MIGRATIONS_DIR) -> list[Migration]:
     return found
 
 
-async def applied_versions(conn: Connection) -> set[int]:
+async def applied_versions(conn: Connection | Pool) -> set[int]:
     exists = await conn.fetchval("select to_regclass('schema_migrations') is not null")
     if not exists:
         return set()
@@ -87,7 +87,7 @@ async def migrate(conn: Connection, directory: Path = MIGRATIONS_DIR) -> list[st
         await conn.execute("select pg_advisory_unlock(7213901)")
 
 
-async def check_current(conn: Connection, directory: Path = MIGRATIONS_DIR) -> None:
+async def check_current(conn: Connection | Pool, directory: Path = MIGRATIONS_DIR) -> None:
     """Raise :class:`SchemaNotCurrent` unless every migration is applied (and no unknown one)."""
     wanted = {m.version for m in available(directory)}
     have = await applied_versions(conn)
@@ -99,7 +99,19 @@ async def check_current(conn: Connection, directory: Path = MIGRATIONS_DIR) -> N
         )
 
 
-async def _newer_schema(conn: Connection, unknown: set[int]) -> str:
+async def not_ready(pool: Pool, seconds: float) -> str | None:
+    """Why a service is not ready (its /readyz): its database does not answer within
+    ``seconds``, cannot be reached, or lacks migrations; None when it is ready."""
+    try:
+        await answered(check_current(pool), seconds)
+    except (DatabaseError, NoAnswer) as exc:
+        return str(exc)  # what is wrong with the schema, or how long it waited
+    except Exception as exc:  # asyncpg's and the system's (UNAVAILABLE)
+        return f"the database cannot be reached ({type(exc).__name__}: {exc})"
+    return None
+
+
+async def _newer_schema(conn: Connection | Pool, unknown: set[int]) -> str:
     names = await conn.fetch(
         "select name from schema_migrations where version = any($1::int[]) order by version",
         sorted(unknown),

@@ -7,13 +7,14 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
 from shared.db.embedded import EmbeddedPostgres
 from shared.db.errors import DatabaseError, NoAnswer
+from shared.tasks import abandon
 
 log = logging.getLogger("wiscat.db")
 
@@ -57,12 +58,6 @@ async def answered(work: Awaitable[T], seconds: float) -> T:
         abandon(task)
         raise NoAnswer(f"the database did not answer within {seconds:g} s")
     return task.result()
-
-
-def abandon(task: asyncio.Future[Any]) -> None:
-    """Cancel ``task`` without waiting for it to end; whatever it ends with is dropped."""
-    task.cancel()
-    task.add_done_callback(lambda ended: ended.cancelled() or ended.exception())
 
 
 # How often a service looks whether its embedded server still runs.
