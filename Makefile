@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 .DEFAULT_GOAL := all
-.PHONY: all help venv run test test-unit test-integration lint format bench schema demo chromium clean
+.PHONY: all help venv run test test-unit test-integration soak lint format bench schema demo chromium clean
 
 all: lint test ## lint, then the whole test suite
 
@@ -34,6 +34,9 @@ chromium: ## install Debian's chromium when missing (the dashboard's browser tes
 
 test-unit: $(STAMP) ## the fast, pure tests only
 	$(BIN)/pytest tests/unit
+
+soak: $(STAMP) ## long trials outside make test, each bounded in time (P17: 100 late commits)
+	WISCAT_LATE_COMMIT_TRIALS=100 timeout 1800 $(BIN)/pytest tests/e2e/test_late_commit.py -k randomised
 
 lint: $(STAMP) ## ruff, mypy (strict) and the import-linter layer contracts
 	$(BIN)/ruff check shared services tests bench tools

@@ -326,7 +326,9 @@ class Settings(BaseSettings):
 
     @property
     def write_timeout_seconds(self) -> float:
-        """Bound on one write transaction; kept well inside the settle window (invariant 2)."""
+        """Bound on one harvester write statement: a page held up (on a lock held elsewhere)
+        fails its run, retried at the next, rather than hold every list back (a list stops
+        before the oldest write transaction in progress, invariant 2)."""
         return max(self.settle_seconds / 2, 0.5)
 
 

@@ -57,3 +57,11 @@ async def catalogue(pool: Pool, set_spec: str | None = None) -> dict[str, tuple[
     return {
         r["identifier"]: (r["datestamp"].strftime("%Y-%m-%dT%H:%M:%SZ"), r["deleted"]) for r in rows
     }
+
+
+async def backdate(pool: Pool, statement: str, *args: object) -> None:
+    """Run ``statement``, which sets datestamps as a test needs them (days ago, say): a write
+    is otherwise stamped with the time it is made (migration 0008's triggers)."""
+    async with pool.acquire() as conn, conn.transaction():
+        await conn.execute("select set_config('wiscat.keep_datestamps', 'on', true)")
+        await conn.execute(statement, *args)

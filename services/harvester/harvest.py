@@ -574,7 +574,8 @@ async def _store_page(
 ) -> None:
     timeout_ms = int(ctx.settings.write_timeout_seconds * 1000)
     async with ctx.pool.acquire() as conn, conn.transaction():
-        # Invariant 2: a write transaction must end well inside the provider's settle window.
+        # A write held up (on a lock held elsewhere) fails the run rather than holding back
+        # every list, which stops before the oldest write in progress (invariant 2).
         await conn.execute(f"set local statement_timeout = {timeout_ms}")
         await _hold_run(conn, link, report)
         result = await store.upsert_records(

@@ -56,6 +56,12 @@ class ProviderMetrics:
             ["outcome"],
             registry=self.registry,
         )
+        self.list_horizon_lag = Gauge(
+            "wiscat_oai_list_horizon_lag_seconds",
+            "How far the last list begun stopped short of the database clock because of a "
+            "write transaction still in progress (0: none was)",
+            registry=self.registry,
+        )
         self.database_up = Gauge(
             "wiscat_database_up",
             "1 when this scrape could read the database, 0 when it could not (the gauges read "

@@ -54,6 +54,10 @@ READ_AHEAD_SECONDS = 60.0
 # A POST body no OAI-PMH request comes near (its arguments are a verb, a prefix, a set, dates,
 # an identifier or a token of ours, a few hundred bytes); one larger is refused unread.
 MAX_POST_BYTES = 64 * 1024
+# a list held back this long by a write transaction in progress is worth a warning, at most
+# one a minute (HORIZON_WARN_EVERY)
+HORIZON_WARN_LAG = 60.0
+HORIZON_WARN_EVERY = 60.0
 # seconds a harvester is asked to wait while the database is unavailable
 UNAVAILABLE_RETRY_AFTER = 30
 
@@ -77,6 +81,7 @@ class ProviderState:
     codec: TokenCodec
     metrics: ProviderMetrics
     lists_in_progress: int = 0
+    horizon_warned: float = -HORIZON_WARN_EVERY  # (time.monotonic) last warned of the horizon
     read_ahead: ReadAhead = dataclasses.field(init=False)
 
     def __post_init__(self) -> None:
@@ -465,16 +470,7 @@ async def _start_position(
         if req.until
         else None
     )
-    # Invariant 2: rows younger than the settle window may belong to a write transaction that
-    # is still open elsewhere; hide them for this whole list (the bound is frozen in the token).
-    # The bound is also cut back to a whole second, so a list shows a datestamp second only
-    # once all of it is visible: harvesters may then ask from = last second seen + 1 (the
-    # guarantee Identify states).
-    db_now: datetime = await state.pool.fetchval("select now()")
-    settle = state.settings.settle_seconds
-    upper_bound = db_now - timedelta(seconds=settle)
-    if settle > 0:  # (no settle window, as in some tests: no guarantee either)
-        upper_bound = upper_bound.replace(microsecond=0) - timedelta(microseconds=1)
+    upper_bound = await _upper_bound(state)
     return ListPosition(
         verb=req.verb,
         metadata_prefix=req.metadata_prefix,
@@ -488,6 +484,44 @@ async def _start_position(
         complete_list_size=-1,
         expires=response_date + timedelta(hours=state.settings.token_lifetime_hours),
     )
+
+
+async def _upper_bound(state: ProviderState) -> datetime:
+    """The datestamp a list beginning now stops at, frozen in its tokens (invariant 2).
+
+    No row that a transaction still in progress will commit may be listed before it, or a
+    harvester's high-water mark would pass it for ever: the list stops short of the oldest
+    write transaction in progress (:func:`shared.db.records.list_horizon`), and of the settle
+    window besides. The bound is also cut back to a whole second, so a list shows a datestamp
+    second only once all of it is visible: harvesters may then ask from = last second seen + 1
+    (the guarantee Identify states; without a settle window, as in some tests, it is not cut).
+    """
+    horizon = await store.list_horizon(state.pool)
+    settle = state.settings.settle_seconds
+    upper_bound = horizon.at - timedelta(seconds=settle)
+    lag = (datetime.now(UTC) - horizon.at).total_seconds()
+    state.metrics.list_horizon_lag.set(max(lag, 0.0) if horizon.oldest_pid else 0.0)
+    warn = time.monotonic() - state.horizon_warned >= HORIZON_WARN_EVERY
+    if horizon.hidden and warn:
+        state.horizon_warned = time.monotonic()
+        log.warning(
+            "%d write transactions in progress belong to another database role, whose start "
+            "this role may not see: lists may pass what they will commit (invariant 2); grant "
+            "this role pg_read_all_stats, or let every writer use one role",
+            horizon.hidden,
+        )
+    elif horizon.oldest_pid and lag >= HORIZON_WARN_LAG and warn:
+        state.horizon_warned = time.monotonic()
+        log.warning(
+            "lists stop %.0f s short of now: the write transaction of database session %d "
+            "has been open that long, and what it commits must not be passed (pg_stat_activity "
+            "tells what it is)",
+            lag,
+            horizon.oldest_pid,
+        )
+    if settle > 0:
+        upper_bound = upper_bound.replace(microsecond=0) - timedelta(microseconds=1)
+    return upper_bound
 
 
 async def _read_page(

@@ -1,8 +1,9 @@
 """The record store: writes of whole batches in one statement each, and keyset list pages.
 
 Every function takes a connection (or pool) from its caller and returns plain values. The
-oai:datestamp of every row comes from the database clock (``now()``, the write transaction's start),
-which is what invariant 2's settle window relies on.
+oai:datestamp of every row comes from the database clock: migration 0008's triggers stamp each
+write with a time taken once its transaction has an id, and :func:`list_horizon` keeps a list
+short of every transaction still in progress that has one (invariant 2).
 """
 
 from __future__ import annotations
@@ -123,16 +124,20 @@ async def backup_records(
     """
     if not records:
         return WriteResult({})
-    rows = await conn.fetch(
-        _SQL["backup_records"],
-        set_spec,
-        [r.identifier for r in records],
-        [r.md_datestamp for r in records],
-        [r.content_hash for r in records],
-        [r.xml for r in records],
-        list(datestamps),
-        protected_set,
-    )
+    # the only writer whose datestamps are not stamped here (migration 0008's triggers)
+    async with conn.transaction():
+        await conn.execute(_SQL["keep_datestamps"], "on")
+        rows = await conn.fetch(
+            _SQL["backup_records"],
+            set_spec,
+            [r.identifier for r in records],
+            [r.md_datestamp for r in records],
+            [r.content_hash for r in records],
+            [r.xml for r in records],
+            list(datestamps),
+            protected_set,
+        )
+        await conn.execute(_SQL["keep_datestamps"], "off")
     return WriteResult({row["identifier"]: row["outcome"] for row in rows})
 
 
@@ -224,6 +229,29 @@ async def list_keys(
     """The (datestamp, identifier) keys alone of the page :func:`list_page` would read."""
     query, args = _list_query("list_keys", scope, after)
     return [(row[0], row[1]) for row in await db.fetch(query, *args, limit)]
+
+
+class ListHorizon(NamedTuple):
+    """Where a list beginning now must stop (invariant 2): ``at``, the older of the database's
+    clock and the start of the oldest write transaction in progress (``oldest_pid``'s, if
+    any); ``hidden``, how many write transactions in progress the database role may not see
+    (another role's, without ``pg_read_all_stats``): a list cannot know where they began."""
+
+    at: datetime
+    hidden: int
+    oldest_pid: int | None
+
+
+async def list_horizon(db: Executor) -> ListHorizon:
+    """The :class:`ListHorizon` of a list beginning now.
+
+    A row is written with a datestamp no earlier than this statement's start, unless its
+    transaction already has an id, which the statement then sees with its start: so no row
+    that a transaction in progress will commit has a datestamp before ``at``.
+    """
+    row = await db.fetchrow(_SQL["list_horizon"])
+    assert row is not None
+    return ListHorizon(row["horizon"], int(row["hidden"]), row["oldest_pid"])
 
 
 async def count_list(db: Executor, scope: ListScope) -> int:

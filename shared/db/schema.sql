@@ -3,6 +3,57 @@
 -- then regenerate.
 -- tests/integration/test_schema.py checks that the two agree.
 
+CREATE FUNCTION public.records_write_stamp() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+begin
+    if current_setting('wiscat.keep_datestamps', true) = 'on' then
+        return new;
+    end if;
+    if tg_op = 'INSERT'
+        or new.datestamp is distinct from old.datestamp
+        or new.deleted is distinct from old.deleted
+        or new.content_hash is distinct from old.content_hash
+        or new.set_specs is distinct from old.set_specs
+    then
+        new.datestamp := wiscat_write_stamp();
+    end if;
+    return new;
+end
+$$;
+
+CREATE FUNCTION public.set_members_write_stamp() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+begin
+    if current_setting('wiscat.keep_datestamps', true) = 'on' then
+        return new;
+    end if;
+    if tg_op = 'INSERT'
+        or new.datestamp is distinct from old.datestamp
+        or new.deleted is distinct from old.deleted
+    then
+        new.datestamp := wiscat_write_stamp();
+    end if;
+    return new;
+end
+$$;
+
+CREATE FUNCTION public.wiscat_write_stamp() RETURNS timestamp with time zone
+    LANGUAGE plpgsql
+    AS $$
+declare
+    stamp text := current_setting('wiscat.write_stamp', true);
+begin
+    if stamp is null or stamp = '' then
+        perform pg_current_xact_id();  -- the transaction has an id from here on, seen by lists
+        stamp := clock_timestamp()::text;
+        perform set_config('wiscat.write_stamp', stamp, true);  -- until the transaction ends
+    end if;
+    return stamp::timestamptz;
+end
+$$;
+
 CREATE TABLE public.check_reports (
     id bigint NOT NULL,
     check_name text,
@@ -299,6 +350,10 @@ CREATE INDEX registry_transactions_tx ON public.registry_transactions USING btre
 CREATE INDEX set_members_identifier ON public.set_members USING btree (identifier);
 
 CREATE INDEX set_members_keyset ON public.set_members USING btree (set_spec, datestamp, identifier);
+
+CREATE TRIGGER records_write_stamp BEFORE INSERT OR UPDATE ON public.records FOR EACH ROW EXECUTE FUNCTION public.records_write_stamp();
+
+CREATE TRIGGER set_members_write_stamp BEFORE INSERT OR UPDATE ON public.set_members FOR EACH ROW EXECUTE FUNCTION public.set_members_write_stamp();
 
 ALTER TABLE ONLY public.check_reports
     ADD CONSTRAINT check_reports_check_name_fkey FOREIGN KEY (check_name) REFERENCES public.checks(name) ON DELETE SET NULL;

@@ -54,7 +54,8 @@ T_LATE = _days_ago(7)
 async def stamp(pool: Pool, identifiers: list[str], when: str) -> None:
     """Set the arrival datestamp of ``identifiers`` (in every set) to ``when``."""
     for table in ("records", "set_members"):
-        await pool.execute(
+        await factories.backdate(
+            pool,
             f"update {table} set datestamp = $2::text::timestamptz where identifier = any($1)",
             identifiers,
             when,

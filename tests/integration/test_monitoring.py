@@ -18,7 +18,8 @@ async def test_monitor_json_counts_todays_changes(db: Pool, database_url: str) -
     # four records arrived yesterday and have not changed since: not today's changes
     yesterday = datetime.now(UTC).replace(hour=0, minute=0, second=0) - timedelta(hours=6)
     for table in ("records", "set_members"):
-        await db.execute(
+        await factories.backdate(
+            db,
             f"update {table} set datestamp = $2 where identifier = any($1)",
             identifiers[:4],
             yesterday,

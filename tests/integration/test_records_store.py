@@ -14,6 +14,7 @@ from shared.db import links as link_store
 from shared.db import records as store
 from shared.db.links import NewLink
 from shared.db.records import IncomingRecord
+from tests import factories
 
 OWN = "WIS-GISC-TEST"
 REMOTE = "WIS-GISC-OTHER"
@@ -300,9 +301,11 @@ async def test_purge_drops_only_old_tombstones(db: asyncpg.Pool) -> None:
     await upsert(db, OWN, rec("a"), rec("b"))
     await delete(db, OWN, "a")
     assert await store.purge_tombstones(db, timedelta(days=1)) == 0
-    await db.execute("update records set datestamp = datestamp - interval '2 days' where deleted")
-    await db.execute(
-        "update set_members set datestamp = datestamp - interval '2 days' where deleted"
+    await factories.backdate(
+        db, "update records set datestamp = datestamp - interval '2 days' where deleted"
+    )
+    await factories.backdate(
+        db, "update set_members set datestamp = datestamp - interval '2 days' where deleted"
     )
     assert await store.purge_tombstones(db, timedelta(days=1)) == 1
     assert await store.get_record(db, "a") is None

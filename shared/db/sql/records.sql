@@ -343,6 +343,11 @@ membership as (
 )
 select identifier, outcome from classified
 
+-- name: keep_datestamps --
+-- Whether the writes that follow in this transaction keep the datestamps they are given ($1 'on')
+-- or are stamped as every write is ('off'): migration 0008's triggers read it.
+select set_config('wiscat.keep_datestamps', $1, true)
+
 -- name: changes_since --
 -- The catalogue for WIS monitoring: live records, and the records inserted or modified and the
 -- records deleted since $1 (00 UTC today).
@@ -350,3 +355,21 @@ select count(*) filter (where not deleted) as live,
        count(*) filter (where not deleted and datestamp >= $1) as inserted_modified,
        count(*) filter (where deleted and datestamp >= $1) as deleted
 from records
+
+-- name: list_horizon --
+-- Where a list beginning now must stop (invariant 2): before this statement's start, and
+-- before the start of every transaction of this database still in progress that has a
+-- transaction id (it has written, or is writing: migration 0008 stamps its rows with a time
+-- taken after it got its id: not before this statement's start, unless it was seen here).
+-- Also how many such transactions this role may not see the start of (sessions of another
+-- role, without pg_read_all_stats): none, in a node whose processes share one role.
+select least(
+           statement_timestamp(),
+           min(a.xact_start) filter (where a.backend_xid is not null)
+       ) as horizon,
+       count(*) filter (where a.backend_xid is not null and a.xact_start is null) as hidden,
+       (array_agg(a.pid order by a.xact_start) filter (
+           where a.backend_xid is not null and a.xact_start is not null
+       ))[1] as oldest_pid
+from pg_stat_activity a
+where a.datname = current_database() and a.pid <> pg_backend_pid()
