@@ -54,7 +54,8 @@ from shared.oaipmh.pages import (
 )
 from shared.oaipmh.sets import read_sets_page
 from shared.proxy import Proxy
-from shared.registry.safe_fetch import address_allowed, parser_message
+from shared.registry.addresses import address_allowed
+from shared.registry.safe_fetch import parser_message
 from shared.tasks import abandon
 from shared.text import clipped
 from shared.tls import client_context, refusal

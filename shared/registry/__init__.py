@@ -4,6 +4,8 @@
   of work, Ed25519 signatures, chain verification and the fork-choice rule (pure, no I/O).
 - :mod:`shared.registry.keyfile`: the network key file (name, genesis block, peers, tracker,
   members' public keys).
+- :mod:`shared.registry.addresses`: which addresses a URL chosen by someone else may reach (the
+  IANA special-purpose ranges written out, each with its RFC).
 - :mod:`shared.registry.safe_fetch`: the outbound HTTP client that refuses non-global addresses
   at connect time.
 - :mod:`shared.registry.node`: one node: validation of submitted URLs, minting, accepting blocks,

@@ -7,7 +7,8 @@ else, so every connection the registry makes goes through :class:`SafeFetcher`:
   (aiohttp's ``socket_factory``): IP literals, every address a name resolves to, and a name that
   resolves differently the second time (DNS rebinding) are all covered; a refused address is never
   connected to;
-- private, loopback, link-local, shared (CGNAT), multicast, reserved and unspecified addresses are
+- an address that is not global unicast (:mod:`shared.registry.addresses`: the IANA
+  special-purpose ranges that are not globally reachable, NAT64, 6to4, site-local, multicast) is
   refused unless the node is configured for a closed network (``WISCAT_ALLOW_PRIVATE_FETCH``);
 - redirects are followed by hand, at most ``max_redirects``, each target's scheme checked and its
   connection checked again like the first;
@@ -23,7 +24,6 @@ Exception tree::
 from __future__ import annotations
 
 import contextvars
-import ipaddress
 import socket
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -35,6 +35,7 @@ from urllib.parse import urljoin, urlsplit
 import aiohttp
 from aiohappyeyeballs import AddrInfoType
 
+from shared.registry.addresses import address_allowed, address_refusal
 from shared.text import clipped
 from shared.tls import client_context, refusal
 from shared.version import VERSION
@@ -62,26 +63,6 @@ class FetchFailed(FetchError):
 
 class _RefusedSocket(OSError):
     pass
-
-
-def address_allowed(address: str) -> bool:
-    """Whether ``address`` (an IP literal) is a global unicast address."""
-    try:
-        ip = ipaddress.ip_address(address.split("%", 1)[0])
-    except ValueError:
-        return False
-    if isinstance(ip, ipaddress.IPv6Address):
-        # an IPv4 address in IPv6 clothing is judged as the IPv4 address it reaches
-        mapped = ip.ipv4_mapped or ip.sixtofour
-        if mapped is not None:
-            return address_allowed(str(mapped))
-    return bool(
-        ip.is_global
-        and not ip.is_multicast
-        and not ip.is_reserved
-        and not ip.is_unspecified
-        and not ip.is_link_local
-    )
 
 
 @dataclass(frozen=True)
@@ -119,10 +100,11 @@ class SafeFetcher:
         family, type_, proto, _, sockaddr = addr_info
         address = str(sockaddr[0])
         if not self.allow_private and not self.address_policy(address):
+            reason = address_refusal(address) or f"{address} is refused"
             refused = _refused.get()
             if refused is not None:
-                refused.append(address)
-            raise _RefusedSocket(f"{address} is not a global address")
+                refused.append(reason)
+            raise _RefusedSocket(reason)
         return socket.socket(family=family, type=type_, proto=proto)
 
     async def __aenter__(self) -> SafeFetcher:
@@ -225,8 +207,7 @@ class SafeFetcher:
             except (aiohttp.ClientError, OSError) as exc:
                 if refused:
                     raise ForbiddenAddress(
-                        f"{parts.hostname} is a non-global address ({', '.join(refused)}); "
-                        "this node does not fetch from private networks"
+                        f"{parts.hostname} is a non-global address: {'; '.join(refused)}"
                     ) from exc
                 raise FetchFailed(f"cannot fetch {current}: {exc or type(exc).__name__}") from exc
             finally:

@@ -9,6 +9,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from lxml import etree
 
+from shared.registry.addresses import address_allowed
 from shared.registry.chain import (
     ZERO_HASH,
     Block,
@@ -29,7 +30,6 @@ from shared.registry.chain import (
     verify_chain,
 )
 from shared.registry.keyfile import KeyFileError, new_network, parse_network
-from shared.registry.safe_fetch import address_allowed
 
 DIFFICULTY = 6
 
