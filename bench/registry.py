@@ -78,6 +78,7 @@ async def propagation(server_url: str, nodes: int) -> tuple[float, float]:
                                 registry_key_file=key_file,
                                 registry_private_key_file=private,
                                 allow_private_fetch=True,
+                                registry_fetch_ports=range(1024, 65536),
                                 registry_sync_seconds=1.0,
                                 registry_submit_wait_seconds=0,
                             )

@@ -165,6 +165,7 @@ async def cmd_sync(settings: Settings, args: argparse.Namespace) -> int:
     fetcher = SafeFetcher(
         allow_private=settings.allow_private_fetch,
         timeout=settings.registry_fetch_timeout_seconds,
+        ports=settings.registry_fetch_ports,
         ca_file=settings.ca_file,
     )
     async with migrated_pool(settings) as pool, fetcher:

@@ -44,6 +44,8 @@ def _shown(name: str, value: object) -> str:
         return "(set)" if secret else "(empty)"
     if name == "database_url":
         return safe_url(str(value))
+    if isinstance(value, tuple):  # shown as it is set: 80,443,8080,8443
+        return ",".join(map(str, value))
     return str(value) if value != "" else "(empty)"
 
 

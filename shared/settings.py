@@ -10,13 +10,13 @@ import difflib
 import ipaddress
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from dotenv import dotenv_values
 from pydantic import Field, PrivateAttr, SecretStr, ValidationError, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from shared import tls
 from shared.oaipmh.arguments import SET_LEVEL
@@ -180,6 +180,11 @@ class Settings(BaseSettings):
         default=10, ge=1, le=10**6, description="POST /urls"
     )
     registry_fetch_timeout_seconds: float = Field(default=10.0, gt=0, le=3600)
+    registry_fetch_ports: Annotated[tuple[int, ...], NoDecode] = Field(
+        default=(80, 443, 8080, 8443),
+        description="the only ports the registry connects to (comma-separated): submitted URLs, "
+        "peers, the tracker and their redirects",
+    )
     registry_submit_wait_seconds: float = Field(
         default=5.0, ge=0, le=600, description="how long POST /urls waits for the URL's block"
     )
@@ -250,6 +255,22 @@ class Settings(BaseSettings):
             except OSError as exc:  # ssl.SSLError among them: no certificate in it
                 raise ValueError(f"a PEM file of CA certificates ({tls.message(exc)})") from None
         return value
+
+    @field_validator("registry_fetch_ports", mode="before")
+    @classmethod
+    def _ports_are_a_list(cls, value: object) -> object:
+        parts: Iterable[object] = ()
+        if isinstance(value, str):  # the environment's 80,443,8080,8443
+            parts = value.split(",")
+        elif isinstance(value, Iterable):
+            parts = value
+        try:
+            ports = tuple(int(str(part).strip()) for part in parts)
+        except ValueError:
+            ports = ()
+        if not ports or not all(1 <= port <= 65535 for port in ports):
+            raise ValueError("port numbers from 1 to 65535, comma-separated, e.g. 80,443,8080,8443")
+        return ports
 
     @field_validator("admin_email")
     @classmethod

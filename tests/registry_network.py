@@ -20,6 +20,9 @@ from tests.servers import RunningProvider, running_provider
 
 DIFFICULTY = 4
 SYNC_SECONDS = 0.3
+# the nodes and peers of a test listen on ports the system picks: the registry of a test node
+# fetches from any unprivileged one (a node's default is 80, 443, 8080 and 8443)
+TEST_FETCH_PORTS = tuple(range(1024, 65536))
 
 
 @dataclass
@@ -63,6 +66,7 @@ def node_overrides(net: NetworkFiles, member: int | None, **extra: object) -> di
         "registry_key_file": net.key_file,
         "registry_private_key_file": net.key_files[member] if member is not None else None,
         "allow_private_fetch": True,
+        "registry_fetch_ports": TEST_FETCH_PORTS,
         "registry_sync_seconds": SYNC_SECONDS,
         "registry_submit_wait_seconds": 5.0,
         "registry_fetch_timeout_seconds": 5.0,

@@ -107,6 +107,7 @@ async def start(app: FastAPI, provider: ProviderState) -> None:
         state.fetcher = SafeFetcher(
             allow_private=settings.allow_private_fetch,
             timeout=settings.registry_fetch_timeout_seconds,
+            ports=settings.registry_fetch_ports,
             ca_file=settings.ca_file,
         )
         await state.fetcher.__aenter__()

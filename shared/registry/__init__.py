@@ -7,7 +7,7 @@
 - :mod:`shared.registry.addresses`: which addresses a URL chosen by someone else may reach (the
   IANA special-purpose ranges written out, each with its RFC).
 - :mod:`shared.registry.safe_fetch`: the outbound HTTP client that refuses non-global addresses
-  at connect time.
+  at connect time, and ports off the configured list before it.
 - :mod:`shared.registry.node`: one node: validation of submitted URLs, minting, accepting blocks,
   fork choice on the stored chain, peers, tracker announces and sync.
 """

@@ -47,7 +47,8 @@ from shared.registry.chain import (
     url_problem,
 )
 from shared.registry.keyfile import Network
-from shared.registry.safe_fetch import FetchError, ForbiddenAddress, SafeFetcher
+from shared.registry.safe_fetch import FetchError, ForbiddenAddress, ForbiddenPort, SafeFetcher
+from shared.urls import safe_url
 
 log = logging.getLogger("wiscat.registry")
 
@@ -57,6 +58,11 @@ TRACKER_MEMBER_TTL = timedelta(hours=1)
 MAX_PULL_BLOCKS = 1_000_000
 MAX_BLOCKS_PAGE_BYTES = 64 * 1024 * 1024
 FORGET_AFTER_FAILURES = 20
+# What a submitter is told whenever the fetch gives no HTTP answer: a refused address, a closed or
+# filtered port, no answer in time, a name that does not resolve, a TLS or protocol failure. One
+# text for all, so that POST /urls cannot tell them apart and serve as a scanner (RELIABILITY
+# S11); the node's log keeps the detail.
+UNREACHABLE = "the repository cannot be reached from this registry node (its log says why)"
 
 
 class SubmitError(Exception):
@@ -227,10 +233,14 @@ class RegistryNode:
             raise UrlRefused(f"{url!r} is malformed: {problem}")
         try:
             response = await self.fetcher.get(url, {"verb": "Identify"})
+        except ForbiddenPort as exc:  # told from the URL (or a redirect's): never connected to
+            raise UrlRefused(str(exc)) from exc
         except ForbiddenAddress as exc:
-            raise UrlRefused(f"refused: {exc}") from exc
+            log.warning("submitted URL %s refused: %s", safe_url(url), exc)
+            raise UrlRefused(UNREACHABLE) from exc
         except FetchError as exc:
-            raise UrlRefused(f"the repository cannot be reached: {exc}") from exc
+            log.info("submitted URL %s cannot be reached: %s", safe_url(url), exc)
+            raise UrlRefused(UNREACHABLE) from exc
         if response.status != 200:
             raise UrlRefused(f"Identify answered HTTP {response.status}, not 200")
         if has_doctype(response.body):

@@ -10,6 +10,8 @@ else, so every connection the registry makes goes through :class:`SafeFetcher`:
 - an address that is not global unicast (:mod:`shared.registry.addresses`: the IANA
   special-purpose ranges that are not globally reachable, NAT64, 6to4, site-local, multicast) is
   refused unless the node is configured for a closed network (``WISCAT_ALLOW_PRIVATE_FETCH``);
+- a port off the configured list (``WISCAT_REGISTRY_FETCH_PORTS``) is refused before any
+  connection, so that the registry cannot be made to knock on a mail or database port;
 - redirects are followed by hand, at most ``max_redirects``, each target's scheme checked and its
   connection checked again like the first;
 - a total timeout and a connect timeout, and a cap on the (decompressed) body size.
@@ -18,6 +20,7 @@ Exception tree::
 
     FetchError              the fetch did not give a usable response
      +-- ForbiddenAddress   the target is (or resolves to) a non-global address
+     +-- ForbiddenPort      the URL's port (or a redirect's) is not on the list
      +-- FetchFailed        unreachable, timed out, too many redirects, too large
 """
 
@@ -25,7 +28,7 @@ from __future__ import annotations
 
 import contextvars
 import socket
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -34,6 +37,7 @@ from urllib.parse import urljoin, urlsplit
 
 import aiohttp
 from aiohappyeyeballs import AddrInfoType
+from aiohttp.abc import AbstractResolver
 
 from shared.registry.addresses import address_allowed, address_refusal
 from shared.text import clipped
@@ -42,6 +46,8 @@ from shared.version import VERSION
 
 Params = Mapping[str, str] | Sequence[tuple[str, str]]
 _REDIRECTS = {301, 302, 303, 307, 308}
+DEFAULT_PORTS = (80, 443, 8080, 8443)
+_SCHEME_PORTS = {"http": 80, "https": 443}
 # The addresses refused during the current request (one list per request, seen by the factory).
 _refused: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar(
     "wiscat_registry_refused", default=None
@@ -55,6 +61,10 @@ class FetchError(Exception):
 class ForbiddenAddress(FetchError):
     """The target is, or resolves to, a private, loopback, link-local or other non-global
     address."""
+
+
+class ForbiddenPort(FetchError):
+    """The URL's port, or a redirect target's, is not one the registry fetches from."""
 
 
 class FetchFailed(FetchError):
@@ -85,10 +95,14 @@ class SafeFetcher:
         max_redirects: int = 5,
         user_agent: str = f"wiscat-registry/{VERSION}",
         address_policy: Callable[[str], bool] = address_allowed,
+        ports: Collection[int] = DEFAULT_PORTS,
         ca_file: Path | None = None,
+        resolver: AbstractResolver | None = None,
     ) -> None:
         self.allow_private = allow_private
         self.address_policy = address_policy
+        self.ports = frozenset(ports)
+        self.resolver = resolver  # None: the system's (a test gives one that knows its names)
         self.timeout = timeout
         self.max_bytes = max_bytes
         self.max_redirects = max_redirects
@@ -114,6 +128,7 @@ class SafeFetcher:
             socket_factory=self._socket,
             ttl_dns_cache=10,
             ssl=client_context(self.ca_file),
+            resolver=self.resolver,
         )
         self._session = aiohttp.ClientSession(
             connector=connector,
@@ -175,6 +190,7 @@ class SafeFetcher:
             parts = urlsplit(current)
             if parts.scheme not in ("http", "https") or not parts.hostname:
                 raise FetchFailed(f"{current!r} is not an http(s) URL")
+            self._check_port(current)
             refused: list[str] = []
             token = _refused.set(refused)
             try:
@@ -213,6 +229,24 @@ class SafeFetcher:
             finally:
                 _refused.reset(token)
         raise FetchFailed(f"more than {self.max_redirects} redirects from {url}")
+
+    def _check_port(self, url: str) -> None:
+        parts = urlsplit(url)
+        try:
+            port = parts.port or _SCHEME_PORTS[parts.scheme]
+        except ValueError as exc:
+            raise FetchFailed(f"{url!r} has no valid port") from exc
+        if port not in self.ports:
+            raise ForbiddenPort(
+                f"this registry node fetches from ports {_listed(sorted(self.ports))} only, "
+                f"not {port}"
+            )
+
+
+def _listed(ports: Sequence[int]) -> str:
+    if len(ports) == 1:
+        return str(ports[0])
+    return ", ".join(map(str, ports[:-1])) + f" and {ports[-1]}"
 
 
 def parser_message(message: str, limit: int = 200) -> str:

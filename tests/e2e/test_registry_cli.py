@@ -53,6 +53,8 @@ async def test_keys_network_submission_and_sync_from_the_command_line(
                 "WISCAT_REGISTRY_KEY_FILE": str(network),
                 "WISCAT_REGISTRY_PRIVATE_KEY_FILE": str(key),
                 "WISCAT_ALLOW_PRIVATE_FETCH": "true",
+                # every fetch of this network is from A (its Identify, and B's sync)
+                "WISCAT_REGISTRY_FETCH_PORTS": str(a.provider_port),
             }
         )
     await a.start("provider", f"{a_root}/readyz")

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import hashlib
-import socket
 from pathlib import Path
 
 import aiohttp
@@ -103,47 +102,6 @@ async def test_three_nodes_share_a_posted_url(tmp_path: Path, template_ready: st
                 assert candidates == expected, node.root
             heights = {await status_of(session, node) for node in nodes}
             assert len(heights) == 1 and next(iter(heights))[0] == 1
-
-
-async def test_a_private_address_is_refused_before_any_connection(
-    tmp_path: Path, database_url: str
-) -> None:
-    net = make_network(tmp_path, 1)
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(8)
-    listener.setblocking(False)
-    port = listener.getsockname()[1]
-    try:
-        overrides = node_overrides(net, 0, allow_private_fetch=False)
-        async with (
-            running_provider(database_url, **overrides) as node,
-            aiohttp.ClientSession() as session,
-        ):
-            for url in (
-                f"http://127.0.0.1:{port}/oai",
-                f"http://localhost:{port}/oai",
-                f"http://[::ffff:127.0.0.1]:{port}/oai",
-                "http://169.254.169.254/latest/meta-data",
-                "http://10.255.255.1/oai",
-            ):
-                status, text = await post_url(session, node, url)
-                assert status == 400, (url, text)
-                assert "non-global" in text, (url, text)
-            # 127.0.0.1 as one number: aiohttp refuses the name before any connection
-            status, text = await post_url(session, node, f"http://2130706433:{port}/oai")
-            assert status == 400, text
-            assert await urls_of(session, node) == []
-        # nothing ever connected to the listening socket
-        try:
-            accepted, _ = listener.accept()
-        except BlockingIOError:
-            pass
-        else:
-            accepted.close()
-            raise AssertionError("the node connected to a loopback address")
-    finally:
-        listener.close()
 
 
 async def test_rate_limit_on_submissions_per_client(tmp_path: Path, database_url: str) -> None:

@@ -15,7 +15,8 @@ import pytest
 import trustme
 from aiohttp import web
 
-from shared.registry.safe_fetch import FetchFailed, ForbiddenAddress, SafeFetcher
+from shared.registry.safe_fetch import FetchFailed, ForbiddenAddress, ForbiddenPort, SafeFetcher
+from tests.registry_network import TEST_FETCH_PORTS
 from tests.servers import serving_app
 
 
@@ -72,7 +73,9 @@ async def test_a_redirect_to_a_refused_address_is_never_connected(server: Server
     listener.setblocking(False)
     port = listener.getsockname()[1]
     try:
-        fetcher = SafeFetcher(address_policy=lambda address: address == "127.0.0.1")
+        fetcher = SafeFetcher(
+            address_policy=lambda address: address == "127.0.0.1", ports=TEST_FETCH_PORTS
+        )
         async with fetcher:
             assert (await fetcher.get(server.root + "/small")).body == b"<ok/>"
             server.redirect_to = f"http://127.0.0.2:{port}/oai"
@@ -87,8 +90,34 @@ async def test_a_redirect_to_a_refused_address_is_never_connected(server: Server
         listener.close()
 
 
+async def test_a_redirect_to_a_port_off_the_list_is_never_connected(server: Server) -> None:
+    """S07 on the redirect hop: the target's port is checked before its connection, like the
+    first URL's."""
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    listener.setblocking(False)
+    port = listener.getsockname()[1]
+    server_port = int(server.root.rsplit(":", 1)[1])
+    try:
+        async with SafeFetcher(allow_private=True, ports=(server_port,)) as fetcher:
+            assert (await fetcher.get(server.root + "/small")).body == b"<ok/>"
+            server.redirect_to = f"http://127.0.0.1:{port}/oai"
+            with pytest.raises(ForbiddenPort) as caught:
+                await fetcher.get(server.root + "/redirect")
+        with pytest.raises(BlockingIOError):
+            listener.accept()
+    finally:
+        listener.close()
+    assert str(caught.value) == (
+        f"this registry node fetches from ports {server_port} only, not {port}"
+    )
+
+
 async def test_redirect_loops_and_oversized_bodies_end_cleanly(server: Server) -> None:
-    async with SafeFetcher(allow_private=True, max_bytes=100_000, max_redirects=3) as fetcher:
+    async with SafeFetcher(
+        allow_private=True, max_bytes=100_000, max_redirects=3, ports=TEST_FETCH_PORTS
+    ) as fetcher:
         with pytest.raises(FetchFailed, match="redirects"):
             await fetcher.get(server.root + "/loop")
         with pytest.raises(FetchFailed, match="larger"):
@@ -99,7 +128,7 @@ async def test_redirect_loops_and_oversized_bodies_end_cleanly(server: Server) -
 
 
 async def test_a_server_that_does_not_answer_in_time_is_given_up(server: Server) -> None:
-    async with SafeFetcher(allow_private=True, timeout=0.3) as fetcher:
+    async with SafeFetcher(allow_private=True, timeout=0.3, ports=TEST_FETCH_PORTS) as fetcher:
         started = time.monotonic()
         with pytest.raises(FetchFailed, match="no answer"):
             await fetcher.get(server.root + "/slow")
@@ -119,7 +148,7 @@ async def test_an_answer_that_is_not_http_is_told_on_one_line() -> None:
     server = await asyncio.start_server(answer, "127.0.0.1", 0)
     url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/oai"
     try:
-        async with SafeFetcher(allow_private=True) as fetcher:
+        async with SafeFetcher(allow_private=True, ports=TEST_FETCH_PORTS) as fetcher:
             with pytest.raises(FetchFailed) as caught:
                 await fetcher.get(url)
     finally:
@@ -139,14 +168,16 @@ async def test_https_registry_nodes_are_trusted_through_the_ca_file(tmp_path: Pa
     app = web.Application()
     app.router.add_get("/urls", _urls)
     async with serving_app(app, context) as root:
-        async with SafeFetcher(allow_private=True, timeout=5) as fetcher:
+        async with SafeFetcher(allow_private=True, timeout=5, ports=TEST_FETCH_PORTS) as fetcher:
             with pytest.raises(
                 FetchFailed, match=r"TLS certificate of 127\.0\.0\.1:\d+ is not trusted"
             ):
                 await fetcher.get(root + "/urls")
         ca_file = tmp_path / "ca.pem"
         ca.cert_pem.write_to_path(str(ca_file))
-        async with SafeFetcher(allow_private=True, timeout=5, ca_file=ca_file) as fetcher:
+        async with SafeFetcher(
+            allow_private=True, timeout=5, ca_file=ca_file, ports=TEST_FETCH_PORTS
+        ) as fetcher:
             response = await fetcher.get(root + "/urls")
     assert (response.status, response.body) == (200, b"<BaseURLs/>")
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from services.cli_settings import settings_rows
 from shared.settings import Settings, explain, unknown
 
 
@@ -103,3 +104,27 @@ def test_a_provider_for_peers_without_a_base_url_is_warned_of(
     values: dict[str, str], unreachable: bool
 ) -> None:
     assert settings(**values).base_url_unreachable is unreachable
+
+
+def test_the_registry_fetches_from_a_list_of_ports(monkeypatch: pytest.MonkeyPatch) -> None:
+    """S07: the registry connects to these ports only; the default is the web's usual four."""
+    assert settings().registry_fetch_ports == (80, 443, 8080, 8443)
+    monkeypatch.setenv("WISCAT_REGISTRY_FETCH_PORTS", " 443, 8443")
+    assert settings().registry_fetch_ports == (443, 8443)
+    for bad in ("", "0", "https", "80,,443", "80,65536"):
+        monkeypatch.setenv("WISCAT_REGISTRY_FETCH_PORTS", bad)
+        with pytest.raises(ValidationError) as caught:
+            settings()
+        assert explain(caught.value) == [
+            f"WISCAT_REGISTRY_FETCH_PORTS={bad!r}: port numbers from 1 to 65535, "
+            "comma-separated, e.g. 80,443,8080,8443"
+        ]
+
+
+def test_the_port_list_is_shown_as_it_is_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`wiscat settings` shows 443,8443, not a Python tuple."""
+    monkeypatch.setenv("WISCAT_REGISTRY_FETCH_PORTS", "443, 8443")
+    rows = settings_rows(settings(), {"WISCAT_REGISTRY_FETCH_PORTS": "443, 8443"}, Path("/none"))
+    assert [r for r in rows if r["setting"] == "WISCAT_REGISTRY_FETCH_PORTS"] == [
+        {"setting": "WISCAT_REGISTRY_FETCH_PORTS", "value": "443,8443", "from": "environment"}
+    ]

@@ -1,0 +1,212 @@
+"""What a submitter of a URL learns, and what the registry node connects to, when the URL points
+where it must not (RELIABILITY S02, S07, S11): every address is refused that is not global, a
+port not on the node's list is refused before any connection, and a fetch that fails says the
+same whatever the failure (the node's log says which). Real providers, real sockets on
+loopback; no mocks."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+import pytest
+from aiohttp.abc import AbstractResolver, ResolveResult
+
+from shared.db.pool import Pool
+from shared.registry.node import NodeConfig, RegistryNode, UrlRefused
+from shared.registry.safe_fetch import SafeFetcher
+from tests.registry_network import make_network, node_overrides, post_url, urls_of
+from tests.servers import running_provider
+
+UNREACHABLE = "the repository cannot be reached from this registry node (its log says why)"
+
+# RELIABILITY S02: the literal ways of writing a loopback, private or otherwise local address
+S02_HOSTS = (
+    "localhost",
+    "[::1]",
+    "0.0.0.0",
+    "127.1",
+    "0x7f.1",
+    "0177.0.0.1",
+    "2130706433",
+    "[::ffff:127.0.0.1]",
+    "[::127.0.0.1]",
+    "[64:ff9b::7f00:1]",
+    "[2002:7f00:1::1]",
+    "169.254.169.254",
+    "100.64.0.1",
+    "10.0.0.1",
+    "172.16.0.1",
+    "192.168.0.1",
+    "[fc00::1]",
+    "[fe80::1]",
+    "224.0.0.1",
+)
+
+
+@dataclass
+class Canary:
+    """Listens on 127.0.0.1 (and ::1 where there is IPv6) on one port, counting connections."""
+
+    port: int = 0
+    connections: int = 0
+    servers: list[asyncio.Server] = field(default_factory=list)
+
+
+@contextlib.asynccontextmanager
+async def canary() -> AsyncIterator[Canary]:
+    found = Canary()
+
+    async def count(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        found.connections += 1
+        writer.close()
+
+    first = await asyncio.start_server(count, "127.0.0.1", 0)
+    found.servers.append(first)
+    found.port = first.sockets[0].getsockname()[1]
+    with contextlib.suppress(OSError):  # no IPv6 loopback here, or the port is taken on it
+        found.servers.append(await asyncio.start_server(count, "::1", found.port))
+    try:
+        yield found
+    finally:
+        for server in found.servers:
+            server.close()
+            await server.wait_closed()
+
+
+async def test_s02_every_literal_form_of_a_local_address_is_refused_unconnected(
+    tmp_path: Path, database_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """S02: all 19 literal variants answer 400 with the one refusal text, the canary listening
+    on the URLs' port sees no connection, and the node's log names the refused address (the
+    port is on the node's list, so that the address check alone stands in the way)."""
+    caplog.set_level(logging.INFO, logger="wiscat.registry")
+    net = make_network(tmp_path, 1)
+    async with canary() as listening:
+        overrides = node_overrides(
+            net,
+            0,
+            allow_private_fetch=False,
+            registry_fetch_ports=(80, listening.port),
+            registry_rate_limit_per_minute=100,
+        )
+        async with (
+            running_provider(database_url, **overrides) as node,
+            aiohttp.ClientSession() as session,
+        ):
+            answers = {
+                host: await post_url(session, node, f"http://{host}:{listening.port}/oai")
+                for host in S02_HOSTS
+            }
+            assert await urls_of(session, node) == []
+        assert answers == {host: (400, UNREACHABLE + "\n") for host in S02_HOSTS}
+        assert listening.connections == 0
+    logged = [r for r in caplog.records if r.name == "wiscat.registry"]
+    assert any(
+        r.levelno == logging.WARNING
+        and "10.0.0.1 is in 10.0.0.0/8, Private-Use (RFC 1918), not globally reachable"
+        in r.getMessage()
+        for r in logged
+    ), [r.getMessage() for r in logged]
+
+
+async def test_s07_a_port_off_the_list_is_refused_before_any_connection(
+    tmp_path: Path, database_url: str
+) -> None:
+    """S07: with the default port list (80, 443, 8080, 8443), ports 22, 25, 5432, 6379 and
+    11211 answer 400 naming the list; a canary on a port off the list, at an address the node
+    may fetch from, sees no connection."""
+    net = make_network(tmp_path, 1)
+    async with canary() as listening:
+        overrides = node_overrides(net, 0, allow_private_fetch=True)
+        overrides.pop("registry_fetch_ports", None)  # the default list
+        async with (
+            running_provider(database_url, **overrides) as node,
+            aiohttp.ClientSession() as session,
+        ):
+            assert node.settings.registry_fetch_ports == (80, 443, 8080, 8443)
+            for port in (22, 25, 5432, 6379, 11211, listening.port):
+                answer = await post_url(session, node, f"http://127.0.0.1:{port}/oai")
+                assert answer == (
+                    400,
+                    f"this registry node fetches from ports 80, 443, 8080 and 8443 only, "
+                    f"not {port}\n",
+                ), port
+        assert listening.connections == 0
+
+
+class KnowsNoName(AbstractResolver):
+    """A resolver that finds no name, as the system's does for a name nobody registered."""
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
+        raise OSError(socket.EAI_NONAME, f"{host}: Name or service not known")
+
+    async def close(self) -> None:
+        pass
+
+
+async def test_s11_closed_silent_unknown_and_private_targets_get_one_answer(
+    tmp_path: Path, db: Pool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """S11: a closed port, a server that never answers, a name that does not resolve and a
+    private address give the submitter the same refusal, so that the registry cannot be used
+    to tell them apart; the node's log keeps each one's detail."""
+    caplog.set_level(logging.INFO, logger="wiscat.registry")
+    net = make_network(tmp_path, 1)
+    config = NodeConfig("http://127.0.0.1:9", "http://127.0.0.1:9/oai", "WIS-GISC-TEST")
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await reader.read()  # holds the connection and never answers
+        finally:
+            writer.close()
+
+    silent_server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    silent_port = silent_server.sockets[0].getsockname()[1]
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    closed_port = closed.getsockname()[1]
+    closed.close()  # nothing listens there now
+    every_port = range(1, 65536)
+
+    async def refusal(fetcher: SafeFetcher, url: str) -> str:
+        async with fetcher:
+            node = RegistryNode(db, net.network, net.keys[0], fetcher, config)
+            with pytest.raises(UrlRefused) as caught:
+                await node.validate(url)
+        return str(caught.value)
+
+    try:
+        texts = [
+            await refusal(
+                SafeFetcher(allow_private=True, ports=every_port),
+                f"http://127.0.0.1:{closed_port}/oai",
+            ),
+            await refusal(
+                SafeFetcher(allow_private=True, ports=every_port, timeout=0.5),
+                f"http://127.0.0.1:{silent_port}/oai",
+            ),
+            await refusal(
+                SafeFetcher(ports=every_port, resolver=KnowsNoName()),
+                "http://repository.example.org/oai",
+            ),
+            await refusal(SafeFetcher(ports=every_port), f"http://127.0.0.1:{silent_port}/oai"),
+        ]
+    finally:
+        silent_server.close()
+        await silent_server.wait_closed()
+    assert texts == [UNREACHABLE] * 4
+    logged = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "wiscat.registry"]
+    assert [level for level, _ in logged] == ["INFO", "INFO", "INFO", "WARNING"], logged
+    assert f"127.0.0.1:{closed_port}" in logged[0][1] and "Connect call failed" in logged[0][1]
+    assert "no answer" in logged[1][1]
+    assert "repository.example.org" in logged[2][1] and "not known" in logged[2][1]
+    assert "127.0.0.1 is in 127.0.0.0/8, Loopback" in logged[3][1]
