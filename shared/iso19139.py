@@ -8,8 +8,9 @@ element the harvester already took out of an OAI-PMH page). Both return a :class
 Exceptions::
 
     ValueError
-     └── RecordError      not well-formed, carries a DOCTYPE, wrong root, no fileIdentifier,
-                          unparsable gmd:dateStamp, or one more than a day ahead
+     └── RecordError      not well-formed, carries a DOCTYPE, wrong root, no fileIdentifier
+                          (or one no OAI-PMH answer can carry), unparsable gmd:dateStamp, or
+                          one more than a day ahead
 
 What counts as "the same record" (design invariant 7) is decided by :func:`canonical_hash`.
 """
@@ -25,6 +26,7 @@ from datetime import UTC, date, datetime, time, timedelta
 
 from lxml import etree
 
+from shared.oaipmh.identifiers import any_uri_error
 from shared.text import clipped
 
 # Namespaces of ISO 19139 (the 2005 schemas WMO Core 1.3 profiles) and of what records carry.
@@ -191,14 +193,28 @@ def file_identifier(root: etree._Element) -> str:
     identifier = _text(text)
     if not identifier:
         raise RecordError("gmd:fileIdentifier is empty")
-    if not identifier_fits(identifier):
-        raise RecordError(f"gmd:fileIdentifier is longer than {MAX_IDENTIFIER_BYTES} bytes")
+    problem = identifier_error(identifier)
+    if problem is not None:
+        raise RecordError(f"gmd:fileIdentifier {problem}")
     return identifier
 
 
 def identifier_fits(identifier: str) -> bool:
     """Whether ``identifier`` is short enough to be stored (:data:`MAX_IDENTIFIER_BYTES`)."""
     return len(identifier.encode()) <= MAX_IDENTIFIER_BYTES
+
+
+def identifier_error(identifier: str) -> str | None:
+    """Why no record can have ``identifier``, to follow the name of what holds it ("is longer
+    than 1024 bytes"); None if one can. Too long to be stored, or not an xs:anyURI, which
+    OAI-PMH.xsd makes every item identifier: each answer that carried it would be invalid."""
+    if not identifier_fits(identifier):
+        return f"is longer than {MAX_IDENTIFIER_BYTES} bytes"
+    problem = any_uri_error(identifier)
+    if problem is not None:
+        quoted = clipped(identifier, 80)
+        return f"{quoted!r} is not a URI, as an OAI-PMH identifier must be (xs:anyURI): {problem}"
+    return None
 
 
 #: How far ahead of this node's clock a gmd:dateStamp may be (a record made where the day has

@@ -44,12 +44,7 @@ from lxml import etree
 
 from services.harvester.errors import BadResponse
 from shared.db.rows import IncomingRecord
-from shared.iso19139 import (
-    MAX_IDENTIFIER_BYTES,
-    RecordError,
-    identifier_fits,
-    record_from_element,
-)
+from shared.iso19139 import RecordError, identifier_error, record_from_element
 from shared.oaipmh.errors import NoRecordsMatch
 from shared.oaipmh.pages import (
     HeaderItem,
@@ -185,10 +180,10 @@ def read_page(page: Page) -> PageContent:
             content.greatest = stamp
         if isinstance(item, RecordItem) and not header.deleted:
             content.sorter.take(header, item.metadata)
-        elif not identifier_fits(header.identifier):
+        elif (problem := identifier_error(header.identifier)) is not None:
             # a header alone: no record can have this identifier (iso19139.file_identifier),
             # nor can a tombstone, so it is neither a deletion nor a record to get
-            reason = f"a header whose identifier is longer than {MAX_IDENTIFIER_BYTES} bytes"
+            reason = f"a header whose identifier {problem}"
             content.sorter.quarantined.append((header.identifier, reason, b""))
         elif header.deleted:
             content.deletions.append(header.identifier)

@@ -439,6 +439,34 @@ async def test_an_identifier_too_long_to_store_is_quarantined(pair: Pair) -> Non
     assert [r["identifier"] for r in stored] == [good[1].identifier]
 
 
+async def test_an_identifier_no_oai_answer_can_carry_is_quarantined(pair: Pair) -> None:
+    """P01: OAI-PMH.xsd types a header's identifier as an xs:anyURI. A record (or a deletion,
+    kept as a tombstone) whose identifier is not one was stored, and every answer of ours that
+    listed it then failed the schema. Both are quarantined; the page's good record is stored."""
+    now = datetime.now(UTC)
+    good, bad = (parse_record(generate_record(n, centre="uri")) for n in range(2))
+    no_uri = "urn:x-wmo:md:int.wmo.wis::grid[1]"
+    pieces = [
+        render.record(good.identifier, now, [SOURCE_SET], False, good.xml),
+        render.record(no_uri, now, [SOURCE_SET], False, bad.xml.replace(bad.identifier, no_uri)),
+        render.record("urn:x#a#b", now, [SOURCE_SET], True, None),
+    ]
+    report = await harvest_one_page(pair, "no-uri", pieces)
+    assert report.counts["added"] == 1 and report.counts["quarantined"] == 2
+    reasons = {
+        r["identifier"]: r["reason"]
+        for r in await pair.sink.fetch("select identifier, reason from quarantine")
+    }
+    assert reasons == {
+        no_uri: f"gmd:fileIdentifier {no_uri!r} is not a URI, as an OAI-PMH identifier must be "
+        "(xs:anyURI): '[' or ']' outside the fragment and a host in brackets",
+        "urn:x#a#b": "a header whose identifier 'urn:x#a#b' is not a URI, as an OAI-PMH "
+        "identifier must be (xs:anyURI): more than one '#'",
+    }
+    stored = await pair.sink.fetch("select identifier from records")
+    assert [r["identifier"] for r in stored] == [good.identifier]
+
+
 class SlowPeer:
     """A peer whose list has 20 pages of 10 records, each sent 0.2 s after it is asked for;
     ``third`` is set when the third page is asked for."""

@@ -140,6 +140,53 @@ async def test_identifier_must_match_the_url(provider: RunningProvider, db: Pool
     assert await db.fetchval("select count(*) from records") == 0
 
 
+# What OAI-PMH.xsd refuses as an identifier (xs:anyURI), and why, as the refusal says it
+NO_URI = "urn:x-wmo:md:int.wmo.wis::grid[1]"
+NO_URI_REASON = (
+    f"gmd:fileIdentifier {NO_URI!r} is not a URI, as an OAI-PMH identifier must be "
+    "(xs:anyURI): '[' or ']' outside the fragment and a host in brackets"
+)
+
+
+def _with_identifier(record: bytes, identifier: str) -> bytes:
+    return re.sub(
+        rb"(<gmd:fileIdentifier><gco:CharacterString>)[^<]*",
+        rb"\g<1>" + identifier.encode(),
+        record,
+    )
+
+
+async def test_a_record_whose_identifier_no_oai_answer_can_carry_is_refused(
+    provider: RunningProvider, db: Pool
+) -> None:
+    """P01: every answer that listed it failed OAI-PMH.xsd, for every harvester that validates;
+    it is refused with the reason and nothing is stored."""
+    record = _with_identifier(generate_record(1), NO_URI)
+    url = f"{provider.root}/admin/records/{NO_URI.replace('[', '%5B').replace(']', '%5D')}"
+    status, body = await request("PUT", url, data=record, headers=AUTH)
+    assert (status, body) == (400, {"detail": f"record refused: {NO_URI_REASON}"})
+    assert await db.fetchval("select count(*) from records") == 0
+
+
+async def test_ingest_refuses_a_record_whose_identifier_is_no_uri(tmp_path: Path, db: Pool) -> None:
+    """P01: as the admin API does; the folder's other records are stored."""
+    (tmp_path / "good.xml").write_bytes(generate_record(1))
+    (tmp_path / "grid.xml").write_bytes(_with_identifier(generate_record(2), NO_URI))
+    (tmp_path / "hash.xml").write_bytes(_with_identifier(generate_record(3), "urn:x#a#b"))
+    report = await ingest_paths(db, OWN, [tmp_path])
+    assert report.counts == {"added": 1}
+    assert report.refused == [
+        (str(tmp_path / "grid.xml"), NO_URI_REASON),
+        (
+            str(tmp_path / "hash.xml"),
+            "gmd:fileIdentifier 'urn:x#a#b' is not a URI, as an OAI-PMH identifier must be "
+            "(xs:anyURI): more than one '#'",
+        ),
+    ]
+    stored = await db.fetch("select identifier from records")
+    assert [r["identifier"] for r in stored] == [identifier_for(1)]
+
+
 @pytest.mark.parametrize(
     ("method", "path", "json"),
     [

@@ -162,6 +162,21 @@ def test_file_identifier_longer_than_an_index_entry_can_hold() -> None:
     assert reason(iso(file_id("é" * 512 + "x"))) == "gmd:fileIdentifier is longer than 1024 bytes"
 
 
+def test_file_identifier_that_no_oai_answer_can_carry() -> None:
+    # OAI-PMH.xsd: a header's identifier is an xs:anyURI (shared.oaipmh.identifiers)
+    assert reason(iso(file_id("urn:x:a#b#c"))) == (
+        "gmd:fileIdentifier 'urn:x:a#b#c' is not a URI, as an OAI-PMH identifier must be "
+        "(xs:anyURI): more than one '#'"
+    )
+    long_bad = "urn:x:%zz" + "a" * 200
+    assert reason(iso(file_id(long_bad))) == (
+        f"gmd:fileIdentifier {long_bad[:77] + '...'!r} is not a URI, as an OAI-PMH identifier "
+        "must be (xs:anyURI): a '%' not followed by two hexadecimal digits"
+    )
+    # what xs:anyURI takes as escaped: a space, a letter that is not ASCII
+    assert parse_record(iso(file_id("urn:x:météo a"))).identifier == "urn:x:météo a"
+
+
 def test_file_identifier_without_character_string() -> None:
     body = '<gmd:fileIdentifier gco:nilReason="missing"/>'
     assert reason(iso(body)) == "gmd:fileIdentifier has no gco:CharacterString (nor gmx:Anchor)"
