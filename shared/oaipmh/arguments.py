@@ -8,7 +8,8 @@ always gets the same error:
 2. each other argument: unknown for the verb, repeated, or empty -> :class:`BadArgument`;
 3. the exclusive ``resumptionToken`` given with anything else -> :class:`BadArgument`;
 4. a required argument missing -> :class:`BadArgument`;
-5. value syntax (from/until, metadataPrefix, set) and from <= until -> :class:`BadArgument`;
+5. value syntax (from/until, identifier, metadataPrefix, set) and from <= until ->
+   :class:`BadArgument`;
 6. a metadataPrefix this repository does not offer -> :class:`CannotDisseminateFormat`.
 
 Whether the response's ``request`` element may carry the arguments as attributes depends only on
@@ -28,6 +29,8 @@ from datetime import datetime
 
 from shared.oaipmh.dates import Granularity, parse_datestamp
 from shared.oaipmh.errors import BadArgument, BadVerb, CannotDisseminateFormat, OAIError
+from shared.oaipmh.identifiers import any_uri_error
+from shared.text import clipped
 
 RESUMPTION_TOKEN = "resumptionToken"  # noqa: S105 - an argument name, not a secret
 
@@ -117,9 +120,10 @@ def parse_request(pairs: Sequence[tuple[str, str]], *, formats: Collection[str])
     request includes illegal arguments, is missing required arguments, includes a repeated
     argument, or values for arguments have an illegal syntax" (§3.6): unknown or empty arguments,
     the exclusive ``resumptionToken`` with any other argument (§3.5, §4), from/until that are not
-    UTC datestamps or differ in granularity (§3.3.1), from later than until (§2.7.1), or a
-    metadataPrefix or set outside the schema's syntax. Raises :class:`CannotDisseminateFormat`
-    for a metadataPrefix not in ``formats``, only once the syntax is right.
+    UTC datestamps or differ in granularity (§3.3.1), from later than until (§2.7.1), or an
+    identifier, metadataPrefix or set outside the schema's syntax. Raises
+    :class:`CannotDisseminateFormat` for a metadataPrefix not in ``formats``, only once the
+    syntax is right.
     """
     verbs = [value for key, value in pairs if key == "verb"]
     if not verbs:
@@ -167,6 +171,13 @@ def parse_request(pairs: Sequence[tuple[str, str]], *, formats: Collection[str])
     if from_ is not None and until is not None and from_ > until:
         raise BadArgument("from is later than until (§2.7.1)")
 
+    identifier = arguments.get("identifier")
+    if identifier is not None and (problem := any_uri_error(identifier)) is not None:
+        # OAI-PMH.xsd: identifierType is an xs:anyURI; an item's identifier is a URI (§2.4)
+        raise BadArgument(
+            f"{clipped(identifier, 80)!r} is not a legal identifier, which is a URI "
+            f"(xs:anyURI): {problem}"
+        )
     prefix = arguments.get("metadataPrefix")
     if prefix is not None and not METADATA_PREFIX.fullmatch(prefix):
         raise BadArgument(f"{prefix!r} is not a legal metadataPrefix")
@@ -177,7 +188,7 @@ def parse_request(pairs: Sequence[tuple[str, str]], *, formats: Collection[str])
         raise CannotDisseminateFormat(f"the metadata format {prefix!r} is not supported")
     return OAIRequest(
         verb=verb,
-        identifier=arguments.get("identifier"),
+        identifier=identifier,
         metadata_prefix=prefix,
         set_spec=set_spec,
         from_=from_,

@@ -107,10 +107,17 @@ async def test_get_record_in_both_formats(provider: RunningProvider, db: Pool) -
         ("verb=GetRecord&metadataPrefix=iso19139", "badArgument", False),
         ("verb=ListRecords&metadataPrefix=marc21", "cannotDisseminateFormat", True),
         ("verb=GetRecord&metadataPrefix=iso19139&identifier=unknown", "idDoesNotExist", True),
-        # characters no stored identifier can hold (the database's text cannot, nor XML)
-        ("verb=GetRecord&metadataPrefix=iso19139&identifier=%00", "idDoesNotExist", True),
-        ("verb=GetRecord&metadataPrefix=iso19139&identifier=a%00b%01", "idDoesNotExist", True),
-        ("verb=ListMetadataFormats&identifier=%00", "idDoesNotExist", True),
+        # characters no identifier can hold (the database's text cannot, nor XML): no URI
+        ("verb=GetRecord&metadataPrefix=iso19139&identifier=%00", "badArgument", False),
+        ("verb=GetRecord&metadataPrefix=iso19139&identifier=a%00b%01", "badArgument", False),
+        ("verb=ListMetadataFormats&identifier=%00", "badArgument", False),
+        # no xs:anyURI: echoed in the request element, they made the answer invalid (P01, P02)
+        ("verb=GetRecord&metadataPrefix=iso19139&identifier=a%5Bb%5D", "badArgument", False),
+        ("verb=GetRecord&metadataPrefix=iso19139&identifier=a%23b%23c", "badArgument", False),
+        ("verb=ListMetadataFormats&identifier=a%25zz", "badArgument", False),
+        ("verb=ListMetadataFormats&identifier=1a:b", "badArgument", False),
+        # a URI, if an odd one: looked up
+        ("verb=ListMetadataFormats&identifier=a%20b%23c%5B1%5D", "idDoesNotExist", True),
         ("verb=ListIdentifiers&metadataPrefix=iso19139&from=2999-01-01", "noRecordsMatch", True),
         ("verb=ListIdentifiers&metadataPrefix=iso19139&set=no-such-set", "noRecordsMatch", True),
         ("verb=ListRecords&resumptionToken=garbage", "badResumptionToken", True),
@@ -519,3 +526,20 @@ async def test_clients_that_go_away_do_not_leak_list_slots(db: Pool, database_ur
                 break
             await asyncio.sleep(0.1)
         assert answer.status == 200
+
+
+async def test_an_identifier_that_is_no_uri_is_a_bad_argument(provider: RunningProvider) -> None:
+    """P01, P02: OAI-PMH.xsd types the request element's identifier as an xs:anyURI, so an
+    identifier argument that is not one is an illegal value (§3.6, badArgument), not an
+    unknown item (idDoesNotExist), whose answer echoed it and was invalid."""
+    answer = await oai_get(
+        provider.oai, verb="GetRecord", identifier="urn:x-wmo:md:a[1]", metadataPrefix="iso19139"
+    )
+    check(answer.body)
+    assert answer.errors() == ["badArgument"]
+    assert answer.xpath("//oai:error/text()") == [
+        "'urn:x-wmo:md:a[1]' is not a legal identifier, which is a URI (xs:anyURI): "
+        "'[' or ']' outside the fragment and a host in brackets"
+    ]
+    request = answer.tree.find(f"{OAI}request")
+    assert request is not None and request.attrib == {}
