@@ -16,6 +16,7 @@ from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from services.provider import admin, monitoring, oai, registry, ui
+from services.provider.limits import BodyCap, BodyLimit
 from services.provider.metrics import ProviderMetrics
 from services.provider.oai import CUT_OFF, ProviderState
 from shared.db import checks as check_store
@@ -25,6 +26,7 @@ from shared.db.errors import UNAVAILABLE, UNSTORABLE_TEXT, NoAnswer
 from shared.db.migrate import check_current, not_ready
 from shared.db.pool import Pool, answered, create_pool
 from shared.ingest import ensure_own_set
+from shared.iso19139 import MAX_RECORD_BYTES
 from shared.oaipmh.tokens import TokenCodec
 from shared.settings import Settings
 from shared.tasks import abandon
@@ -33,6 +35,18 @@ from shared.version import VERSION
 log = logging.getLogger("wiscat.provider")
 
 PURGE_EVERY = 3600.0
+
+# Each request body's cap, the first that covers the request (RELIABILITY S11); a route not
+# named here, a future one included, gets the default.
+BODY_CAPS = (
+    BodyCap("PUT", "/admin/records/", MAX_RECORD_BYTES, "a record"),
+    BodyCap(None, "/admin/", admin.MAX_REQUEST_BYTES, "an admin request"),
+    BodyCap("POST", "/registry/blocks", registry.MAX_BLOCKS_BODY, "the blocks sent at once"),
+    BodyCap("POST", "/urls", registry.MAX_FORM_BODY, "a form"),
+    BodyCap("POST", "/registry/announce", registry.MAX_FORM_BODY, "a form"),
+    BodyCap("POST", "/oai", oai.MAX_POST_BYTES, "an OAI-PMH request"),
+)
+DEFAULT_BODY_CAP = 64 * 1024
 
 
 class HeadAsGet:
@@ -207,6 +221,8 @@ def create_app(settings: Settings, database_url: str) -> FastAPI:
         Deadline, seconds=settings.database_timeout_seconds, longer={("POST", "/urls"): submit}
     )
     app.add_middleware(HeadAsGet)
+    # outermost: a body past its cap is refused before anything else sees it
+    app.add_middleware(BodyLimit, caps=BODY_CAPS, default=DEFAULT_BODY_CAP)
     app.include_router(oai.router)
     app.include_router(admin.router)
     app.include_router(registry.router)

@@ -2,8 +2,8 @@
 
 - ``GET /urls``: the accepted base URLs in order of appearance, friends-container style.
 - ``POST /urls`` (form field ``baseURL``): 200 accepted, 400 malformed or not a conforming
-  OAI-PMH 2.0 repository, 409 present already, 429 too many submissions from this client,
-  500 internal error, 503 this node cannot make blocks.
+  OAI-PMH 2.0 repository, 409 present already, 413 a form over 64 KiB, 429 too many
+  submissions from this client, 500 internal error, 503 this node cannot make blocks.
 - ``GET /urls/form``: a small HTML form that posts to ``/urls``.
 - ``GET /registry/status``, ``GET /registry/blocks?after=HASH...``, ``POST /registry/blocks``:
   block exchange between the network's nodes.
@@ -44,6 +44,7 @@ from shared.settings import Settings
 log = logging.getLogger("wiscat.registry")
 
 XML = "application/xml"
+# the bodies' caps, kept by app.BodyLimit whatever the transfer encoding (RELIABILITY S11)
 MAX_BLOCKS_BODY = 16 * 1024 * 1024
 MAX_FORM_BODY = 64 * 1024
 
@@ -190,8 +191,6 @@ async def post_urls(request: Request) -> Response:
         )
     try:
         node = _node(request)
-        if int(request.headers.get("content-length") or 0) > MAX_FORM_BODY:
-            raise _Refusal(400, "the form is too large")
         try:
             form = await request.form()
         except Exception as exc:  # python-multipart's errors have no common base class
@@ -287,13 +286,9 @@ async def post_blocks(request: Request) -> Response:
         node = _node(request)
     except _Refusal as exc:
         return _text(exc.status, str(exc))
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > MAX_BLOCKS_BODY:
-            return _text(413, f"at most {MAX_BLOCKS_BODY} bytes of blocks at once")
+    body = await request.body()  # at most MAX_BLOCKS_BODY
     try:
-        results = await node.receive(bytes(body))
+        results = await node.receive(body)
     except NotAMember as exc:
         return _text(403, f"block refused: {exc}")
     except UnknownParent as exc:
@@ -314,8 +309,6 @@ async def _members(request: Request, network: str) -> Response:
 @router.post("/registry/announce")
 async def announce(request: Request) -> Response:
     """Tracker: register ``url`` as a node of ``network``; answers the network's members."""
-    if int(request.headers.get("content-length") or 0) > MAX_FORM_BODY:
-        return _text(400, "the form is too large")
     try:
         form = await request.form()
     except Exception as exc:  # python-multipart's errors have no common base class

@@ -1,0 +1,121 @@
+"""What a client can make the provider read or do (RELIABILITY S11).
+
+- :class:`BodyLimit`, around the whole app: every request body is counted as it comes in and
+  refused with 413 once it passes its route's cap, whatever its transfer encoding.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from fastapi.responses import JSONResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+log = logging.getLogger("wiscat.provider")
+
+
+@dataclass(frozen=True)
+class BodyCap:
+    """At most ``max_bytes`` of body for a request of ``method`` (None: any) to ``path`` (every
+    path under it when it ends with ``/``); ``what`` names such a body in the refusal."""
+
+    method: str | None
+    path: str
+    max_bytes: int
+    what: str
+
+    def covers(self, method: str, path: str) -> bool:
+        if self.method is not None and method != self.method:
+            return False
+        return path.startswith(self.path) if self.path.endswith("/") else path == self.path
+
+
+class BodyLimit:
+    """Every request body capped, by the first of ``caps`` that covers the request (else by
+    ``default``), before any route reads it whole: Starlette's ``Request.form()`` and
+    ``body()``, and FastAPI's body parameters, read everything first, and a chunked body
+    declares no length (a 180 MB form to ``/registry/announce`` was read and parsed whole).
+
+    A Content-Length over the cap is refused before any of the body is read; otherwise the
+    bytes are counted as the route receives them, and the one that passes the cap is answered
+    413 at once, while the route is told the client has gone (what it answers then goes
+    nowhere). The 413 closes the connection (RFC 9110 §15.5.14), which ends the upload."""
+
+    def __init__(
+        self, app: ASGIApp, caps: Sequence[BodyCap], default: int, what: str = "a request body"
+    ) -> None:
+        self.app = app
+        self.caps = tuple(caps)
+        self.default = BodyCap(None, "/", default, what)
+
+    def cap_for(self, method: str, path: str) -> BodyCap:
+        return next((cap for cap in self.caps if cap.covers(method, path)), self.default)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        cap = self.cap_for(scope["method"], scope["path"])
+        if _declared_length(scope) > cap.max_bytes:
+            await self._refuse(cap, scope, receive, send)
+            return
+        received = 0
+        began = refused = False
+
+        async def receiving() -> Message:
+            nonlocal received, refused
+            if refused:
+                return {"type": "http.disconnect"}
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > cap.max_bytes:
+                    refused = True
+                    if not began:  # a route that answers before it reads gets no 413
+                        await self._refuse(cap, scope, receive, send)
+                    return {"type": "http.disconnect"}
+            return message
+
+        async def sending(message: Message) -> None:
+            nonlocal began
+            if refused and not began:
+                return  # the 413 was the answer
+            began = True
+            await send(message)
+
+        try:
+            await self.app(scope, receiving, sending)
+        except Exception:
+            if not refused:
+                raise
+            # the route failed on the body cut short (ClientDisconnect, a form it could not
+            # read): the 413 was the answer, and the body's end nothing worth a traceback
+
+    async def _refuse(self, cap: BodyCap, scope: Scope, receive: Receive, send: Send) -> None:
+        client = scope.get("client") or ("unknown", 0)
+        log.info(
+            "refused %s %s from %s: a body over %d bytes",
+            scope["method"],
+            scope["path"],
+            client[0],
+            cap.max_bytes,
+        )
+        response = JSONResponse(
+            {"detail": f"{cap.what} may be at most {cap.max_bytes} bytes"},
+            status_code=413,
+            headers={"Connection": "close"},
+        )
+        await response(scope, receive, send)
+
+
+def _declared_length(scope: Scope) -> int:
+    """The request's Content-Length, or 0 without one (chunked: the bytes are counted)."""
+    for name, value in scope["headers"]:
+        if name == b"content-length":
+            try:
+                return int(value)
+            except ValueError:  # the server's parser refuses such a head before it gets here
+                return 0
+    return 0
