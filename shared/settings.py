@@ -177,7 +177,14 @@ class Settings(BaseSettings):
     registry_auto_enable_links: bool = False
     registry_sync_seconds: float = Field(default=60.0, gt=0, le=_DAY)
     registry_rate_limit_per_minute: int = Field(
-        default=10, ge=1, le=10**6, description="POST /urls"
+        default=10, ge=1, le=1000, description="POST /urls per client address and minute"
+    )
+    registry_announce_rate_limit_per_minute: int = Field(
+        default=30,
+        ge=1,
+        le=1000,
+        description="POST /registry/announce per client address and minute (a node announces "
+        "itself every REGISTRY_SYNC_SECONDS)",
     )
     registry_fetch_timeout_seconds: float = Field(default=10.0, gt=0, le=3600)
     registry_fetch_ports: Annotated[tuple[int, ...], NoDecode] = Field(

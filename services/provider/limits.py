@@ -2,18 +2,27 @@
 
 - :class:`BodyLimit`, around the whole app: every request body is counted as it comes in and
   refused with 413 once it passes its route's cap, whatever its transfer encoding.
+- :class:`RateLimiter`, kept on the app's state: the unauthenticated forms that make the node
+  work for a stranger (``POST /urls`` fetches the URL, ``POST /registry/announce`` hands it to
+  the network) are limited per client address, in memory of bounded size.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import logging
-from collections.abc import Sequence
+import math
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 log = logging.getLogger("wiscat.provider")
+
+MINUTE = 60.0
 
 
 @dataclass(frozen=True)
@@ -119,3 +128,58 @@ def _declared_length(scope: Scope) -> int:
             except ValueError:  # the server's parser refuses such a head before it gets here
                 return 0
     return 0
+
+
+def client_key(host: str) -> str:
+    """Whom a request counts against: its address, or for IPv6 its /64 (one host commonly
+    holds a whole /64, and would otherwise have a fresh allowance per address)."""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return host  # no address ("unknown", a Unix socket's path): one client
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return str(address.ipv4_mapped)
+        return str(ipaddress.IPv6Network((address, 64), strict=False))
+    return str(address)
+
+
+class RateLimiter:
+    """At most ``per_minute`` requests from one client (:func:`client_key`) in any sliding
+    minute. It is kept in the process: a node of several provider processes allows that many
+    per process. Its memory is bounded: at most ``max_clients`` clients are remembered, the
+    least recently seen forgotten first, each with at most ``per_minute`` times."""
+
+    def __init__(
+        self,
+        per_minute: int,
+        max_clients: int = 10_000,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.per_minute = per_minute
+        self.max_clients = max_clients
+        self._clock = clock
+        self._times: OrderedDict[str, deque[float]] = OrderedDict()
+
+    def __len__(self) -> int:
+        """The number of clients remembered."""
+        return len(self._times)
+
+    def admit(self, host: str) -> int | None:
+        """None when a request from ``host`` is admitted (and counted); else the whole seconds
+        until it would be, for Retry-After."""
+        now = self._clock()
+        key = client_key(host)
+        times = self._times.get(key)
+        if times is None:
+            if len(self._times) >= self.max_clients:
+                self._times.popitem(last=False)
+            times = self._times[key] = deque(maxlen=self.per_minute)
+        else:
+            self._times.move_to_end(key)
+        while times and now - times[0] >= MINUTE:
+            times.popleft()
+        if len(times) >= self.per_minute:
+            return max(1, math.ceil(times[0] + MINUTE - now))
+        times.append(now)
+        return None

@@ -7,16 +7,15 @@
 - ``GET /urls/form``: a small HTML form that posts to ``/urls``.
 - ``GET /registry/status``, ``GET /registry/blocks?after=HASH...``, ``POST /registry/blocks``:
   block exchange between the network's nodes.
-- ``POST /registry/announce`` (form ``network``, ``url``, ``public_key``) and
-  ``GET /registry/announce?network=NAME``: any node is a tracker for any network.
+- ``POST /registry/announce`` (form ``network``, ``url``, ``public_key``; 429 too many from
+  this client) and ``GET /registry/announce?network=NAME``: any node is a tracker for any
+  network.
 """
 
 from __future__ import annotations
 
 import html
 import logging
-import time
-from collections import deque
 from dataclasses import dataclass, field
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -24,6 +23,7 @@ from fastapi import APIRouter, FastAPI, Query, Request
 from fastapi.responses import HTMLResponse, PlainTextResponse, Response
 from lxml import etree
 
+from services.provider.limits import RateLimiter
 from services.provider.oai import ProviderState
 from shared.db import registry as store
 from shared.db.pool import Pool
@@ -49,35 +49,12 @@ MAX_BLOCKS_BODY = 16 * 1024 * 1024
 MAX_FORM_BODY = 64 * 1024
 
 
-class RateLimiter:
-    """At most ``per_minute`` events per client in any sliding minute (kept in the process: a
-    node behind several replicas allows that many per replica)."""
-
-    def __init__(self, per_minute: int, max_clients: int = 10_000) -> None:
-        self.per_minute = per_minute
-        self.max_clients = max_clients
-        self._events: dict[str, deque[float]] = {}
-
-    def allow(self, client: str) -> bool:
-        now = time.monotonic()
-        events = self._events.get(client)
-        if events is None:
-            if len(self._events) >= self.max_clients:  # forget the least recent client
-                del self._events[next(iter(self._events))]
-            events = self._events[client] = deque()
-        while events and now - events[0] >= 60:
-            events.popleft()
-        if len(events) >= self.per_minute:
-            return False
-        events.append(now)
-        return True
-
-
 @dataclass
 class RegistryState:
     pool: Pool
     settings: Settings
-    limiter: RateLimiter
+    submissions: RateLimiter  # POST /urls
+    announcements: RateLimiter  # POST /registry/announce
     node: RegistryNode | None = None
     fetcher: SafeFetcher | None = field(default=None, repr=False)
 
@@ -101,7 +78,10 @@ async def start(app: FastAPI, provider: ProviderState) -> None:
     without one still serves as a tracker."""
     settings = provider.settings
     state = RegistryState(
-        provider.pool, settings, RateLimiter(settings.registry_rate_limit_per_minute)
+        provider.pool,
+        settings,
+        submissions=RateLimiter(settings.registry_rate_limit_per_minute),
+        announcements=RateLimiter(settings.registry_announce_rate_limit_per_minute),
     )
     network, key = load_key_files(settings)
     if network is not None:
@@ -161,6 +141,19 @@ def _text(status: int, reason: str, headers: dict[str, str] | None = None) -> Pl
     return PlainTextResponse(reason.rstrip("\n") + "\n", status_code=status, headers=headers)
 
 
+def _over_limit(request: Request, limiter: RateLimiter, what: str) -> Response | None:
+    """429 with Retry-After for a client over ``limiter``'s rate (RELIABILITY S11), asked
+    before the form is read; None when the request may go on."""
+    wait = limiter.admit(request.client.host if request.client else "unknown")
+    if wait is None:
+        return None
+    return _text(
+        429,
+        f"at most {limiter.per_minute} {what} a minute from one client",
+        {"Retry-After": str(wait)},
+    )
+
+
 router = APIRouter()
 
 
@@ -182,13 +175,8 @@ async def get_urls(request: Request) -> Response:
 async def post_urls(request: Request) -> Response:
     """Submit a base URL (form field ``baseURL``), kept exactly as given."""
     state = _state(request)
-    client = request.client.host if request.client else "unknown"
-    if not state.limiter.allow(client):
-        return _text(
-            429,
-            f"at most {state.limiter.per_minute} submissions a minute from one client",
-            {"Retry-After": "60"},
-        )
+    if refusal := _over_limit(request, state.submissions, "submissions"):
+        return refusal
     try:
         node = _node(request)
         try:
@@ -309,6 +297,8 @@ async def _members(request: Request, network: str) -> Response:
 @router.post("/registry/announce")
 async def announce(request: Request) -> Response:
     """Tracker: register ``url`` as a node of ``network``; answers the network's members."""
+    if refusal := _over_limit(request, _state(request).announcements, "announcements"):
+        return refusal
     try:
         form = await request.form()
     except Exception as exc:  # python-multipart's errors have no common base class

@@ -37,11 +37,17 @@ from tests.registry_network import (
 )
 from tests.servers import RunningProvider, running_provider
 
+# every member announces itself each SYNC_SECONDS (0.3 s), all from 127.0.0.1
+TRACKER: dict[str, object] = {
+    "gisc_name": "TRACKER",
+    "registry_announce_rate_limit_per_minute": 1000,
+}
+
 
 async def test_three_nodes_share_a_posted_url(tmp_path: Path, template_ready: str) -> None:
     async with (
         fresh_databases(template_ready, 4) as dbs,
-        running_provider(dbs[0], gisc_name="TRACKER") as tracker,
+        running_provider(dbs[0], **TRACKER) as tracker,
     ):
         net = make_network(tmp_path, 3, tracker=tracker.root + "/registry/announce")
         async with member_nodes(net, dbs[1:]) as nodes, aiohttp.ClientSession() as session:
@@ -123,7 +129,7 @@ async def test_rate_limit_on_submissions_per_client(tmp_path: Path, database_url
                 ) as response:
                     found.append(response.status)
                     if response.status == 429:
-                        assert response.headers["Retry-After"] == "60"
+                        assert 0 < int(response.headers["Retry-After"]) <= 60
             return found
 
         assert await statuses(None, 5) == [400, 400, 400, 429, 429]
@@ -191,7 +197,7 @@ async def test_a_late_node_syncs_and_verifies_the_whole_chain(
 ) -> None:
     async with (
         fresh_databases(template_ready, 4) as dbs,
-        running_provider(dbs[0], gisc_name="TRACKER") as tracker,
+        running_provider(dbs[0], **TRACKER) as tracker,
     ):
         net = make_network(tmp_path, 3, tracker=tracker.root + "/registry/announce")
         # a chain of 25 blocks made by member 2, handed to node 1
@@ -240,7 +246,7 @@ async def test_nodes_that_mint_at_the_same_moment_end_on_one_chain(
 ) -> None:
     async with (
         fresh_databases(template_ready, 3) as dbs,
-        running_provider(dbs[0], gisc_name="TRACKER") as tracker,
+        running_provider(dbs[0], **TRACKER) as tracker,
     ):
         net = make_network(tmp_path, 2, tracker=tracker.root + "/registry/announce")
         async with member_nodes(net, dbs[1:]) as (a, b), aiohttp.ClientSession() as session:

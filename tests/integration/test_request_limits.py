@@ -1,16 +1,19 @@
-"""What a client can make the provider read (RELIABILITY S11): every request body is capped
-per route as it comes in, whatever its transfer encoding. A real provider on loopback, spoken
-to over a raw socket where a library would hide what is sent and when; no mocks."""
+"""What a client can make the provider read or do (RELIABILITY S11): every request body is
+capped per route as it comes in, whatever its transfer encoding, and the unauthenticated
+registry forms are rate-limited per client. A real provider on loopback, spoken to over a raw
+socket where a library would hide what is sent and when; no mocks."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import aiohttp
 import pytest
 
 from shared.db.pool import Pool
@@ -167,3 +170,43 @@ async def test_s11_a_body_at_its_cap_is_read(node: RunningProvider) -> None:
     finally:
         writer.close()
     assert status_line.split()[1] == b"200"
+
+
+@pytest.mark.parametrize(
+    ("path", "setting", "form", "what"),
+    [
+        ("/urls", "registry_rate_limit_per_minute", {"baseURL": "ftp://x"}, "submissions"),
+        (
+            "/registry/announce",
+            "registry_announce_rate_limit_per_minute",
+            {"network": "wis-test", "url": "https://node.example.org"},
+            "announcements",
+        ),
+    ],
+)
+async def test_s11_a_client_over_the_rate_limit_is_told_when_to_come_back(
+    tmp_path: Path, database_url: str, path: str, setting: str, form: dict[str, str], what: str
+) -> None:
+    """S11: of N+1 forms from one client in a minute the last is answered 429 with the seconds
+    until the first leaves the minute in Retry-After; another client is not held back."""
+    net = make_network(tmp_path, 1)
+    async with (
+        running_provider(database_url, **node_overrides(net, 0, **{setting: 3})) as node,
+        aiohttp.ClientSession() as session,
+    ):
+
+        async def send(client: str) -> tuple[int, str, str | None]:
+            # uvicorn takes the client from X-Forwarded-For sent from loopback
+            headers = {"X-Forwarded-For": client}
+            async with session.post(node.root + path, data=form, headers=headers) as response:
+                return response.status, await response.text(), response.headers.get("Retry-After")
+
+        first = time.monotonic()
+        answers = [await send("203.0.113.7") for _ in range(4)]
+        elapsed = time.monotonic() - first
+        assert all(status != 429 for status, _, _ in answers[:3]), answers
+        status, text, retry_after = answers[3]
+        assert (status, text) == (429, f"at most 3 {what} a minute from one client\n")
+        # the first form leaves the minute 60 s after it came (the whole seconds, rounded up)
+        assert retry_after is not None and 60 - elapsed <= int(retry_after) <= 60, retry_after
+        assert (await send("198.51.100.2"))[0] != 429
