@@ -44,6 +44,15 @@ class ProviderMetrics:
             ["verb"],
             registry=self.registry,
         )
+        self.records_with_invalid_characters = Counter(
+            "wiscat_oai_records_with_invalid_characters",
+            "Stored records sent with characters XML 1.0 does not allow, by outcome: replaced "
+            "(each by U+FFFD), or withheld (not well-formed even so: the header sent alone)",
+            ["outcome"],
+            registry=self.registry,
+        )
+        for outcome in ("replaced", "withheld"):
+            self.records_with_invalid_characters.labels(outcome)
         self.overloaded = Counter(
             "wiscat_oai_overloaded",
             "List requests answered 503 because too many were in progress",

@@ -25,6 +25,7 @@ from fastapi.responses import Response, StreamingResponse
 from isal import isal_zlib
 from starlette.types import Send
 
+from services.provider.characters import servable, servable_rows
 from services.provider.metrics import ProviderMetrics
 from services.provider.readahead import ListPageItems, PageKey, ReadAhead
 from shared import crosswalk
@@ -427,6 +428,7 @@ async def get_record(state: ProviderState, req: OAIRequest, response_date: datet
     stored = await store.get_record(state.pool, req.identifier)
     if stored is None:
         raise IdDoesNotExist(f"no record with identifier {req.identifier!r}")
+    stored = servable(stored, state.metrics)  # P14
     state.metrics.records_served.labels("GetRecord").inc()
     inner = render.record(
         stored.identifier,
@@ -547,6 +549,7 @@ async def _read_page(
             with_xml=True,
             through=keys[min(len(keys), page_size) - 1],
         )
+        servable_rows(rows, state.metrics)  # P14
         if rows or following is None:
             return ListPageItems(_render_items(key, rows), len(rows), following)
         # every record of this page changed (and left the list's bound) between the two steps

@@ -1,0 +1,58 @@
+"""Stored records that hold characters XML 1.0 does not allow (RELIABILITY P14).
+
+Every write path refuses them (lxml's parser does, by :func:`shared.iso19139.parse_xml` and the
+harvester's page reader), but a row written by direct SQL, or by an older version, may still
+hold one; sent as it is stored it would make the whole page not well-formed, and its oai_dc
+crosswalk fail. Such a record is served with each of those characters replaced by U+FFFD, or,
+when that still leaves it not well-formed (the character sat inside a tag), as its header alone;
+either way counted in ``wiscat_oai_records_with_invalid_characters`` and logged with its
+identifier. The check costs a few microseconds a record
+(:func:`shared.oaipmh.render.has_invalid_characters`).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from services.provider.metrics import ProviderMetrics
+from shared.db.records import StoredRecord
+from shared.iso19139 import RecordError, parse_xml
+from shared.oaipmh import render
+
+log = logging.getLogger("wiscat.provider")
+
+
+def servable(stored: StoredRecord, metrics: ProviderMetrics) -> StoredRecord:
+    """``stored``, or, when its document holds characters XML 1.0 does not allow, the record
+    as it is served instead: with U+FFFD in their place, or without its document."""
+    if stored.xml is None or not render.has_invalid_characters(stored.xml):
+        return stored
+    mended, count, first = render.replace_invalid_characters(stored.xml)
+    assert first is not None
+    code = f"U+{ord(first):04X}"
+    if count == 1:
+        what, place = f"1 character XML 1.0 does not allow ({code})", "its place"
+    else:
+        what = f"{count} characters XML 1.0 does not allow (the first {code})"
+        place = "their place"
+    what = f"record {stored.identifier!r} holds {what}"
+    try:
+        parse_xml(mended)
+    except RecordError as exc:
+        metrics.records_with_invalid_characters.labels("withheld").inc()
+        log.error(
+            "%s, and is not well-formed with U+FFFD in %s either (%s): served without its metadata",
+            what,
+            place,
+            exc,
+        )
+        return stored._replace(xml=None)
+    metrics.records_with_invalid_characters.labels("replaced").inc()
+    log.warning("%s: served with U+FFFD in %s", what, place)
+    return stored._replace(xml=mended)
+
+
+def servable_rows(rows: list[StoredRecord], metrics: ProviderMetrics) -> None:
+    """Make each of ``rows`` :func:`servable`, in place."""
+    for index, stored in enumerate(rows):
+        rows[index] = servable(stored, metrics)

@@ -1,0 +1,260 @@
+"""P14: characters XML 1.0 does not allow (§2.2), in stored records and on every way in.
+
+A record row holding one (written by direct SQL, or by an older version) is served well-formed:
+each such character replaced by U+FFFD, counted and logged; one still not well-formed then (the
+character sat inside a tag) is served as its header alone.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+
+import aiohttp
+import asyncpg
+import pytest
+from lxml import etree
+from prometheus_client.parser import text_string_to_metric_families
+
+from shared.db.pool import Pool
+from shared.generator import generate_record
+from tests import factories
+from tests.harvest_pair import SOURCE_SET, Pair, add_link, run
+from tests.oai_client import NS, OAI, Answer, oai_get
+from tests.oai_validation import strict_checks, validate_oai
+from tests.servers import RunningProvider, running_provider
+
+OWN = "WIS-GISC-TEST"
+GMD = "{http://www.isotc211.org/2005/gmd}"
+DC = "{http://purl.org/dc/elements/1.1/}"
+TITLE_END = "</gco:CharacterString></gmd:title>"
+LANGUAGE = 'codeListValue="eng"'
+ABSTRACT_END = "</gco:CharacterString></gmd:abstract>"
+ROOT_START = "<gmd:MD_Metadata "
+
+# record number -> (text replaced in its stored document, what replaces it): one character
+# XML 1.0 does not allow in a title, in an attribute value, three in an abstract, and one
+# inside a start tag, where U+FFFD cannot stand either
+BROKEN = {
+    1: (TITLE_END, "\x0b" + TITLE_END),
+    2: (TITLE_END, "\ufffe" + TITLE_END),
+    3: (LANGUAGE, 'codeListValue="eng\uffff"'),
+    4: (ABSTRACT_END, "\x01\x1f\x0c" + ABSTRACT_END),
+    5: (ROOT_START, ROOT_START + "\x0b "),
+}
+REPLACED, WITHHELD = [1, 2, 3, 4], [5]
+TITLE = f"{GMD}identificationInfo//{GMD}title/*"
+
+
+def title_of(n: int) -> str:
+    """The title of generated record ``n``."""
+    return etree.fromstring(generate_record(n)).findtext(TITLE) or ""
+
+
+@pytest.fixture
+async def broken(db: Pool) -> list[str]:
+    """Eight records, five of them then changed by direct SQL; their identifiers."""
+    identifiers = await factories.load_records(db, OWN, range(8))
+    for n, (old, new) in BROKEN.items():
+        await break_record(db, identifiers[n], old, new)
+    return identifiers
+
+
+async def break_record(db: Pool, identifier: str, old: str, new: str) -> None:
+    """Replace the first ``old`` in a stored document by ``new``, by SQL (neither holds a
+    character a regular expression or its replacement treats specially)."""
+    changed = await db.execute(
+        "update records set xml = regexp_replace(xml, $2, $3) where identifier = $1 "
+        "and strpos(xml, $2) > 0",
+        identifier,
+        old,
+        new,
+    )
+    assert changed == "UPDATE 1"
+
+
+@pytest.fixture
+async def provider(broken: list[str], database_url: str) -> AsyncIterator[RunningProvider]:
+    async with running_provider(database_url) as running:
+        yield running
+
+
+def check(answer: Answer) -> None:
+    assert answer.status == 200, answer.body[-500:]
+    validate_oai(answer.body)
+    strict_checks(answer.body)
+
+
+async def mended_counts(provider: RunningProvider) -> dict[str, float]:
+    async with (
+        aiohttp.ClientSession() as http,
+        http.get(provider.root + "/metrics") as response,
+    ):
+        text = await response.text()
+    return {
+        sample.labels["outcome"]: sample.value
+        for family in text_string_to_metric_families(text)
+        if family.name == "wiscat_oai_records_with_invalid_characters"
+        for sample in family.samples
+    }
+
+
+def metadata_of(answer: Answer) -> dict[str, etree._Element | None]:
+    """identifier -> the record's metadata payload (None: the record has no metadata)."""
+    found = {}
+    for record in answer.xpath("//oai:record"):
+        payload = record.xpath("oai:metadata/*", namespaces=NS)
+        found[record.findtext(f"{OAI}header/{OAI}identifier")] = payload[0] if payload else None
+    return found
+
+
+def log_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "wiscat.provider"]
+
+
+REPLACED_LINES = {
+    1: "record {!r} holds 1 character XML 1.0 does not allow (U+000B): "
+    "served with U+FFFD in its place",
+    2: "record {!r} holds 1 character XML 1.0 does not allow (U+FFFE): "
+    "served with U+FFFD in its place",
+    3: "record {!r} holds 1 character XML 1.0 does not allow (U+FFFF): "
+    "served with U+FFFD in its place",
+    4: "record {!r} holds 3 characters XML 1.0 does not allow (the first U+0001): "
+    "served with U+FFFD in their place",
+}
+WITHHELD_LINE = (
+    "record {!r} holds 1 character XML 1.0 does not allow (U+000B), and is not "
+    "well-formed with U+FFFD in its place either (not well-formed XML: Specification mandates "
+    "value for attribute \ufffd, line 1, column 20): served without its metadata"
+)
+
+
+def expected_lines(identifiers: list[str]) -> list[str]:
+    """The lines logged for the records changed, sorted."""
+    return sorted(
+        [REPLACED_LINES[n].format(identifiers[n]) for n in REPLACED]
+        + [WITHHELD_LINE.format(identifiers[n]) for n in WITHHELD]
+    )
+
+
+async def test_p14_list_records_serves_stored_invalid_characters_as_u_fffd(
+    provider: RunningProvider, broken: list[str], db: Pool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """P14: ListRecords in iso19139 is HTTP 200, well-formed and valid against OAI-PMH.xsd;
+    each character XML 1.0 does not allow is U+FFFD in the record served, the record with one
+    inside a tag is its header alone; each is counted and logged with its identifier."""
+    caplog.set_level(logging.WARNING, logger="wiscat.provider")
+    answer = await oai_get(provider.oai, verb="ListRecords", metadataPrefix="iso19139")
+    check(answer)
+    served = metadata_of(answer)
+    assert sorted(served) == sorted(broken)  # the whole list, in one page
+    for n in (1, 2):
+        element = served[broken[n]]
+        assert element is not None
+        assert element.findtext(TITLE) == title_of(n) + "\ufffd"
+    element = served[broken[3]]
+    assert element is not None
+    assert element.find(f"{GMD}language/*").get("codeListValue") == "eng\ufffd"  # type: ignore[union-attr]
+    element = served[broken[4]]
+    assert element is not None
+    assert (element.findtext(f"{GMD}identificationInfo//{GMD}abstract/*") or "").endswith(
+        "\ufffd\ufffd\ufffd"
+    )
+    assert served[broken[5]] is None
+    # the others as they are stored
+    for n in (0, 6, 7):
+        stored = await db.fetchval("select xml from records where identifier = $1", broken[n])
+        assert stored.encode() in answer.body
+    assert await mended_counts(provider) == {"replaced": 4.0, "withheld": 1.0}
+    assert sorted(log_lines(caplog)) == expected_lines(broken)
+
+
+async def test_p14_list_records_in_oai_dc_serves_stored_invalid_characters_as_u_fffd(
+    provider: RunningProvider, broken: list[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """P14: ListRecords in oai_dc, which parses each stored record for the crosswalk, is HTTP
+    200 (it was a 500), well-formed and valid; the titles carry U+FFFD, the record with a
+    character inside a tag is its header alone."""
+    caplog.set_level(logging.WARNING, logger="wiscat.provider")
+    answer = await oai_get(provider.oai, verb="ListRecords", metadataPrefix="oai_dc")
+    check(answer)
+    served = metadata_of(answer)
+    assert sorted(served) == sorted(broken)
+    for n in (1, 2):
+        element = served[broken[n]]
+        assert element is not None
+        assert element.findtext(f"{DC}title") == title_of(n) + "\ufffd"
+    assert served[broken[5]] is None
+    assert all(served[broken[n]] is not None for n in (0, 3, 4, 6, 7))
+    assert await mended_counts(provider) == {"replaced": 4.0, "withheld": 1.0}
+    assert sorted(log_lines(caplog)) == expected_lines(broken)
+
+
+@pytest.mark.parametrize("prefix", ["iso19139", "oai_dc"])
+async def test_p14_get_record_serves_stored_invalid_characters_as_u_fffd(
+    provider: RunningProvider, broken: list[str], prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """P14: GetRecord of each changed record, in both formats: HTTP 200, well-formed and valid;
+    each counted and logged once."""
+    caplog.set_level(logging.WARNING, logger="wiscat.provider")
+    for n in BROKEN:
+        answer = await oai_get(
+            provider.oai, verb="GetRecord", identifier=broken[n], metadataPrefix=prefix
+        )
+        check(answer)
+        served = metadata_of(answer)
+        assert list(served) == [broken[n]]
+        assert (served[broken[n]] is None) == (n in WITHHELD)
+        if prefix == "iso19139" and n in REPLACED:
+            assert "\ufffd".encode() in answer.body
+    assert await mended_counts(provider) == {"replaced": 4.0, "withheld": 1.0}
+    assert sorted(log_lines(caplog)) == expected_lines(broken)
+
+
+async def test_p14_a_harvest_of_such_a_provider_stores_what_it_serves(
+    pair: Pair, caplog: pytest.LogCaptureFixture
+) -> None:
+    """P14, from the other end: a wiscat harvester harvests a wiscat provider whose database
+    holds those rows. The run is ok (its first page was not well-formed before): the records
+    with U+FFFD are stored, the one served without metadata quarantined, the others stored."""
+    caplog.set_level(logging.WARNING, logger="wiscat.provider")
+    identifiers = await factories.load_records(pair.source, SOURCE_SET, range(8))
+    for n, (old, new) in BROKEN.items():
+        await break_record(pair.source, identifiers[n], old, new)
+    await add_link(pair)
+    report = await run(pair)
+    assert report.status == "ok", report.summary()
+    assert (report.counts["added"], report.counts["quarantined"]) == (7, 1)
+    rows = await pair.sink.fetch("select identifier, reason from quarantine")
+    assert [(r["identifier"], r["reason"]) for r in rows] == [
+        (identifiers[5], "record without metadata")
+    ]
+    stored = await pair.sink.fetchval(
+        "select xml from records where identifier = $1", identifiers[1]
+    )
+    assert "XX #1\ufffd</gco:CharacterString>" in stored
+
+
+async def test_p14_neither_a_lone_surrogate_nor_nul_can_be_stored(
+    broken: list[str], db: Pool
+) -> None:
+    """P14: PostgreSQL's text holds neither a lone surrogate nor U+0000, by whatever SQL; so
+    the provider has only the other characters XML 1.0 does not allow to deal with."""
+    attempts = {
+        "select E'\\uD800'": 'invalid Unicode surrogate pair at or near "\'"',
+        "select convert_from('\\xeda080'::bytea, 'UTF8')": (
+            'invalid byte sequence for encoding "UTF8": 0xed 0xa0 0x80'
+        ),
+        "select E'a\\x00b'": 'invalid byte sequence for encoding "UTF8": 0x00',
+        "select chr(0)": "null character not permitted",
+    }
+    for query, message in attempts.items():
+        with pytest.raises(asyncpg.PostgresError) as caught:
+            await db.fetchval(query)
+        assert str(caught.value) == message, query
+    with pytest.raises(asyncpg.DataError) as refused:
+        await db.execute("update records set xml = $2 where identifier = $1", broken[0], "\ud800")
+    assert str(refused.value) == (
+        "invalid input for query argument $2: '\\ud800' ('utf-8' codec can't encode character "
+        "'\\ud800' in position 0: surrogates not allowed)"
+    )
