@@ -5,6 +5,10 @@ Everything that enters the catalogue, by local ingest or by harvest, passes thro
 element the harvester already took out of an OAI-PMH page). Both return a :class:`Record` or raise
 :class:`RecordError` whose message is a reason a person can act on; nothing else escapes.
 
+No :class:`Record` holds a character XML 1.0 does not allow (RELIABILITY P14): lxml's parser
+refuses one, literal or by a character reference (``&#11;``, ``&#xFFFE;``), and its API cannot
+put one in an element, so the serialization stored never has one and needs no search for it.
+
 Exceptions::
 
     ValueError

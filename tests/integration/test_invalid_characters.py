@@ -2,27 +2,35 @@
 
 A record row holding one (written by direct SQL, or by an older version) is served well-formed:
 each such character replaced by U+FFFD, counted and logged; one still not well-formed then (the
-character sat inside a tag) is served as its header alone.
+character sat inside a tag) is served as its header alone. Every write path refuses them.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from pathlib import Path
 
 import aiohttp
 import asyncpg
 import pytest
+from aiohttp import web
 from lxml import etree
 from prometheus_client.parser import text_string_to_metric_families
 
+from shared.db import links as link_store
 from shared.db.pool import Pool
 from shared.generator import generate_record
+from shared.ingest import ingest_paths
+from shared.iso19139 import parse_record
+from shared.linkspec import build_link
+from shared.oaipmh import render
 from tests import factories
 from tests.harvest_pair import SOURCE_SET, Pair, add_link, run
 from tests.oai_client import NS, OAI, Answer, oai_get
 from tests.oai_validation import strict_checks, validate_oai
-from tests.servers import RunningProvider, running_provider
+from tests.servers import RunningProvider, running_provider, serving
 
 OWN = "WIS-GISC-TEST"
 GMD = "{http://www.isotc211.org/2005/gmd}"
@@ -233,6 +241,155 @@ async def test_p14_a_harvest_of_such_a_provider_stores_what_it_serves(
         "select xml from records where identifier = $1", identifiers[1]
     )
     assert "XX #1\ufffd</gco:CharacterString>" in stored
+
+
+# Ways a character XML 1.0 does not allow can be written in a document's text: as itself, or by
+# a character reference (which lxml may have been thought to let through).
+FORMS = {
+    "a vertical tab": (b"\x0b", "PCDATA invalid Char value 11"),
+    "a unit separator": (b"\x1f", "PCDATA invalid Char value 31"),
+    "U+FFFE": ("\ufffe".encode(), "PCDATA invalid Char value 65534"),
+    "U+FFFF": ("\uffff".encode(), "PCDATA invalid Char value 65535"),
+    "&#11;": (b"&#11;", "xmlParseCharRef: invalid xmlChar value 11"),
+    "&#x1F;": (b"&#x1F;", "xmlParseCharRef: invalid xmlChar value 31"),
+    "&#xFFFE;": (b"&#xFFFE;", "xmlParseCharRef: invalid xmlChar value 65534"),
+    "&#xFFFF;": (b"&#xFFFF;", "xmlParseCharRef: invalid xmlChar value 65535"),
+    "&#xD800;": (b"&#xD800;", "xmlParseCharRef: invalid xmlChar value 55296"),
+    "&#0;": (b"&#0;", "xmlParseCharRef: invalid xmlChar value 0"),
+}
+
+
+def with_character(n: int, form: str) -> tuple[str, bytes]:
+    """Record ``n`` with the character of ``form`` at the end of its title: its identifier
+    and its bytes."""
+    document = generate_record(n)
+    end = TITLE_END.encode()
+    return parse_record(document).identifier, document.replace(end, FORMS[form][0] + end, 1)
+
+
+def position(data: bytes, form: str) -> str:
+    """Where libxml2 reports the character of ``form`` in ``data``: the line, and the column
+    of the character, or of the one after a character reference."""
+    before = data[: data.index(FORMS[form][0] + TITLE_END.encode())]
+    line = before.count(b"\n") + 1
+    column = len(before) - before.rfind(b"\n")
+    if form.startswith("&"):
+        column += len(form)
+    return f"line {line}, column {column}"
+
+
+def reason(data: bytes, form: str) -> str:
+    return f"not well-formed XML: {FORMS[form][1]}, {position(data, form)}"
+
+
+@pytest.mark.parametrize("form", FORMS)
+async def test_p14_ingest_refuses_a_record_with_an_invalid_character(
+    db: Pool, tmp_path: Path, form: str
+) -> None:
+    """P14: ``wiscat ingest`` refuses a file whose record holds a character XML 1.0 does not
+    allow, whatever its form, with the reason; the good file beside it is stored, nothing of
+    the bad one."""
+    identifier, document = with_character(1, form)
+    (tmp_path / "bad.xml").write_bytes(document)
+    (tmp_path / "good.xml").write_bytes(generate_record(2))
+    report = await ingest_paths(db, OWN, [tmp_path])
+    assert report.refused == [(str(tmp_path / "bad.xml"), reason(document, form))]
+    assert report.counts == {"added": 1}
+    assert not await db.fetchval(
+        "select exists (select from records where identifier = $1)", identifier
+    )
+
+
+@pytest.mark.parametrize("form", ["a vertical tab", "U+FFFE", "&#xFFFE;", "&#11;"])
+async def test_p14_the_admin_api_refuses_a_record_with_an_invalid_character(
+    db: Pool, database_url: str, form: str
+) -> None:
+    """P14: PUT /admin/records/... answers 400 with the reason; nothing is stored."""
+    identifier, document = with_character(1, form)
+    async with (
+        running_provider(database_url) as provider,
+        aiohttp.ClientSession() as http,
+        http.put(
+            f"{provider.root}/admin/records/{identifier}",
+            data=document,
+            headers={"Authorization": "Bearer test-admin-token"},
+        ) as response,
+    ):
+        assert (response.status, await response.json()) == (
+            400,
+            {"detail": f"record refused: {reason(document, form)}"},
+        )
+    assert await db.fetchval("select count(*) from records") == 0
+
+
+async def test_p14_a_harvested_record_with_an_invalid_character_is_quarantined(
+    pair: Pair,
+) -> None:
+    """P14: a peer's record holding a character XML 1.0 does not allow, literal or by reference,
+    is quarantined as received with the reason (one by one, by ListIdentifiers + GetRecord; by
+    ListRecords its whole page is refused, and nothing of it written); the others are stored."""
+    from services.harvester.harvest import harvest_link
+
+    now = datetime.now(UTC)
+    forms = ["U+FFFF", "&#11;", "&#xFFFE;", "&#x1F;"]
+    documents: dict[str, bytes] = {}
+    broken: dict[str, str] = {}
+    for n, form in enumerate(forms):
+        identifier, document = with_character(n, form)
+        documents[identifier] = document.split(b"?>", 1)[1].lstrip()
+        broken[identifier] = form
+    good = [parse_record(generate_record(n)) for n in range(10, 12)]
+    documents.update({r.identifier: r.xml.encode() for r in good})
+    answers: dict[str, bytes] = {}
+
+    async def answer(request: web.Request) -> bytes:
+        verb = request.query["verb"]
+        start = render.response_start(now, "http://peer/oai", dict(request.query), verb)
+        if verb == "ListRecords":
+            body = b"".join(render.record(i, now, [], False, x) for i, x in documents.items())
+            answers[verb] = start + body + render.response_end(verb)
+        elif verb == "ListIdentifiers":
+            body = b"".join(render.header(i, now, [], False) for i in documents)
+        else:
+            identifier = request.query["identifier"]
+            body = render.get_record(identifier, now, [], False, documents[identifier])
+            answers[identifier] = start + body + render.response_end(verb)
+        return start + body + render.response_end(verb)
+
+    async with serving(b"", pages=answer) as url:
+        new = build_link(
+            name="peer",
+            url=url,
+            remote_set=SOURCE_SET,
+            into=None,
+            own_set="WIS-GISC-SINK",
+            window_slices=0,
+        )
+        await link_store.add_link(pair.sink, new)
+        link = await link_store.get_link(pair.sink, "peer")
+        assert link is not None
+        report = await harvest_link(pair.ctx, link, window=False)
+        assert (report.status, report.error_kind, report.error) == (
+            "failed",
+            "BadResponse",
+            f"{reason(answers.pop('ListRecords'), forms[0])} (from {url}); if one record breaks "
+            "the page, `wiscat link set peer --strategy ListIdentifiers` gets the records one by "
+            "one and quarantines that one",
+        )
+        assert await pair.sink.fetchval("select count(*) from records") == 0
+        link = await link_store.set_strategy(pair.sink, "peer", "ListIdentifiers")
+        assert link is not None
+        report = await harvest_link(pair.ctx, link, window=False)
+    assert report.status == "ok", report.summary()
+    assert (report.counts["added"], report.counts["quarantined"]) == (2, 4)
+    rows = await pair.sink.fetch("select identifier, reason, raw from quarantine")
+    quarantined = {r["identifier"]: (r["reason"], r["raw"]) for r in rows}
+    assert quarantined == {
+        i: (f"GetRecord answered {reason(answers[i], form)} (from {url})", answers[i])
+        for i, form in broken.items()
+    }
+    stored = await pair.sink.fetch("select identifier from records")
+    assert {r["identifier"] for r in stored} == {r.identifier for r in good}
 
 
 async def test_p14_neither_a_lone_surrogate_nor_nul_can_be_stored(
