@@ -42,6 +42,7 @@ from shared.oaipmh.errors import (
     NoRecordsMatch,
     OAIError,
 )
+from shared.oaipmh.hierarchy import minimal, with_ancestors
 from shared.oaipmh.tokens import ListPosition, TokenCodec
 from shared.settings import UNION_SET, Settings
 
@@ -403,16 +404,29 @@ async def list_sets(state: ProviderState, req: OAIRequest, response_date: dateti
     if req.resumption_token is not None:
         # This provider sends ListSets whole, so no token of ours can continue it (§3.5).
         raise BadResumptionToken("ListSets is never split; this resumptionToken is not ours")
-    sets = [(s.spec, s.name) for s in await store.list_sets(state.pool)]
-    sets.append((UNION_SET, "The whole WIS catalogue held by this node"))
-    sets.sort()
+    sets = _served_sets(await store.list_sets(state.pool))
     return _document(response_date, state, req, render.list_sets(sets))
+
+
+def _served_sets(stored: Sequence[store.SetInfo]) -> list[tuple[str, str]]:
+    """(setSpec, setName) of every set served, in order: the stored sets, every set above one
+    of them (OAI-PMH 2.0 §2.6: ``A`` is a set, an interior node, when ``A:B`` is one; §4.6
+    gives each a setName), and the union set."""
+    names = {s.spec: s.name for s in stored}
+    for spec in with_ancestors(names):
+        names.setdefault(spec, f"Every record of the sets below {spec}")
+    names[UNION_SET] = "The whole WIS catalogue held by this node"
+    return sorted(names.items())
 
 
 def _header_sets(stored: store.StoredRecord) -> tuple[str, ...]:
     if stored.deleted:
         return ()
-    return tuple(sorted({*stored.set_specs, UNION_SET}))
+    # OAI-PMH 2.0 §2.6: the header's setSpecs "should include only the minimum number ...
+    # required to specify the set membership": a record of A:B is in A too (§2.7.2: set=A
+    # lists it), and A:B says so, so A is left out even for a record filed in A and A:B (what
+    # RELIABILITY P16 asks). The union set is not implied by any setSpec's syntax: it stays.
+    return minimal({*stored.set_specs, UNION_SET})
 
 
 def _metadata(prefix: str, stored: store.StoredRecord) -> bytes | None:
@@ -441,10 +455,11 @@ async def get_record(state: ProviderState, req: OAIRequest, response_date: datet
 
 
 async def _set_filter(state: ProviderState, set_spec: str | None) -> str | None:
-    """The set to list (None: the whole catalogue); an unknown set matches no record."""
+    """The set to list (None: the whole catalogue); an unknown set matches no record. A set
+    above a stored one is known: its list holds the records of the sets below it (§2.7.2)."""
     if set_spec is None or set_spec == UNION_SET:
         return None
-    known = {s.spec for s in await store.list_sets(state.pool)}
+    known = with_ancestors(s.spec for s in await store.list_sets(state.pool))
     if set_spec not in known:
         raise NoRecordsMatch(f"there is no set {set_spec!r} in this repository")
     return set_spec

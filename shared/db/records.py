@@ -179,9 +179,9 @@ def _stored(row: asyncpg.Record) -> StoredRecord:
 
 
 class ListScope(NamedTuple):
-    """What a list covers: one set (None: the whole catalogue), the datestamps ``from_ <=
-    datestamp < until_exclusive`` (None: unbounded), and none after ``upper_bound``, the bound
-    frozen when the list began."""
+    """What a list covers: one set and the sets below it (None: the whole catalogue), the
+    datestamps ``from_ <= datestamp < until_exclusive`` (None: unbounded), and none after
+    ``upper_bound``, the bound frozen when the list began."""
 
     set_spec: str | None
     from_: datetime | None
@@ -189,10 +189,19 @@ class ListScope(NamedTuple):
     upper_bound: datetime
 
 
-def _list_query(
-    name: str, scope: ListScope, after: tuple[datetime, str] | None
+async def _set_kind(db: Executor, set_spec: str) -> str:
+    """``_tree`` when sets lie below ``set_spec``: its list holds their records too (OAI-PMH 2.0
+    §2.7.2); else ``_set``. Asked at each page: a set made while a list is in progress holds
+    only records past the list's bound, so the answer changing midway repeats or skips nothing."""
+    below = await db.fetchval(_SQL["set_has_subsets"], set_spec)
+    return "_tree" if below else "_set"
+
+
+async def _list_query(
+    db: Executor, name: str, scope: ListScope, after: tuple[datetime, str] | None
 ) -> tuple[str, list[object]]:
-    """Query ``name`` for the whole catalogue or one set, and its first arguments."""
+    """Query ``name`` for the whole catalogue, one set, or one set and the sets below it, and
+    its first arguments."""
     last_datestamp, last_identifier = after if after else (_MIN, "")
     args: list[object] = [
         last_datestamp,
@@ -203,7 +212,7 @@ def _list_query(
     ]
     if scope.set_spec is None:
         return _SQL[name + "_all"], args
-    return _SQL[name + "_set"], [scope.set_spec, *args]
+    return _SQL[name + await _set_kind(db, scope.set_spec)], [scope.set_spec, *args]
 
 
 async def list_page(
@@ -217,7 +226,7 @@ async def list_page(
 ) -> list[StoredRecord]:
     """One keyset page of ``scope`` ordered by (datestamp, identifier), strictly after ``after``
     (None: from the start) and up to ``through`` included (None: up to ``limit`` rows)."""
-    query, args = _list_query("list", scope, after)
+    query, args = await _list_query(db, "list", scope, after)
     end = through or (_MAX, "")
     rows = await db.fetch(query, *args, with_xml, limit, *end)
     return [_stored(row) for row in rows]
@@ -227,7 +236,7 @@ async def list_keys(
     db: Executor, scope: ListScope, *, after: tuple[datetime, str] | None, limit: int
 ) -> list[tuple[datetime, str]]:
     """The (datestamp, identifier) keys alone of the page :func:`list_page` would read."""
-    query, args = _list_query("list_keys", scope, after)
+    query, args = await _list_query(db, "list_keys", scope, after)
     return [(row[0], row[1]) for row in await db.fetch(query, *args, limit)]
 
 
@@ -260,7 +269,8 @@ async def count_list(db: Executor, scope: ListScope) -> int:
     if scope.set_spec is None:
         value = await db.fetchval(_SQL["count_all"], *bounds)
     else:
-        value = await db.fetchval(_SQL["count_set"], scope.set_spec, *bounds)
+        query = _SQL["count" + await _set_kind(db, scope.set_spec)]
+        value = await db.fetchval(query, scope.set_spec, *bounds)
     return int(value)
 
 

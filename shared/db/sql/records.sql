@@ -373,3 +373,101 @@ select least(
        ))[1] as oldest_pid
 from pg_stat_activity a
 where a.datname = current_database() and a.pid <> pg_backend_pid()
+
+-- name: set_has_subsets --
+-- Whether some set lies below set $1 (OAI-PMH 2.0 §2.6: 'A:B' and 'A:B:C' lie below 'A'); a list
+-- of $1 is then read by the _tree queries, which take their records too (§2.7.2), else by the
+-- _set ones. starts_with, not like: a setSpec may hold '_', which like reads as any character.
+select exists (select 1 from sets where starts_with(spec, $1::text || ':'))
+
+-- name: list_keys_tree --
+-- The keys alone of list_tree's page (the arguments of list_keys_set).
+with subtree as (
+    select array_agg(spec) as specs
+    from sets
+    where spec = $1::text or starts_with(spec, $1::text || ':')
+)
+select lead.datestamp, lead.identifier
+from subtree
+cross join unnest(subtree.specs) as s (spec)
+cross join lateral (
+    select m.datestamp, m.identifier
+    from set_members m
+    where m.set_spec = s.spec
+      and (m.datestamp, m.identifier) > ($2::timestamptz, $3::text)
+      and m.datestamp >= $4::timestamptz and m.datestamp < $5::timestamptz and m.datestamp <= $6::timestamptz
+      and not exists (
+          select 1 from set_members o
+          where o.identifier = m.identifier and o.set_spec = any (subtree.specs)
+            and (o.datestamp, o.set_spec) > (m.datestamp, m.set_spec)
+      )
+    order by m.datestamp, m.identifier
+    limit $7
+) lead
+order by lead.datestamp, lead.identifier
+limit $7
+
+-- name: list_tree --
+-- One keyset page of set $1 and every set below it (OAI-PMH 2.0 §2.7.2), with list_set's
+-- arguments and columns. A record is listed once, keyed by its lead: the one of its memberships
+-- there with the greatest (datestamp, set_spec). A record of A:B and A:C is thus listed at its
+-- latest change in either (invariant 1: a membership change is news in A), at one key, the same
+-- on every page; it is deleted here only once it has left all of them. Each set's memberships
+-- are read in the order of set_members_keyset, a page's worth of leads at most, and merged.
+with subtree as (
+    select array_agg(spec) as specs
+    from sets
+    where spec = $1::text or starts_with(spec, $1::text || ':')
+),
+page as (
+    select lead.identifier, lead.datestamp,
+           lead.deleted and not exists (
+               select 1 from set_members l
+               where l.identifier = lead.identifier and not l.deleted
+                 and l.set_spec = any (subtree.specs)
+           ) as deleted
+    from subtree
+    cross join unnest(subtree.specs) as s (spec)
+    cross join lateral (
+        select m.identifier, m.datestamp, m.deleted
+        from set_members m
+        where m.set_spec = s.spec
+          and (m.datestamp, m.identifier) > ($2::timestamptz, $3::text)
+          and (m.datestamp, m.identifier) <= ($9::timestamptz, $10::text)
+          and m.datestamp >= $4::timestamptz and m.datestamp < $5::timestamptz and m.datestamp <= $6::timestamptz
+          and not exists (
+              select 1 from set_members o
+              where o.identifier = m.identifier and o.set_spec = any (subtree.specs)
+                and (o.datestamp, o.set_spec) > (m.datestamp, m.set_spec)
+          )
+        order by m.datestamp, m.identifier
+        limit $8
+    ) lead
+    order by lead.datestamp, lead.identifier
+    limit $8
+)
+select p.identifier, p.datestamp, p.deleted, r.set_specs, r.xml
+from page p
+-- one lookup a record, in the page's order, so that the documents are never sorted (limit 1
+-- keeps the planner from making this a hash join, which would)
+cross join lateral (
+    select set_specs, case when $7::boolean and not p.deleted then textsend(xml) end as xml
+    from records
+    where identifier = p.identifier
+    limit 1
+) r
+order by p.datestamp, p.identifier
+
+-- name: count_tree --
+-- How many records list_tree would list in all: one a record, at its lead's datestamp.
+select count(*)
+from (
+    select max(m.datestamp) as datestamp
+    from set_members m
+    where m.set_spec = any (
+        select spec from sets where spec = $1::text or starts_with(spec, $1::text || ':')
+    )
+    group by m.identifier
+) lead
+where lead.datestamp >= $2::timestamptz and lead.datestamp < $3::timestamptz
+  and lead.datestamp <= $4::timestamptz
