@@ -5,9 +5,11 @@
   high-water mark.
 - Every page is written in one statement, in one transaction with the run's progress; unusable
   records go to the quarantine with their raw bytes, the rest of the page is stored.
-- Deleted headers are kept until the whole list has arrived; the mass-deletion circuit breaker
-  looks at them then, and they are applied in the same transaction that advances the high-water
-  mark (invariant 3). A failure mid-list keeps the committed pages and the old high-water mark.
+- Deleted headers are kept until the whole list has arrived (the last event of an identifier in
+  the list wins: one listed live after its deletion is not deleted); the mass-deletion circuit
+  breaker looks at them then, and they are applied in the same transaction that advances the
+  high-water mark (invariant 3). A failure mid-list keeps the committed pages and the old
+  high-water mark.
 """
 
 from __future__ import annotations
@@ -362,7 +364,10 @@ async def _harvest(
         await link_store.set_run_from(ctx.pool, report.run_id, report.from_)
     first_response: datetime | None = None
     greatest: datetime | None = None
-    deletions: list[str] = []
+    # Deleted identifiers, applied once the whole list has arrived. Within one list the last
+    # event of an identifier wins (DESIGN invariant 4): one listed live on a later page than its
+    # deletion is no longer to delete; one deleted after it was written is.
+    deletions: dict[str, None] = {}
     by_identifiers = link.strategy == "ListIdentifiers"
     # One page's write runs in PostgreSQL while the next page is fetched and parsed here; at
     # most one write is in flight, and the pages commit in order.
@@ -383,7 +388,11 @@ async def _harvest(
             ahead=ctx.pages.ahead,
         ):
             sorter = content.sorter
-            deletions += content.deletions
+            for record in sorter.batch:
+                deletions.pop(record.identifier, None)
+            for header in content.wanted:
+                deletions.pop(header.identifier, None)
+            deletions.update(dict.fromkeys(content.deletions))
             if content.greatest is not None and (greatest is None or content.greatest > greatest):
                 greatest = content.greatest
             if content.wanted:
@@ -420,7 +429,7 @@ async def _harvest(
         ctx,
         link,
         report,
-        deletions,
+        list(deletions),
         protected,
         allow_mass_delete,
         high_water_mark=_high_water_mark(greatest, first_response, report.mode),
@@ -585,9 +594,15 @@ async def _store_page(
             protected_set=protected,
             refuse_conflicts=True,
             source=link.name,
+            deletions_hold=True,
         )
         counts = result.counts
-        refused = counts["refused_older"] + counts["refused_protected"] + counts["refused_conflict"]
+        refused = (
+            counts["refused_older"]
+            + counts["refused_protected"]
+            + counts["refused_conflict"]
+            + counts["refused_deleted"]
+        )
         await link_store.record_page(
             conn,
             report.run_id,
@@ -632,6 +647,13 @@ async def _store_page(
             "no gmd:dateStamp, and the stored copy has one"
             if identifier in undated
             else "gmd:dateStamp older than the stored copy's",
+        )
+    for identifier in result.identifiers("refused_deleted"):
+        _run_log(report).info(
+            "harvest %s: refused %s: deleted here, and this copy's gmd:dateStamp is not newer "
+            "than the deleted copy's (a deletion is newer than the copy it deleted)",
+            link.name,
+            identifier,
         )
     for identifier in result.identifiers("refused_conflict"):
         _run_log(report).warning(

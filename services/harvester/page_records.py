@@ -38,7 +38,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from datetime import datetime
 from multiprocessing import resource_tracker
-from typing import Any
+from typing import Any, TypeVar
 
 from lxml import etree
 
@@ -168,9 +168,18 @@ class PageContent:
 
 
 def read_page(page: Page) -> PageContent:
-    """Read every item of ``page`` (once) and sort it; the page's errors propagate."""
+    """Read every item of ``page`` (once) and sort it; the page's errors propagate.
+
+    An identifier the page lists more than once is taken at its newest header datestamp, the
+    last of those on a tie (DESIGN invariant 4: the last event wins): its other items are
+    neither stored nor deleted nor asked for. Items set aside (quarantined) are no event.
+    """
     content = PageContent()
-    for item in page.items():
+    newest: dict[str, tuple[datetime, int]] = {}  # identifier -> its winning item's (stamp, n)
+    taken: list[int] = []  # the item number of each record of content.sorter.batch
+    deleted: list[int] = []  # likewise, of content.deletions
+    wanted: list[int] = []  # likewise, of content.wanted
+    for number, item in enumerate(page.items()):
         if isinstance(item, UnreadableItem):
             content.sorter.set_aside(item)
             continue
@@ -179,17 +188,48 @@ def read_page(page: Page) -> PageContent:
         if content.greatest is None or stamp > content.greatest:
             content.greatest = stamp
         if isinstance(item, RecordItem) and not header.deleted:
+            held = len(content.sorter.batch)
             content.sorter.take(header, item.metadata)
+            if len(content.sorter.batch) == held:
+                continue  # quarantined
+            taken.append(number)
         elif (problem := identifier_error(header.identifier)) is not None:
             # a header alone: no record can have this identifier (iso19139.file_identifier),
             # nor can a tombstone, so it is neither a deletion nor a record to get
             reason = f"a header whose identifier {problem}"
             content.sorter.quarantined.append((header.identifier, reason, b""))
+            continue
         elif header.deleted:
             content.deletions.append(header.identifier)
+            deleted.append(number)
         else:
             content.wanted.append(header)
+            wanted.append(number)
+        if header.identifier not in newest or stamp >= newest[header.identifier][0]:
+            newest[header.identifier] = (stamp, number)
+    if len(newest) < len(taken) + len(deleted) + len(wanted):  # an identifier came twice
+        content.sorter.batch = _winners(content.sorter.batch, taken, newest)
+        content.deletions = _winners(content.deletions, deleted, newest)
+        content.wanted = _winners(content.wanted, wanted, newest)
     return content
+
+
+_Item = TypeVar("_Item", IncomingRecord, HeaderItem, str)
+
+
+def _winners(
+    items: list[_Item], numbers: list[int], newest: dict[str, tuple[datetime, int]]
+) -> list[_Item]:
+    """The ``items`` (numbered ``numbers`` in their page) that are their identifier's newest."""
+    return [
+        item
+        for item, number in zip(items, numbers, strict=True)
+        if newest[_identifier(item)][1] == number
+    ]
+
+
+def _identifier(item: IncomingRecord | HeaderItem | str) -> str:
+    return item if isinstance(item, str) else item.identifier
 
 
 def read_copy(url: str, body: bytes) -> tuple[PageContent, PageSummary, int]:

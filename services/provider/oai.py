@@ -42,7 +42,7 @@ from shared.oaipmh.errors import (
     NoRecordsMatch,
     OAIError,
 )
-from shared.oaipmh.hierarchy import minimal, with_ancestors
+from shared.oaipmh.hierarchy import in_tree, minimal, with_ancestors
 from shared.oaipmh.tokens import ListPosition, TokenCodec
 from shared.settings import UNION_SET, Settings
 
@@ -419,9 +419,14 @@ def _served_sets(stored: Sequence[store.SetInfo]) -> list[tuple[str, str]]:
     return sorted(names.items())
 
 
-def _header_sets(stored: store.StoredRecord) -> tuple[str, ...]:
-    if stored.deleted:
-        return ()
+def _header_sets(stored: store.StoredRecord, listed: str | None = None) -> tuple[str, ...]:
+    """The setSpecs of a header; ``listed``, the set of the list it is in (None: GetRecord or
+    the whole catalogue)."""
+    if stored.deleted and listed is not None and not in_tree(stored.set_specs, listed):
+        # A deleted header lists the sets the record was deleted from (DESIGN invariant 4): a
+        # record that left the listed set (every set below it) lives on in the sets it holds.
+        return (listed,)
+    # A tombstone holds the sets it was deleted from, the whole catalogue's included.
     # OAI-PMH 2.0 §2.6: the header's setSpecs "should include only the minimum number ...
     # required to specify the set membership": a record of A:B is in A too (§2.7.2: set=A
     # lists it), and A:B says so, so A is left out even for a record filed in A and A:B (what
@@ -576,11 +581,12 @@ def _render_items(key: PageKey, rows: Sequence[store.StoredRecord]) -> bytes:
     writer = render.PageWriter()
     header_sets: dict[tuple[tuple[str, ...], bool], tuple[str, ...]] = {}
     headers_only = key.verb == "ListIdentifiers"
+    listed = key.scope.set_spec
     for stored in rows:
         sets_key = (stored.set_specs, stored.deleted)
         sets = header_sets.get(sets_key)
         if sets is None:
-            sets = header_sets[sets_key] = _header_sets(stored)
+            sets = header_sets[sets_key] = _header_sets(stored, listed)
         if headers_only:
             writer.add_header(stored.identifier, stored.datestamp, sets, stored.deleted)
         else:

@@ -75,6 +75,7 @@ async def upsert_records(
     protected_set: str | None = None,
     refuse_conflicts: bool = False,
     source: str | None = None,
+    deletions_hold: bool = False,
 ) -> WriteResult:
     """Write live records into ``set_spec`` in one statement; ``source`` is the link writing
     (None: a local write), kept with each copy written.
@@ -88,11 +89,15 @@ async def upsert_records(
     but has the same gmd:dateStamp, or neither has one, and the stored copy was written by
     another link, or, where no existing link wrote it, it is in other sets only: the first copy
     stays, so that two peers that disagree on a record do not replace each other's copy, with a
-    new datestamp, at every run, whether their links file it under one set or two).
+    new datestamp, at every run, whether their links file it under one set or two), and with
+    ``deletions_hold`` (a harvest) ``refused_deleted`` (the record is deleted here, and this
+    copy's gmd:dateStamp is not newer than the deleted copy's: a deletion is newer than the
+    copy it deleted, invariant 5; a local write revives it whatever its date).
     """
     if not records:
         return WriteResult({})
-    # a broken peer may repeat an identifier within a page: its last occurrence wins
+    # a caller passes one copy an identifier (a harvested page keeps its newest); should one
+    # come twice, its last occurrence wins
     records = list({r.identifier: r for r in records}.values())
     rows = await conn.fetch(
         _SQL["upsert_records"],
@@ -104,6 +109,7 @@ async def upsert_records(
         protected_set,
         refuse_conflicts,
         source,
+        deletions_hold,
     )
     return WriteResult({row["identifier"]: row["outcome"] for row in rows})
 

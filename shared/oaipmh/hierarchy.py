@@ -27,3 +27,9 @@ def minimal(specs: Iterable[str]) -> tuple[str, ...]:
     given = set(specs)
     implied = {above for spec in given for above in ancestors(spec)}
     return tuple(sorted(given - implied))
+
+
+def in_tree(specs: Iterable[str], top: str) -> bool:
+    """Whether one of ``specs`` is ``top`` or lies below it."""
+    below = top + ":"
+    return any(spec == top or spec.startswith(below) for spec in specs)

@@ -231,7 +231,9 @@ async def test_deletion_leaves_a_tombstone_in_the_set_and_catalogue(db: asyncpg.
     assert result.outcomes == {"a": "deleted", "b": "left_set", "zzz": "not_found"}
     a = await store.get_record(db, "a")
     b = await store.get_record(db, "b")
-    assert a and a.deleted and a.xml is None and a.set_specs == ()
+    # a tombstone keeps the sets it was deleted from, and the deleted copy's gmd:dateStamp
+    assert a and a.deleted and a.xml is None and a.set_specs == (OWN,)
+    assert await db.fetchval("select md_datestamp from records where identifier = 'a'")
     assert b and not b.deleted and b.set_specs == (REMOTE,)
     bound = datetime.now(UTC) + timedelta(seconds=1)
     own = await store.list_page(

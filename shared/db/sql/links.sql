@@ -30,7 +30,7 @@ returning *
 
 -- name: records_of_link_in_set --
 -- Live records link $1 wrote that are filed under set $2 (a rare question: no index needed).
-select count(*) from records where source = $1 and $2 = any(set_specs)
+select count(*) from records where source = $1 and $2 = any(set_specs) and not deleted
 
 -- name: set_link_schedule --
 -- Change a link's intervals, overlap and window slices; its high-water mark stays. A shorter

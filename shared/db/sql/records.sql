@@ -6,7 +6,8 @@ on conflict (spec) do nothing
 -- name: upsert_records --
 -- Write a batch of live records into set $1 in one statement; returns each identifier's outcome.
 -- $6 is the protected set: a record that is (or was) a member of it is refused unless $1 = $6.
--- $8 is the link writing (null: a local write), kept as the copy's source. With $7, an incoming
+-- $8 is the link writing (null: a local write), kept as the copy's source; $9, whether a
+-- deletion here holds against older copies (a harvest: see below). With $7, an incoming
 -- copy that differs in content but not in gmd:dateStamp from a copy another link wrote (or, where
 -- that link is not known, from a copy of other sets only) is refused: two peers that disagree on
 -- it would otherwise replace each other's copy at each run.
@@ -30,7 +31,18 @@ classified as (
             when $6::text is not null and $6::text <> $1::text and exists (
                 select 1 from set_members p where p.set_spec = $6::text and p.identifier = i.identifier
             ) then 'refused_protected'
-            when e.identifier is null or e.deleted then 'added'
+            when e.identifier is null then 'added'
+            -- with $9 (a harvest), a deletion is newer than the copy it deleted (invariant 5):
+            -- a copy revives the record only with a newer gmd:dateStamp than the tombstone keeps
+            -- (none kept, as for a deletion of a record never held here: any copy revives it)
+            when e.deleted then
+                case
+                    when $9::boolean and e.md_datestamp is not null
+                        and (i.md_datestamp <= e.md_datestamp or i.md_datestamp is null)
+                        and e.md_datestamp <= now() + interval '1 day'
+                        then 'refused_deleted'
+                    else 'added'
+                end
             when e.content_hash = i.content_hash then
                 case when $1::text = any (e.set_specs) then 'unchanged' else 'joined' end
             -- a stored gmd:dateStamp far ahead (2102 for 2012, stored before such records were
@@ -100,6 +112,9 @@ select identifier, outcome from classified
 -- Take a batch of identifiers out of set $1 in one statement; a record that leaves its last set
 -- becomes a tombstone. $3 is the protected set (as for upsert_records); with $4 an unknown
 -- identifier is remembered as a tombstone, so the deletion still travels on to harvesters.
+-- A tombstone keeps the sets it was deleted from, which its deleted header lists (invariant 4),
+-- and the deleted copy's gmd:dateStamp, which a harvested copy must pass to revive it
+-- (invariant 5: a deletion is newer than the copy it deleted).
 with incoming as (
     select distinct identifier from unnest($2::text[]) as identifier
 ),
@@ -128,18 +143,21 @@ classified as (
 ),
 tombstones as (
     insert into records as r (identifier, datestamp, md_datestamp, content_hash, xml, deleted, set_specs)
-    select identifier, now(), null, null, null, true, '{}'
+    select identifier, now(), null, null, null, true, array[$1::text]
     from classified
     where outcome in ('deleted', 'left_set', 'remembered')
     order by identifier  -- every writer locks rows in one order: no deadlock
-    on conflict (identifier) do update set
+    on conflict (identifier) do update set  -- md_datestamp is kept
         datestamp = excluded.datestamp,
         deleted = cardinality(array_remove(r.set_specs, $1::text)) = 0,
         xml = case when cardinality(array_remove(r.set_specs, $1::text)) = 0 then null else r.xml end,
         content_hash = case
             when cardinality(array_remove(r.set_specs, $1::text)) = 0 then null else r.content_hash
         end,
-        set_specs = array_remove(r.set_specs, $1::text)
+        set_specs = case
+            when cardinality(array_remove(r.set_specs, $1::text)) = 0 then r.set_specs
+            else array_remove(r.set_specs, $1::text)
+        end
     returning r.identifier
 ),
 membership as (
@@ -303,7 +321,12 @@ classified as (
             when $7::text is not null and $7::text <> $1::text and exists (
                 select 1 from set_members p where p.set_spec = $7::text and p.identifier = i.identifier
             ) then 'refused_protected'
-            when e.identifier is null or e.deleted then 'taken_new'
+            when e.identifier is null then 'taken_new'
+            -- a deletion is newer than the copy it deleted (invariant 5)
+            when e.deleted and e.md_datestamp is not null
+                and (i.md_datestamp <= e.md_datestamp or i.md_datestamp is null)
+                then 'not_newer'
+            when e.deleted then 'taken_new'
             when e.content_hash = i.content_hash then 'same'
             when e.datestamp >= i.datestamp then 'not_newer'
             when i.md_datestamp is null then 'not_newer'
