@@ -6,8 +6,9 @@ hold one; sent as it is stored it would make the whole page not well-formed, and
 crosswalk fail. Such a record is served with each of those characters replaced by U+FFFD, or,
 when that still leaves it not well-formed (the character sat inside a tag), as its header alone;
 either way counted in ``wiscat_oai_records_with_invalid_characters`` and logged with its
-identifier. The check costs a few microseconds a record
-(:func:`shared.oaipmh.render.has_invalid_characters`).
+identifier. The database flags such a row as it is written (``xml_mend``, migration 0009's
+trigger), so the provider looks only at the flagged rows: checking every record served cost
+about 8 µs a record, a fifth of the provider's CPU.
 """
 
 from __future__ import annotations
@@ -23,12 +24,14 @@ log = logging.getLogger("wiscat.provider")
 
 
 def servable(stored: StoredRecord, metrics: ProviderMetrics) -> StoredRecord:
-    """``stored``, or, when its document holds characters XML 1.0 does not allow, the record
-    as it is served instead: with U+FFFD in their place, or without its document."""
-    if stored.xml is None or not render.has_invalid_characters(stored.xml):
+    """``stored``, or, when its document holds characters XML 1.0 does not allow (the row
+    flagged ``xml_mend``), the record as it is served instead: with U+FFFD in their place, or
+    without its document."""
+    if stored.xml is None or not stored.xml_mend:
         return stored
     mended, count, first = render.replace_invalid_characters(stored.xml)
-    assert first is not None
+    if first is None:  # flagged, but clean all the same
+        return stored
     code = f"U+{ord(first):04X}"
     if count == 1:
         what, place = f"1 character XML 1.0 does not allow ({code})", "its place"
@@ -55,4 +58,5 @@ def servable(stored: StoredRecord, metrics: ProviderMetrics) -> StoredRecord:
 def servable_rows(rows: list[StoredRecord], metrics: ProviderMetrics) -> None:
     """Make each of ``rows`` :func:`servable`, in place."""
     for index, stored in enumerate(rows):
-        rows[index] = servable(stored, metrics)
+        if stored.xml_mend:
+            rows[index] = servable(stored, metrics)

@@ -28,7 +28,9 @@ Executor = asyncpg.Connection | PoolConnectionProxy | asyncpg.Pool
 
 
 class StoredRecord(NamedTuple):
-    """A record (or tombstone) as the provider lists it; ``xml`` is the document in UTF-8.
+    """A record (or tombstone) as the provider lists it; ``xml`` is the document in UTF-8;
+    ``xml_mend``, whether it holds characters XML 1.0 does not allow (RELIABILITY P14: only a
+    row written by SQL or an older version can; migration 0009 flags it as it is written).
 
     A named tuple, not a frozen dataclass: a list page makes one per row, and a frozen
     dataclass takes about a microsecond to make, a named tuple half that.
@@ -39,6 +41,7 @@ class StoredRecord(NamedTuple):
     deleted: bool
     set_specs: tuple[str, ...]
     xml: bytes | None
+    xml_mend: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +102,8 @@ async def upsert_records(
     # a caller passes one copy an identifier (a harvested page keeps its newest); should one
     # come twice, its last occurrence wins
     records = list({r.identifier: r for r in records}.values())
-    rows = await conn.fetch(
+    rows = await _write_checked(
+        conn,
         _SQL["upsert_records"],
         set_spec,
         [r.identifier for r in records],
@@ -133,7 +137,8 @@ async def backup_records(
     # the only writer whose datestamps are not stamped here (migration 0008's triggers)
     async with conn.transaction():
         await conn.execute(_SQL["keep_datestamps"], "on")
-        rows = await conn.fetch(
+        rows = await _write_checked(
+            conn,
             _SQL["backup_records"],
             set_spec,
             [r.identifier for r in records],
@@ -171,6 +176,19 @@ async def delete_records(
     return WriteResult(unknowable | {row["identifier"]: row["outcome"] for row in rows})
 
 
+async def _write_checked(conn: Connection, query: str, *args: object) -> list[asyncpg.Record]:
+    """Run ``query``, a write of records whose documents lxml wrote, telling migration 0009's
+    trigger so: it then flags none of them without reading them (about 40 µs a record). The
+    writes after it in the transaction are checked again."""
+    if not conn.is_in_transaction():
+        async with conn.transaction():
+            return await _write_checked(conn, query, *args)
+    await conn.execute(_SQL["xml_checked"], "on")
+    rows = await conn.fetch(query, *args)
+    await conn.execute(_SQL["xml_checked"], "off")
+    return rows
+
+
 def _storable(identifier: str) -> bool:
     # PostgreSQL's text cannot hold U+0000 (nor can XML carry it), so no stored identifier has
     # one; asked about one (a request's argument, an admin URL), the server answers with an error
@@ -178,10 +196,10 @@ def _storable(identifier: str) -> bool:
 
 
 def _stored(row: asyncpg.Record) -> StoredRecord:
-    # the columns of list_all, list_set and get_record, in this order (by position: a lookup
-    # by name costs as much again, 500 rows a page)
-    identifier, datestamp, deleted, set_specs, xml = row
-    return StoredRecord(identifier, datestamp, deleted, tuple(set_specs), xml)
+    # the columns of list_all, list_set, list_tree and get_record, in this order (by position:
+    # a lookup by name costs as much again, 500 rows a page)
+    identifier, datestamp, deleted, set_specs, xml, xml_mend = row
+    return StoredRecord(identifier, datestamp, deleted, tuple(set_specs), xml, xml_mend)
 
 
 class ListScope(NamedTuple):

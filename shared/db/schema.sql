@@ -22,6 +22,24 @@ begin
 end
 $$;
 
+CREATE FUNCTION public.records_xml_mend() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+begin
+    if tg_op = 'UPDATE' and new.xml is not distinct from old.xml
+        and new.xml_mend = old.xml_mend
+    then
+        return new;
+    end if;
+    if new.xml is null or current_setting('wiscat.xml_checked', true) = 'on' then
+        new.xml_mend := false;
+    else
+        new.xml_mend := wiscat_xml_needs_mend(new.xml);
+    end if;
+    return new;
+end
+$$;
+
 CREATE FUNCTION public.set_members_write_stamp() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
@@ -53,6 +71,10 @@ begin
     return stamp::timestamptz;
 end
 $$;
+
+CREATE FUNCTION public.wiscat_xml_needs_mend(document text) RETURNS boolean
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    AS $$ select document ~ '[\u0001-\u0008\u000b\u000c\u000e-\u001f\ufffe\uffff]' $$;
 
 CREATE TABLE public.check_reports (
     id bigint NOT NULL,
@@ -190,6 +212,7 @@ CREATE TABLE public.records (
     deleted boolean DEFAULT false NOT NULL,
     set_specs text[] DEFAULT '{}'::text[] NOT NULL,
     source text,
+    xml_mend boolean DEFAULT false NOT NULL,
     CONSTRAINT tombstone_has_no_content CHECK ((deleted = (xml IS NULL)))
 );
 ALTER TABLE ONLY public.records ALTER COLUMN xml SET STORAGE EXTERNAL;
@@ -352,6 +375,8 @@ CREATE INDEX set_members_identifier ON public.set_members USING btree (identifie
 CREATE INDEX set_members_keyset ON public.set_members USING btree (set_spec, datestamp, identifier);
 
 CREATE TRIGGER records_write_stamp BEFORE INSERT OR UPDATE ON public.records FOR EACH ROW EXECUTE FUNCTION public.records_write_stamp();
+
+CREATE TRIGGER records_xml_mend BEFORE INSERT OR UPDATE ON public.records FOR EACH ROW EXECUTE FUNCTION public.records_xml_mend();
 
 CREATE TRIGGER set_members_write_stamp BEFORE INSERT OR UPDATE ON public.set_members FOR EACH ROW EXECUTE FUNCTION public.set_members_write_stamp();
 

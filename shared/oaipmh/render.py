@@ -76,24 +76,7 @@ def clean(text: str) -> str:
 # The same characters in UTF-8 bytes: the C0 controls but tab, LF and CR, and U+FFFE and
 # U+FFFF. A lone surrogate is no UTF-8, and U+0000 no text: PostgreSQL stores neither.
 _NOT_XML_UTF8 = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f]|\xef\xbf[\xbe\xbf]")
-_C0_CONTROLS = tuple(bytes([b]) for b in range(0x20) if b not in b"\t\n\r")
-_NONCHARACTERS = re.compile(rb"\xef\xbf[\xbe\xbf]")
 _REPLACEMENT = "\ufffd".encode()
-
-
-def has_invalid_characters(document: bytes) -> bool:
-    """Whether the UTF-8 ``document`` holds a character XML 1.0 cannot carry (§2.2).
-
-    Made to be asked of every record served: a few microseconds for a 9 KB record.
-    """
-    # One search per control character, each a memchr over the whole document (tens of GB/s),
-    # is several times quicker than one pass testing every byte against the set
-    # (bytes.translate, a regular expression: well under 1 GB/s).
-    for control in _C0_CONTROLS:
-        if control in document:
-            return True
-    # EF leads only U+F000 to U+FFFF, which text seldom holds.
-    return b"\xef" in document and _NONCHARACTERS.search(document) is not None
 
 
 def replace_invalid_characters(document: bytes) -> tuple[bytes, int, str | None]:

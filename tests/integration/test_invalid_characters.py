@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import aiohttp
@@ -20,9 +20,11 @@ from lxml import etree
 from prometheus_client.parser import text_string_to_metric_families
 
 from shared.db import links as link_store
+from shared.db import records as store
 from shared.db.pool import Pool
-from shared.generator import generate_record
-from shared.ingest import ingest_paths
+from shared.db.records import Executor
+from shared.generator import generate_record, identifier_for
+from shared.ingest import incoming, ingest_paths
 from shared.iso19139 import parse_record
 from shared.linkspec import build_link
 from shared.oaipmh import render
@@ -31,6 +33,7 @@ from tests.harvest_pair import SOURCE_SET, Pair, add_link, run
 from tests.oai_client import NS, OAI, Answer, oai_get
 from tests.oai_validation import strict_checks, validate_oai
 from tests.servers import RunningProvider, running_provider, serving
+from tests.unit.test_invalid_characters import CODES, allowed
 
 OWN = "WIS-GISC-TEST"
 GMD = "{http://www.isotc211.org/2005/gmd}"
@@ -68,7 +71,7 @@ async def broken(db: Pool) -> list[str]:
     return identifiers
 
 
-async def break_record(db: Pool, identifier: str, old: str, new: str) -> None:
+async def break_record(db: Executor, identifier: str, old: str, new: str) -> None:
     """Replace the first ``old`` in a stored document by ``new``, by SQL (neither holds a
     character a regular expression or its replacement treats specially)."""
     changed = await db.execute(
@@ -241,6 +244,90 @@ async def test_p14_a_harvest_of_such_a_provider_stores_what_it_serves(
         "select xml from records where identifier = $1", identifiers[1]
     )
     assert "XX #1\ufffd</gco:CharacterString>" in stored
+
+
+async def flagged(db: Pool) -> list[str]:
+    """The identifiers of the rows marked to be mended when served (migration 0009), sorted."""
+    rows = await db.fetch("select identifier from records where xml_mend order by identifier")
+    return [r["identifier"] for r in rows]
+
+
+async def test_p14_the_database_check_is_xml_1_0s_rule_for_every_character(db: Pool) -> None:
+    """P14: migration 0009's ``wiscat_xml_needs_mend``, which flags rows as they are written,
+    holds a document for mending exactly when it has a character XML 1.0 does not allow, for
+    every character PostgreSQL can store (all but U+0000 and the surrogates)."""
+    codes = [c for c in CODES if c]
+    rows = await db.fetch(
+        "select c from unnest($1::int[]) as c "
+        "where wiscat_xml_needs_mend('<a>x' || chr(c) || 'y</a>') order by c",
+        codes,
+    )
+    assert [r["c"] for r in rows] == [c for c in codes if not allowed(c)]
+
+
+async def test_p14_rows_given_such_characters_by_sql_are_flagged_as_written(
+    provider: RunningProvider, broken: list[str], db: Pool
+) -> None:
+    """P14: a row wiscat wrote clean and SQL then gave such a character, or SQL inserted with
+    one, is flagged by the write itself; a write of its other columns, or of the flag alone,
+    leaves the flag as its document says, and the record is served mended."""
+    assert await flagged(db) == sorted(broken[n] for n in BROKEN)
+    await db.execute(
+        "insert into records (identifier, datestamp, xml) values "
+        "('sql:bad', now(), '<a>x' || chr(11) || '</a>'), ('sql:good', now(), '<a>x</a>')"
+    )
+    assert await flagged(db) == sorted([*(broken[n] for n in BROKEN), "sql:bad"])
+    await db.execute("update records set set_specs = '{OTHER}' where identifier = 'sql:bad'")
+    await db.execute("update records set xml_mend = not xml_mend")
+    assert await flagged(db) == sorted([*(broken[n] for n in BROKEN), "sql:bad"])
+    answer = await oai_get(
+        provider.oai, verb="GetRecord", identifier=broken[1], metadataPrefix="iso19139"
+    )
+    check(answer)
+    element = metadata_of(answer)[broken[1]]
+    assert element is not None
+    assert element.findtext(TITLE) == title_of(1) + "\ufffd"
+    assert await mended_counts(provider) == {"replaced": 1.0, "withheld": 0.0}
+
+
+async def test_p14_a_record_corrected_by_sql_is_unflagged_and_sent_as_stored(
+    provider: RunningProvider, broken: list[str], db: Pool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """P14: a flagged row whose character SQL then takes out is no longer flagged, and is sent
+    as it is stored, neither counted nor logged."""
+    caplog.set_level(logging.WARNING, logger="wiscat.provider")
+    old, new = BROKEN[1]
+    await break_record(db, broken[1], new, old)
+    assert broken[1] not in await flagged(db)
+    answer = await oai_get(
+        provider.oai, verb="GetRecord", identifier=broken[1], metadataPrefix="iso19139"
+    )
+    check(answer)
+    stored = await db.fetchval("select xml from records where identifier = $1", broken[1])
+    assert stored.encode() in answer.body
+    assert await mended_counts(provider) == {"replaced": 0.0, "withheld": 0.0}
+    assert log_lines(caplog) == []
+
+
+async def test_p14_a_wiscat_write_of_a_clean_record_leaves_its_row_unflagged(
+    broken: list[str], db: Pool
+) -> None:
+    """P14: upsert_records and backup_records, whose documents lxml wrote, leave the rows they
+    write unflagged, flagged ones included; a write by SQL later in the same transaction is
+    checked again."""
+    assert await flagged(db) == sorted(broken[n] for n in BROKEN)
+    later = datetime.now(UTC) + timedelta(minutes=1)
+    async with db.acquire() as conn, conn.transaction():
+        written = await store.upsert_records(
+            conn, OWN, [incoming(parse_record(generate_record(n, version=1))) for n in (1, 8)]
+        )
+        assert written.outcomes == {broken[1]: "updated", identifier_for(8, "xx"): "added"}
+        taken = await store.backup_records(
+            conn, OWN, [incoming(parse_record(generate_record(2, version=1)))], [later]
+        )
+        assert taken.outcomes == {broken[2]: "taken"}
+        await break_record(conn, broken[0], *BROKEN[1])
+    assert await flagged(db) == sorted(broken[n] for n in (0, 3, 4, 5))
 
 
 # Ways a character XML 1.0 does not allow can be written in a document's text: as itself, or by

@@ -89,3 +89,43 @@ async def test_quarantine_copies_stored_before_0006_are_dropped_but_the_newest(
             await conn.close()
     finally:
         await drop_database(template_ready, url)
+
+
+async def test_0009_flags_stored_rows_with_characters_xml_forbids_keeping_datestamps(
+    template_ready: str, tmp_path: Path
+) -> None:
+    """P14: migration 0009 flags the rows stored before it whose documents hold a character
+    XML 1.0 does not allow (written by SQL, or by an older version), for the provider to mend
+    when it serves them; no row's datestamp moves."""
+    name = "wiscat_m_" + uuid.uuid4().hex[:10]
+    admin = await connect(template_ready)
+    await admin.execute(f"create database {name}")
+    await admin.close()
+    url = with_database(template_ready, name)
+    for migration in migrations.available():
+        if migration.version < 9:
+            shutil.copy(migration.path, tmp_path)
+    try:
+        conn = await connect(url)
+        try:
+            assert len(await migrations.migrate(conn, tmp_path)) == 8
+            await conn.execute(
+                "insert into records (identifier, datestamp, xml, deleted) values "
+                "('clean', now(), '<a>x</a>', false), "
+                "('control', now(), '<a>x' || chr(11) || '</a>', false), "
+                "('nonchar', now(), '<a b=\"' || chr(65535) || '\"/>', false), "
+                "('deleted', now(), null, true)"
+            )
+            before = await conn.fetch("select identifier, datestamp from records order by 1")
+            assert await migrations.migrate(conn) == ["0009_xml_mend.sql"]
+            after = await conn.fetch(
+                "select identifier, datestamp, xml_mend from records order by 1"
+            )
+            assert [tuple(r) for r in after] == [
+                (r["identifier"], r["datestamp"], r["identifier"] in ("control", "nonchar"))
+                for r in before
+            ]
+        finally:
+            await conn.close()
+    finally:
+        await drop_database(template_ready, url)

@@ -175,8 +175,10 @@ select identifier, outcome from classified
 -- One keyset page of the whole catalogue, oldest datestamp first, up to the key ($8, $9)
 -- included; the documents as UTF-8 bytes, ready to be sent. textsend gives a text's bytes in the
 -- client encoding, which asyncpg always sets to UTF-8; unlike convert_to it does not check again
--- text the server checked when it was stored (a page's read about 10% quicker).
-select identifier, datestamp, deleted, set_specs, case when $6::boolean then textsend(xml) end as xml
+-- text the server checked when it was stored (a page's read about 10% quicker). xml_mend: the
+-- document holds characters XML 1.0 does not allow (migration 0009), to mend as it is served.
+select identifier, datestamp, deleted, set_specs, case when $6::boolean then textsend(xml) end as xml,
+       xml_mend
 from records
 where (datestamp, identifier) > ($1::timestamptz, $2::text)
   and (datestamp, identifier) <= ($8::timestamptz, $9::text)
@@ -203,7 +205,7 @@ where datestamp >= $1::timestamptz and datestamp < $2::timestamptz and datestamp
 -- One keyset page of one set, oldest datestamp first, up to the key ($9, $10) included; a record
 -- that left the set is deleted here.
 select m.identifier, m.datestamp, m.deleted, r.set_specs,
-       case when $7::boolean and not m.deleted then textsend(r.xml) end as xml
+       case when $7::boolean and not m.deleted then textsend(r.xml) end as xml, r.xml_mend
 from set_members m
 join records r using (identifier)
 where m.set_spec = $1::text
@@ -231,8 +233,8 @@ where m.set_spec = $1::text
   and m.datestamp >= $2::timestamptz and m.datestamp < $3::timestamptz and m.datestamp <= $4::timestamptz
 
 -- name: get_record --
--- One record (or tombstone) by identifier; the document as UTF-8 bytes.
-select identifier, datestamp, deleted, set_specs, textsend(xml) as xml
+-- One record (or tombstone) by identifier; the document as UTF-8 bytes, and xml_mend (list_all).
+select identifier, datestamp, deleted, set_specs, textsend(xml) as xml, xml_mend
 from records
 where identifier = $1
 
@@ -469,12 +471,13 @@ page as (
     order by lead.datestamp, lead.identifier
     limit $8
 )
-select p.identifier, p.datestamp, p.deleted, r.set_specs, r.xml
+select p.identifier, p.datestamp, p.deleted, r.set_specs, r.xml, r.xml_mend
 from page p
 -- one lookup a record, in the page's order, so that the documents are never sorted (limit 1
 -- keeps the planner from making this a hash join, which would)
 cross join lateral (
-    select set_specs, case when $7::boolean and not p.deleted then textsend(xml) end as xml
+    select set_specs, case when $7::boolean and not p.deleted then textsend(xml) end as xml,
+           xml_mend
     from records
     where identifier = p.identifier
     limit 1
@@ -494,3 +497,9 @@ from (
 ) lead
 where lead.datestamp >= $2::timestamptz and lead.datestamp < $3::timestamptz
   and lead.datestamp <= $4::timestamptz
+
+-- name: xml_checked --
+-- Whether the documents the writes that follow in this transaction store were checked by their
+-- writer ($1 'on': lxml wrote them, so they hold no character XML 1.0 does not allow) or are to
+-- be checked as they are written ('off'): migration 0009's trigger reads it.
+select set_config('wiscat.xml_checked', $1, true)
