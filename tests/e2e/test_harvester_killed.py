@@ -56,6 +56,7 @@ async def content(pool: Pool) -> dict[str, tuple[bytes | None, bool]]:
 async def test_sigkill_mid_list_then_restart(
     db: Pool, database_url: str, template_ready: str
 ) -> None:
+    """D01: killed mid-list and restarted, the harvester ends with the source's records once."""
     ids = await factories.load_records(db, SOURCE_SET, range(3000))
     sink_url = await clone_template(template_ready)
     sink = await create_pool(sink_url, max_size=2)

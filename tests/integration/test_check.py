@@ -192,6 +192,7 @@ async def check(
 
 
 async def test_each_category_with_its_exact_identifiers(mesh: Mesh) -> None:
+    """D11: the check reports each kind of difference with its identifiers."""
     ids = mesh.ids
     peers = [
         mesh.good.oai,

@@ -337,6 +337,8 @@ async def test_pages_read_ahead_on_a_wrong_guess_are_dropped_unseen(
 
 
 async def test_gzip_responses_are_decompressed(serve: Serve, client: OAIClient) -> None:
+    """H22: gzip answers are decoded."""
+
     async def handler(request: web.Request, peer: Peer) -> web.Response:
         response = two_pages(request)
         response.enable_compression()
@@ -406,6 +408,8 @@ async def test_no_records_match_is_an_empty_complete_list(serve: Serve, client: 
 
 
 async def test_a_token_that_expires_mid_list(serve: Serve, client: OAIClient) -> None:
+    """H12: badResumptionToken mid-list ends the list after the pages read."""
+
     async def handler(request: web.Request, peer: Peer) -> web.Response:
         if "resumptionToken" in request.query:
             return xml("error-badResumptionToken.xml")
@@ -424,6 +428,8 @@ async def test_a_token_that_expires_mid_list(serve: Serve, client: OAIClient) ->
 
 
 async def test_a_repeated_token_stops_the_list(serve: Serve, client: OAIClient) -> None:
+    """H08: a resumptionToken sent again stops the list."""
+
     async def handler(request: web.Request, peer: Peer) -> web.Response:
         return xml("ListRecords-page1.xml")  # always the same token: a paging loop
 
@@ -454,6 +460,8 @@ async def test_too_many_empty_pages(serve: Serve, client_for: ClientFactory) -> 
 
 
 async def test_a_day_granularity_peer_is_asked_in_days(serve: Serve, client: OAIClient) -> None:
+    """H15: a peer whose Identify says days is asked in days."""
+
     async def handler(request: web.Request, peer: Peer) -> web.Response:
         if request.query["verb"] == "Identify":
             return xml("Identify-day-granularity.xml")
@@ -505,6 +513,7 @@ def unavailable_once(retry_after: Callable[[], str], then: str) -> Handler:
 
 
 async def test_503_retry_after_seconds(serve: Serve, client: OAIClient) -> None:
+    """H03: a 503's Retry-After in seconds is waited out."""
     peer = await serve(unavailable_once(lambda: "1", "Identify.xml"))
     info = await client.identify(peer.url)
     assert info.repository_name == "GISC Peer"
@@ -513,6 +522,8 @@ async def test_503_retry_after_seconds(serve: Serve, client: OAIClient) -> None:
 
 
 async def test_503_retry_after_http_date(serve: Serve, client: OAIClient) -> None:
+    """H04: a 503's Retry-After as an HTTP date is waited out."""
+
     def in_two_seconds() -> str:
         return format_datetime(datetime.now(UTC) + timedelta(seconds=2), usegmt=True)
 
@@ -547,6 +558,8 @@ async def test_500_then_success_is_retried_and_logged(
 
 
 async def test_404_is_not_retried(serve: Serve, client: OAIClient) -> None:
+    """H05: a 404 is final: one request, its status in the reason."""
+
     async def handler(request: web.Request, peer: Peer) -> web.Response:
         return web.Response(status=404, text="Not Found")
 
@@ -586,6 +599,8 @@ async def test_an_oai_error_sent_with_http_422(serve: Serve, client: OAIClient) 
 
 
 async def test_a_peer_that_hangs_times_out(serve: Serve, client_for: ClientFactory) -> None:
+    """H02: a peer that never answers is given up at its timeout, after the attempts set."""
+
     async def handler(request: web.Request, peer: Peer) -> web.Response:
         await peer.release.wait()
         return web.Response(status=503)
@@ -634,6 +649,7 @@ def test_the_whole_response_may_take_at_least_the_read_timeout() -> None:
 
 
 async def test_an_unreachable_peer(client_for: ClientFactory) -> None:
+    """H01: a refused connection is PeerUnreachable."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
@@ -694,6 +710,8 @@ async def test_an_answer_that_is_not_http(
 
 
 async def test_redirects_that_lead_nowhere(serve: Serve, client: OAIClient) -> None:
+    """H11: a redirect loop, or a redirect to another scheme, ends without a retry."""
+
     async def loop(request: web.Request, peer: Peer) -> web.Response:
         raise web.HTTPFound(f"{peer.url}?hop={peer.count}")
 
@@ -828,6 +846,7 @@ async def fails_with(
 
 
 async def test_an_html_page_with_status_200(serve: Serve, client: OAIClient) -> None:
+    """H07: an HTML page with status 200 is not OAI-PMH."""
     failure = await fails_with(serve, client, fixture("not-oai-html-error.html"), "text/html")
     assert isinstance(failure.__cause__, NotOAIResponse)
     assert "HTML" in failure.reason
@@ -854,18 +873,21 @@ async def test_get_record_answered_with_a_list(serve: Serve, client: OAIClient) 
 
 
 async def test_truncated_xml(serve: Serve, client: OAIClient) -> None:
+    """H06: a page whose XML is cut short is refused, naming the line."""
     failure = await fails_with(serve, client, fixture("malformed-truncated.xml"))
     assert isinstance(failure.__cause__, MalformedResponse)
     assert "line 21" in failure.reason
 
 
 async def test_invalid_xml_characters(serve: Serve, client: OAIClient) -> None:
+    """H09: a page holding a character XML forbids is refused."""
     failure = await fails_with(serve, client, fixture("malformed-invalid-characters.xml"))
     assert isinstance(failure.__cause__, MalformedResponse)
     assert "invalid Char" in failure.reason
 
 
 async def test_billion_laughs_is_refused(serve: Serve, client: OAIClient) -> None:
+    """X01: a billion-laughs page is refused quickly, its content not echoed."""
     started = time.monotonic()
     failure = await fails_with(serve, client, fixture("malformed-billion-laughs.xml"))
     assert isinstance(failure.__cause__, MalformedResponse)
@@ -876,6 +898,7 @@ async def test_billion_laughs_is_refused(serve: Serve, client: OAIClient) -> Non
 async def test_xxe_is_refused_and_its_target_never_read(
     serve: Serve, client: OAIClient, tmp_path: Path
 ) -> None:
+    """X03: an XXE page is refused and its target never read."""
     target = tmp_path / "secret.txt"
     target.write_text("TOP-SECRET-CONTENT")
     os.utime(target, (0, time.time()))  # atime before mtime: any read moves it (relatime)
@@ -928,6 +951,8 @@ def test_the_bomb_is_an_honest_gzip_stream() -> None:
 
 
 async def test_a_gzip_bomb_is_stopped_at_the_cap(serve: Serve, client_for: ClientFactory) -> None:
+    """X08: a gzip bomb is stopped at the page cap, with bounded memory."""
+
     async def handler(request: web.Request, peer: Peer) -> web.StreamResponse:
         response = web.StreamResponse(
             headers={"Content-Type": "text/xml", "Content-Encoding": "gzip"}

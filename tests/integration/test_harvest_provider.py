@@ -19,6 +19,7 @@ from tests.servers import running_provider
 
 
 async def test_full_then_incremental_harvests_end_identical(pair: Pair) -> None:
+    """H17, H18, D05: incremental runs bring changes and deletions; a run again changes nothing."""
     ids = await factories.load_records(pair.source, SOURCE_SET, range(300))
     await add_link(pair)
     first = await run(pair)
@@ -62,6 +63,7 @@ async def test_a_gisc_link_never_changes_the_own_set(pair: Pair) -> None:
 
 
 async def test_mass_deletion_stops_the_run_until_allowed(pair: Pair) -> None:
+    """H19: a run that would delete too much stops before deleting anything."""
     ids = await factories.load_records(pair.source, SOURCE_SET, range(100))
     await add_link(pair)
     assert (await run(pair)).status == "ok"

@@ -418,6 +418,7 @@ async def test_dates_the_schema_allows_beyond_the_protocols_two_forms(pair: Pair
 async def test_an_identifier_too_long_to_store_is_quarantined(pair: Pair) -> None:
     # PostgreSQL indexes no entry over 2,704 bytes: one such identifier in a page used to fail
     # the page's one statement, so the link's every run, for good
+    """D09: a record the database cannot take is quarantined; the rest is stored."""
     now = datetime.now(UTC)
     good = [parse_record(generate_record(n, centre="long")) for n in range(2)]
     long_id = "urn:x-wmo:md:" + secrets.token_hex(1500)  # random: no compression shrinks it
@@ -664,6 +665,7 @@ async def test_a_source_changed_during_a_run_keeps_its_reset_high_water_mark(
 
 async def test_a_registry_link_reaches_only_global_addresses(pair: Pair) -> None:
     # its URL was chosen by whoever registered it: it must not reach into the node's network
+    """S10: a harvest never connects to a registry link's non-global address."""
     from services.harvester.harvest import harvest_link
 
     good = parse_record(generate_record(1, centre="reg"))
@@ -907,7 +909,7 @@ async def test_two_peers_that_disagree_on_a_record_do_not_churn_it(
 
 
 async def test_a_record_dated_far_ahead_is_quarantined(pair: Pair) -> None:
-    """A peer's record whose gmd:dateStamp says 2102 (for 2012): stored, it would block every
+    """H14: a peer's record whose gmd:dateStamp says 2102 (for 2012): stored, it would block every
     true copy after it as older, on this node and on every node that harvests it here."""
     from shared.generator import identifier_for
 

@@ -35,6 +35,7 @@ def check(body: bytes) -> None:
 
 
 async def test_identify(provider: RunningProvider) -> None:
+    """P05: Identify names the configured base URL, the deletion policy and gzip."""
     answer = await oai_get(provider.oai, verb="Identify")
     check(answer.body)
     identify = answer.tree.find(f"{OAI}Identify")
@@ -66,6 +67,7 @@ async def test_list_sets_and_formats(provider: RunningProvider) -> None:
 
 
 async def test_get_record_in_both_formats(provider: RunningProvider, db: Pool) -> None:
+    """P12: GetRecord in iso19139 and oai_dc, each valid, the stored record served as is."""
     identifier = await db.fetchval("select min(identifier) from records")
     for prefix in ("iso19139", "oai_dc"):
         answer = await oai_get(
@@ -127,6 +129,7 @@ async def test_get_record_in_both_formats(provider: RunningProvider, db: Pool) -
 async def test_errors(
     provider: RunningProvider, query: str, code: str, echo_attributes: bool
 ) -> None:
+    """P02: each malformed request gets HTTP 200, text/xml and its exact OAI-PMH error."""
     answer = await oai_raw(provider.oai, query)
     assert answer.status == 200
     assert answer.headers["Content-Type"].startswith("text/xml")
@@ -199,6 +202,7 @@ async def test_the_openapi_schema_is_built_without_warnings(provider: RunningPro
 
 
 async def test_post_is_the_same_as_get(provider: RunningProvider) -> None:
+    """P03: a POST lists what the same GET lists."""
     via_post = await oai_post(provider.oai, "verb=ListIdentifiers&metadataPrefix=iso19139")
     via_get = await oai_get(provider.oai, verb="ListIdentifiers", metadataPrefix="iso19139")
     check(via_post.body)
@@ -223,6 +227,7 @@ async def test_a_post_larger_than_any_request_is_refused_unread(provider: Runnin
 
 
 async def test_resumption_pages_cover_the_list_exactly(provider: RunningProvider, db: Pool) -> None:
+    """P06: a list's pages give every record once, with cursor and completeListSize."""
     answer = await oai_get(provider.oai, verb="ListIdentifiers", metadataPrefix="iso19139")
     seen: list[str] = []
     cursors = []
@@ -245,6 +250,7 @@ async def test_resumption_pages_cover_the_list_exactly(provider: RunningProvider
 
 
 async def test_tokens_cannot_be_forged_or_reused_across_verbs(provider: RunningProvider) -> None:
+    """P09: a token altered, signed elsewhere or of another verb is a badResumptionToken."""
     first = await oai_get(provider.oai, verb="ListIdentifiers", metadataPrefix="iso19139")
     token = first.xpath("//oai:resumptionToken/text()")[0]
     other_verb = await oai_get(provider.oai, verb="ListRecords", resumptionToken=token)
@@ -275,6 +281,7 @@ async def test_tokens_cannot_be_forged_or_reused_across_verbs(provider: RunningP
 
 
 async def test_list_stays_exact_while_records_change(provider: RunningProvider, db: Pool) -> None:
+    """P08: changes made during a list neither repeat nor hide a record of it."""
     before = await factories.catalogue(db)
     first = await oai_get(provider.oai, verb="ListIdentifiers", metadataPrefix="iso19139")
     seen = first.xpath("//oai:header/oai:identifier/text()")
@@ -299,6 +306,7 @@ async def test_list_stays_exact_while_records_change(provider: RunningProvider, 
 
 
 async def test_datestamps_are_arrival_times(provider: RunningProvider, db: Pool) -> None:
+    """P04, D10: datestamps are arrival times; from and until include their bounds."""
     before = await factories.catalogue(db)
     await asyncio.sleep(1.1)
     await factories.load_records(db, OWN, range(0, 5))  # same content again
@@ -345,6 +353,7 @@ async def test_the_widest_dates_list_everything(
 
 
 async def test_deleted_records_and_set_departures(provider: RunningProvider, db: Pool) -> None:
+    """P11, H21: a deleted record, or one that left a set, is a deleted header there."""
     ids = sorted(await factories.catalogue(db))
     await factories.load_records(db, "shared01", [0], kind="shared")  # record 0 also in shared01
     zero = next(i for i in ids if i.endswith(".0"))
@@ -415,6 +424,7 @@ async def test_list_records_with_gzip(provider: RunningProvider) -> None:
 async def test_gzip_only_when_the_client_takes_it(
     provider: RunningProvider, accept: str, gzipped: bool
 ) -> None:
+    """P13: gzip exactly when the client's Accept-Encoding takes it."""
     async with aiohttp.ClientSession(auto_decompress=False) as session:
         for verb in ({"verb": "Identify"}, {"verb": "ListIdentifiers", "metadataPrefix": "oai_dc"}):
             async with session.get(
@@ -449,6 +459,7 @@ async def test_list_pages_are_sent_with_their_length(db: Pool, database_url: str
 
 
 async def test_overload_gets_503_with_retry_after(db: Pool, database_url: str) -> None:
+    """P15: past the list slots, 503 with Retry-After, then 200."""
     await factories.load_records(db, OWN, range(3000))
     async with running_provider(database_url, max_concurrent_lists=1, page_size=3000) as running:
         # a slow reader holds the only list slot: 3,000 records do not fit in socket buffers

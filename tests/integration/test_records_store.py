@@ -64,6 +64,7 @@ async def test_unchanged_record_keeps_its_datestamp(db: asyncpg.Pool) -> None:
 
 
 async def test_older_md_datestamp_is_refused(db: asyncpg.Pool) -> None:
+    """D06: an older copy arriving after a newer one is refused."""
     await setup_sets(db)
     new = datetime(2024, 1, 1, tzinfo=UTC)
     await upsert(db, REMOTE, rec("a", "new", new))
@@ -299,6 +300,7 @@ async def test_a_page_read_by_its_keys_first_is_the_same_page(db: asyncpg.Pool) 
 
 
 async def test_purge_drops_only_old_tombstones(db: asyncpg.Pool) -> None:
+    """D08: only tombstones past the retention are purged."""
     await setup_sets(db)
     await upsert(db, OWN, rec("a"), rec("b"))
     await delete(db, OWN, "a")

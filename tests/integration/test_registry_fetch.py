@@ -67,6 +67,7 @@ async def server() -> AsyncIterator[Server]:
 async def test_a_redirect_to_a_refused_address_is_never_connected(server: Server) -> None:
     # 127.0.0.2 is loopback too; the policy allows only 127.0.0.1, so it stands in for an
     # address the redirect must not reach
+    """S05: a redirect to a refused address is refused on its hop, never connected."""
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.bind(("127.0.0.2", 0))
     listener.listen(8)
@@ -128,6 +129,7 @@ async def test_redirect_loops_and_oversized_bodies_end_cleanly(server: Server) -
 
 
 async def test_a_server_that_does_not_answer_in_time_is_given_up(server: Server) -> None:
+    """S08: a registry fetch that gets no answer is given up at its timeout."""
     async with SafeFetcher(allow_private=True, timeout=0.3, ports=TEST_FETCH_PORTS) as fetcher:
         started = time.monotonic()
         with pytest.raises(FetchFailed, match="no answer"):

@@ -47,6 +47,7 @@ async def test_both_services_export_their_version(database_url: str, pair: Pair)
 
 
 async def test_harvests_tell_peers_their_version() -> None:
+    """H23: harvest requests name wiscat and its version in User-Agent."""
     agents: list[str] = []
 
     async def pages(request: web.Request) -> bytes:

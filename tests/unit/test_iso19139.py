@@ -85,6 +85,7 @@ def test_text_input_with_encoding_declaration() -> None:
 
 
 def test_latin1_bytes_follow_their_declaration() -> None:
+    """H10: a record's bytes are read by their declared encoding."""
     data = b'<?xml version="1.0" encoding="ISO-8859-1"?>' + iso(file_id("café")).decode().encode(
         "iso-8859-1"
     )
@@ -378,6 +379,7 @@ def test_recording_resolver_sees_loads_of_a_permissive_parser(secret: Path) -> N
 
 
 def test_parameter_entity_is_refused_without_loading(secret: Path) -> None:
+    """X04: a parameter entity is refused and never loaded."""
     data = f"""<?xml version="1.0"?>
 <!DOCTYPE gmd:MD_Metadata [<!ENTITY % remote SYSTEM "{secret.as_uri()}"> %remote;]>
 <gmd:MD_Metadata {NS_DECL}>{file_id("a")}</gmd:MD_Metadata>""".encode()
@@ -391,6 +393,7 @@ def test_parameter_entity_is_refused_without_loading(secret: Path) -> None:
 
 
 def test_external_dtd_is_refused(secret: Path) -> None:
+    """X05: a document with an external DTD is refused."""
     data = f'<!DOCTYPE gmd:MD_Metadata SYSTEM "{secret.as_uri()}">'.encode() + iso(file_id("a"))
     assert "DOCTYPE" in reason(data)
 
@@ -400,6 +403,7 @@ def test_bare_doctype_is_refused() -> None:
 
 
 def test_element_from_a_document_with_doctype_is_refused() -> None:
+    """X06: a record declaring even a harmless internal entity is refused."""
     root = etree.fromstring(b'<!DOCTYPE x [<!ENTITY e "v">]>' + iso(file_id("&e;")))
     with pytest.raises(RecordError, match="DOCTYPE"):
         record_from_element(root)

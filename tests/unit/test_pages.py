@@ -333,6 +333,7 @@ def big_page(count: int) -> bytes:
 
 
 def test_a_large_page_is_pruned_as_it_is_read() -> None:
+    """L04: a page is pruned as it is read, not held whole."""
     count = 20_000
     reader = PageReader(big_page(count))
     most_in_tree = 0

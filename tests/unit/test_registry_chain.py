@@ -165,6 +165,7 @@ def test_fork_choice_is_most_work_then_lowest_hash() -> None:
     ],
 )
 def test_url_problems(url: str, problem: str | None) -> None:
+    """S06: another scheme, credentials, a query or no host make a URL unusable."""
     found = url_problem(url)
     assert (found is None) if problem is None else (found is not None and problem in found)
 
