@@ -37,6 +37,7 @@ from services.harvester.metrics import HarvesterMetrics
 from services.harvester.page_records import PageReaders, PageSorter
 from shared.db import links as link_store
 from shared.db import records as store
+from shared.db.errors import FAILED
 from shared.db.links import Link, PageCounts
 from shared.db.pool import Connection, Pool
 from shared.linkspec import REGISTRY_LINK_PREFIX
@@ -245,6 +246,9 @@ async def run_list(
         report.error = "stopped before the list ended: the process was asked to stop"
         await _finish(ctx, link, report, started)
         raise
+    except FAILED as exc:  # the database failed under the run (RELIABILITY D02, D03)
+        report.status, report.error_kind = "failed", "DatabaseError"
+        report.error = f"the database failed during the run: {type(exc).__name__}: {exc}"
     except Exception as exc:  # a bug of ours must not take the other links down
         _run_log(report).exception("harvest %s run %d: unexpected error", link.name, run_id)
         report.status, report.error_kind, report.error = (

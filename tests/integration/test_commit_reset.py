@@ -15,16 +15,23 @@ made before that waits on the rows' locks, and finds the batch committed or not.
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import asyncpg
 import pytest
 
+from services.harvester.service import harvest_context
+from shared.db import links as link_store
 from shared.db import records as store
 from shared.db.pool import Pool, connect
 from shared.generator import generate_record
 from shared.ingest import incoming
 from shared.iso19139 import parse_record
+from tests import factories
 from tests.faultproxy import Reset, postgres_url, proxy_to_postgres
+from tests.harvest_pair import SOURCE_SET, Pair, add_link, content, run, sink_settings
+from tests.pg import clone_template, drop_database
+from tests.servers import running_provider
 
 SET = "WIS-GISC-D03"
 # PostgreSQL's protocol (v3) as asyncpg speaks it: the COMMIT query as it sends it (a simple
@@ -107,3 +114,54 @@ async def test_d03_a_reset_at_commit_leaves_all_or_nothing_and_a_retry_the_batch
         assert await stored(db, identifiers) == identifiers
         members = await db.fetchval("select count(*) from set_members where set_spec = $1", SET)
         assert members == 200
+
+
+async def test_d03_a_harvest_whose_page_commit_is_reset_fails_and_the_next_run_completes(
+    db: Pool, database_url: str, template_ready: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The sink's database connection is reset as page 2 of 3 commits: the run fails with its
+    reason stored, pages committed before stay, the high-water mark does not move (DESIGN
+    invariant 3: never ahead of the committed data); the next run completes, sink = source."""
+    source = sorted(await factories.load_records(db, SOURCE_SET, range(250)))
+    sink_url = await clone_template(template_ready)
+    try:
+        async with (
+            running_provider(database_url) as provider,  # 100 records a page: 3 pages
+            proxy_to_postgres(sink_url) as proxy,
+            harvest_context(
+                sink_settings(postgres_url(proxy, sink_url)), postgres_url(proxy, sink_url)
+            ) as ctx,
+        ):
+            pair = Pair(db, provider, ctx.pool, ctx)
+            link = await add_link(pair)
+            # a list page goes by datestamp then identifier, and one transaction wrote them
+            # all: page 2 holds source[100:200], written with their identifiers as parameters
+            proxy.set(Reset("upstream", match=COMMIT_SENT, armed_by=source[150].encode()))
+            caplog.set_level(logging.INFO, logger="wiscat")
+            failed = await run(pair)
+            # the database failed, not wiscat: said so, and no "unexpected error" traceback
+            assert (failed.status, failed.error_kind) == ("failed", "DatabaseError")
+            reason = (
+                "the database failed during the run: ConnectionDoesNotExistError: "
+                "connection was closed in the middle of operation"
+            )
+            assert failed.error == reason
+            assert "unexpected error" not in caplog.text
+            after = await link_store.get_link(ctx.pool, link.name)
+            assert after is not None
+            assert (after.high_water_mark, after.last_error) == (None, reason)
+            runs = await ctx.pool.fetch(
+                "select status, pages, added, error from harvest_runs order by id"
+            )
+            assert [tuple(r) for r in runs] == [("failed", 1, 100, reason)]
+            assert sorted(await content(ctx.pool, link.local_set)) == source[:100]
+
+            proxy.clear()
+            done = await run(pair)
+            assert done.status == "ok", done.error
+            assert done.high_water_mark is not None
+            assert await content(ctx.pool, link.local_set) == await content(db, SOURCE_SET)
+            assert done.counts["added"] == 150  # pages 2 and 3; page 1 came again unchanged
+            assert done.counts["unchanged"] == 100
+    finally:
+        await drop_database(template_ready, sink_url)
