@@ -1,8 +1,9 @@
 """Provider and harvester while their database is unreachable or hangs, and once it is back.
 
-The outage is real as they see it: their database URL leads through a small TCP relay on
-loopback, which the test cuts (every connection closed, nothing listening) and then restores,
-or freezes (connections open, nothing passed on: a wedged server, a silent network) and thaws.
+The outage is real as they see it: their database URL leads through the tests' fault proxy
+(tests/faultproxy.py) on loopback, which the test cuts (every connection closed, nothing
+listening) and then restores, or freezes (connections open, nothing passed on: a wedged
+server, a silent network) and thaws.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
-from urllib.parse import parse_qs, urlsplit
 
 import aiohttp
 import pytest
@@ -22,78 +22,36 @@ from services.harvester.service import harvest_context, health_app
 from shared.db.pool import Pool
 from shared.settings import Settings
 from tests import factories
+from tests.faultproxy import Down, FaultProxy, Freeze, postgres_url, proxy_to_postgres
 from tests.oai_client import oai_raw
 from tests.servers import running_provider, serving_app
 
-Streams = tuple[asyncio.StreamReader, asyncio.StreamWriter]
-
 
 class Relay:
-    """A TCP relay on 127.0.0.1 to the PostgreSQL server of ``url``, which can be cut."""
+    """The fault proxy to the PostgreSQL server of ``url``, with this file's two outages."""
 
-    def __init__(self, url: str) -> None:
-        self.target = urlsplit(url)
-        self.port = 0
-        self.server: asyncio.Server | None = None
-        self.writers: list[asyncio.StreamWriter] = []
-        self.flowing = asyncio.Event()
-        self.flowing.set()
+    def __init__(self, proxy: FaultProxy, url: str) -> None:
+        self.proxy = proxy
+        self.url = postgres_url(proxy, url)
 
-    @property
-    def url(self) -> str:
-        t = self.target
-        user = f"{t.username or 'postgres'}:{t.password or ''}"
-        return f"postgresql://{user}@127.0.0.1:{self.port}{t.path}?sslmode=disable"
-
-    async def _upstream(self) -> Streams:
-        socket_dir = parse_qs(self.target.query).get("host", [""])[0]
-        if socket_dir.startswith("/"):  # the embedded server: a Unix socket
-            path = f"{socket_dir}/.s.PGSQL.{self.target.port or 5432}"
-            return await asyncio.open_unix_connection(path)
-        return await asyncio.open_connection(self.target.hostname, self.target.port or 5432)
-
-    async def start(self) -> None:
-        self.server = await asyncio.start_server(self._serve, "127.0.0.1", self.port)
-        self.port = self.server.sockets[0].getsockname()[1]
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        up_reader, up_writer = await self._upstream()
-        self.writers += [writer, up_writer]
-
-        async def pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
-            with contextlib.suppress(OSError):
-                while data := await source.read(65536):
-                    await self.flowing.wait()
-                    sink.write(data)
-                    await sink.drain()
-            sink.close()
-
-        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+    def cut(self) -> None:
+        """Nothing listens any more, and every open connection is closed."""
+        self.proxy.set(Down())
 
     def freeze(self) -> None:
         """Connections stay open (and new ones are taken), but nothing is passed on."""
-        self.flowing.clear()
+        self.proxy.set(Freeze("upstream"))
+        self.proxy.set(Freeze("downstream"))
 
-    def thaw(self) -> None:
-        self.flowing.set()
-
-    async def cut(self) -> None:
-        """Nothing listens any more, and every open connection is closed."""
-        assert self.server is not None
-        self.server.close()
-        for writer in self.writers:
-            writer.close()
-        self.writers.clear()
+    def restore(self) -> None:
+        """The database is back, on the same address."""
+        self.proxy.clear()
 
 
 @contextlib.asynccontextmanager
 async def relay_to(url: str) -> AsyncIterator[Relay]:
-    relay = Relay(url)
-    await relay.start()
-    try:
-        yield relay
-    finally:
-        await relay.cut()
+    async with proxy_to_postgres(url) as proxy:
+        yield Relay(proxy, url)
 
 
 @pytest.mark.parametrize("outage", ["cut", "frozen"])
@@ -109,7 +67,7 @@ async def test_a_database_unreachable_or_hanging_gets_503_with_retry_after(
         assert (await oai_raw(provider.oai, get)).status == 200
 
         if outage == "cut":
-            await relay.cut()
+            relay.cut()
         else:
             relay.freeze()
         # frozen, without a deadline each would wait for asyncpg's command timeout (5 minutes)
@@ -143,10 +101,7 @@ async def test_a_database_unreachable_or_hanging_gets_503_with_retry_after(
                 metrics.body
             )
 
-        if outage == "cut":
-            await relay.start()  # the database is back, on the same address
-        else:
-            relay.thaw()
+        relay.restore()  # the database is back, on the same address
         assert (await oai_raw(provider.oai, get)).status == 200
         listed = await oai_raw(provider.oai, "verb=ListIdentifiers&metadataPrefix=iso19139")
         assert listed.status == 200
@@ -170,7 +125,7 @@ async def test_the_harvester_serves_its_metrics_without_its_database(
         ):
             assert b"\nwiscat_database_up 1.0\n" in (await oai_raw(root + "/metrics", "")).body
             if outage == "cut":
-                await relay.cut()
+                relay.cut()
             else:
                 relay.freeze()
             async with asyncio.timeout(30):  # without a deadline: five minutes, frozen
@@ -181,10 +136,9 @@ async def test_the_harvester_serves_its_metrics_without_its_database(
                 assert ready.status == 503
             if outage == "cut":
                 assert b'"reason": "the database cannot be reached (' in ready.body, ready.body
-                await relay.start()
             else:
                 assert b"the database did not answer within 1 s" in ready.body
-                relay.thaw()
+            relay.restore()
             assert b"\nwiscat_database_up 1.0\n" in (await oai_raw(root + "/metrics", "")).body
             assert (await oai_raw(root + "/readyz", "")).status == 200
 
@@ -202,9 +156,9 @@ async def test_the_scheduler_tells_an_outage_when_it_begins_and_ends_not_each_po
             scheduling = asyncio.create_task(Scheduler(ctx).run(stop))
             checking = asyncio.create_task(run_due_checks(ctx, stop))
             await asyncio.sleep(0.3)
-            await relay.cut()
+            relay.cut()
             await asyncio.sleep(2.5)  # 50 polls of links, 2 of checks, all failing
-            await relay.start()
+            relay.restore()
             for _ in range(200):
                 if caplog.text.count("works again") == 2:
                     break
