@@ -99,7 +99,11 @@ async def test_d03_a_reset_at_commit_leaves_all_or_nothing_and_a_retry_the_batch
         await gone(db, backend)
 
         found = await stored(db, identifiers)
-        expected = {"absent": [[]], "committed": [identifiers], "either": [[], identifiers]}
+        expected: dict[str, list[list[str]]] = {
+            "absent": [[]],
+            "committed": [identifiers],
+            "either": [[], identifiers],
+        }
         assert found in expected[outcome], f"{len(found)} of 200 records committed"
 
         # the retry, on a fresh connection: the same batch again
