@@ -74,7 +74,8 @@ class Timeout:
 
 @dataclass(frozen=True)
 class Reset:
-    """Reset the connection (RST to the client: SO_LINGER 0, then close) as data comes.
+    """Reset the connection as data comes: both its sockets closed with SO_LINGER 0, so that
+    a TCP peer gets a RST, not a FIN (a Unix socket has no RST: it is just closed).
 
     Without ``match``: once more than ``after_bytes`` bytes have passed this way on the
     connection (the first ``after_bytes`` are passed on). With ``match``: at the first chunk
