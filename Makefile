@@ -35,8 +35,9 @@ chromium: ## install Debian's chromium when missing (the dashboard's browser tes
 test-unit: $(STAMP) ## the fast, pure tests only
 	$(BIN)/pytest tests/unit
 
-soak: $(STAMP) ## long trials outside make test, each bounded in time (P17: 100 late commits)
+soak: $(STAMP) ## long trials outside make test, each bounded in time (P17: 100 late commits, D01: 50 crashes)
 	WISCAT_LATE_COMMIT_TRIALS=100 timeout 1800 $(BIN)/pytest tests/e2e/test_late_commit.py -k randomised
+	WISCAT_CRASH_TRIALS=50 timeout 1800 $(BIN)/pytest tests/e2e/test_crash_loop.py
 
 lint: $(STAMP) ## ruff, mypy (strict) and the import-linter layer contracts
 	$(BIN)/ruff check shared services tests bench tools
