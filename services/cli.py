@@ -228,6 +228,21 @@ async def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def cmd_harvest(settings: Settings, args: argparse.Namespace) -> int:
+    try:
+        return await _harvest_once(settings, args)
+    except UNAVAILABLE as exc:
+        # the database went away during the run (a crash, a restart, a network cut): said as
+        # such, where the system's words alone ('[Errno 2] No such file or directory', the
+        # server's socket) named no database; the run is closed as abandoned once its lease
+        # runs out, and the next run starts from the high-water mark
+        raise DatabaseError(
+            f"the database could not be reached during the harvest of {args.name}: "
+            f"{_said(exc)}; its pages committed before are kept, and the next run starts "
+            "from the link's high-water mark"
+        ) from exc
+
+
+async def _harvest_once(settings: Settings, args: argparse.Namespace) -> int:
     from services.harvester.harvest import harvest_link, run_list
     from services.harvester.scheduler import lease_kept
     from services.harvester.service import harvest_context
