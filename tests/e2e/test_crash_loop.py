@@ -17,7 +17,9 @@ import random
 import signal
 
 from shared.db import links as link_store
+from shared.db import records as store
 from shared.db.pool import Pool, create_pool
+from shared.linkspec import build_link
 from tests import factories
 from tests.e2e.test_harvester_killed import WISCAT, content, env_for, wiscat
 from tests.pg import clone_template, drop_database
@@ -53,8 +55,11 @@ async def trial(source: Pool, ids: list[str], oai: str, template: str, rng: rand
     sink_url = await clone_template(template)
     sink = await create_pool(sink_url, max_size=2)
     try:
-        code, out = await wiscat(sink_url, "link", "add", "src", "--url", oai, "--set", SOURCE_SET)
-        assert code == 0, out
+        new = build_link(
+            name="src", url=oai, remote_set=SOURCE_SET, into=None, own_set="WIS-GISC-SINK"
+        )
+        await store.ensure_set(sink, new.local_set, new.local_set, "remote")
+        await link_store.add_link(sink, new)
         for _ in range(rng.randint(1, 3)):
             # a process takes about a second to start: kill it from its start-up to its end
             if await killed_after(sink_url, rng.uniform(0.3, 3.0)):
