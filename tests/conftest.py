@@ -10,10 +10,30 @@ from pathlib import Path
 
 import asyncpg
 import pytest
+from hypothesis import settings
+from hypothesis.database import DirectoryBasedExampleDatabase
 
 from shared.db.embedded import EmbeddedPostgres
 from shared.db.pool import create_pool
 from tests import pg
+
+#: Selects the Hypothesis profile of the property tests (RELIABILITY F01-F03): ``ci`` (the
+#: default, 100 examples a test) or ``soak`` (100 times as many, for ``make soak``).
+HYPOTHESIS_PROFILE = "WISCAT_HYPOTHESIS_PROFILE"
+
+# No deadline: a test never asserts speed, and a loaded machine would make one flaky. The
+# examples that failed are kept under .pytest_cache (ignored by git) and replayed first.
+settings.register_profile(
+    "ci",
+    max_examples=100,
+    deadline=None,
+    database=DirectoryBasedExampleDatabase(
+        Path(__file__).parent.parent / ".pytest_cache" / "hypothesis"
+    ),
+    print_blob=True,
+)
+settings.register_profile("soak", settings.get_profile("ci"), max_examples=10_000)
+settings.load_profile(os.environ.get(HYPOTHESIS_PROFILE, "ci"))
 
 
 @pytest.fixture(scope="session")
