@@ -11,8 +11,10 @@ Invariants: after every completed harvest, and after a final incremental harvest
 delete, the sink's set holds what the source's holds: the same identifiers, the same deleted
 flags, the same content hashes (tests/harvest_pair.py ``content``).
 
-Not covered here: expired resumption tokens, 503 answers and truncated pages between the
-steps (the harvester's handling of each is tested on its own elsewhere).
+The sink reaches the source through a loopback peer that forwards every request but may, once
+in a harvest, answer 503 (the run must then complete all the same), cut a page asked for by
+resumptionToken in half, or answer badResumptionToken as for an expired token (the run may
+then fail; a later one must make up for it).
 
 One source database, provider and sink serve every example; each example has a source set, a
 link (into a sink set) and records (a centre) of its own, so examples never see each other's.
@@ -23,8 +25,12 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections.abc import Coroutine
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
+import aiohttp
+from aiohttp import web
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -41,7 +47,10 @@ from shared.db import records as store
 from shared.generator import generate_record, identifier_for
 from shared.iso19139 import parse_record
 from shared.linkspec import build_link
+from shared.oaipmh import render
+from shared.oaipmh.errors import BadResumptionToken
 from tests.harvest_pair import Pair, content, run
+from tests.servers import serving_app
 
 T = TypeVar("T")
 
@@ -49,10 +58,51 @@ T = TypeVar("T")
 NUMBERS = range(8)
 PAGE_SIZES = st.integers(min_value=1, max_value=5)
 
+#: The faults a harvest may meet, each made once, to the first request it fits: ``503``, the
+#: first list request answered 503 with Retry-After: 0 (retried: the run must complete);
+#: ``truncated``, the first page asked for by resumptionToken cut in half (not well-formed);
+#: ``expired``, the first request with a resumptionToken answered badResumptionToken.
+FAULTS = st.sampled_from([None, "503", "truncated", "expired"])
 
-def machine_for(pair: Pair, loop: asyncio.AbstractEventLoop) -> type[RuleBasedStateMachine]:
-    """The state machine class over ``pair``; its rules run in a thread of their own, and
-    hand each coroutine to ``loop``, where the provider serves."""
+
+@dataclass
+class FaultyPeer:
+    """The source as the sink sees it: a loopback server that forwards each request to the
+    source's provider, but for the one fault it is told to make."""
+
+    upstream: str
+    http: aiohttp.ClientSession
+    fault: str | None = None
+    made: bool = False
+
+    async def handle(self, request: web.Request) -> web.Response:
+        listing = request.query.get("verb") in ("ListRecords", "ListIdentifiers")
+        by_token = "resumptionToken" in request.query
+        fault = None if self.made else self.fault
+        if fault == "503" and listing:
+            self.made = True
+            return web.Response(status=503, headers={"Retry-After": "0"}, text="busy")
+        if fault == "expired" and by_token:
+            self.made = True
+            expired = BadResumptionToken("the resumptionToken has expired")
+            body = render.render_error(
+                datetime.now(UTC), self.upstream, dict(request.query), [expired]
+            )
+            return web.Response(body=body, content_type="text/xml")
+        async with self.http.get(self.upstream, params=request.query) as response:
+            status, body = response.status, await response.read()
+        if fault == "truncated" and by_token:
+            self.made = True
+            body = body[: len(body) // 2]
+        return web.Response(status=status, body=body, content_type="text/xml")
+
+
+def machine_for(
+    pair: Pair, peer: FaultyPeer, peer_url: str, loop: asyncio.AbstractEventLoop
+) -> type[RuleBasedStateMachine]:
+    """The state machine class over ``pair``, whose sink harvests the source through ``peer``
+    (at ``peer_url``); its rules run in a thread of their own, and hand each coroutine to
+    ``loop``, where the provider and the peer serve."""
     examples = itertools.count(1)
 
     def wait(coroutine: Coroutine[Any, Any, T]) -> T:
@@ -80,7 +130,7 @@ def machine_for(pair: Pair, loop: asyncio.AbstractEventLoop) -> type[RuleBasedSt
             self.put(loaded)
             new = build_link(
                 name=self.link,
-                url=pair.provider.oai,
+                url=peer_url,
                 remote_set=self.source_set,
                 into=self.sink_set,
                 own_set=pair.ctx.settings.own_set,
@@ -113,14 +163,19 @@ def machine_for(pair: Pair, loop: asyncio.AbstractEventLoop) -> type[RuleBasedSt
             assert result.outcomes == dict.fromkeys(identifiers, "deleted")
             self.live.difference_update(numbers)
 
-        @rule(page_size=PAGE_SIZES, allow_mass_delete=st.booleans())
-        def harvest(self, page_size: int, allow_mass_delete: bool) -> None:
-            """An incremental harvest (the first is full); when it completes, the sink holds
-            what the source holds."""
-            report = self.harvest_once(page_size, allow_mass_delete)
+        @rule(page_size=PAGE_SIZES, allow_mass_delete=st.booleans(), fault=FAULTS)
+        def harvest(self, page_size: int, allow_mass_delete: bool, fault: str | None) -> None:
+            """An incremental harvest (the first is full), which may meet a fault; when it
+            completes, the sink holds what the source holds."""
+            report = self.harvest_once(page_size, allow_mass_delete, fault)
             if report.status == "stopped":
                 assert not allow_mass_delete
                 assert report.error_kind == "mass_delete", report.summary()
+                return
+            if report.status == "failed":
+                # a list cut short by a broken page or a lost token: the next run resumes
+                assert peer.made, report.summary()
+                assert fault in ("truncated", "expired"), report.summary()
                 return
             assert report.status == "ok", report.summary()
             self.check_copy()
@@ -128,8 +183,11 @@ def machine_for(pair: Pair, loop: asyncio.AbstractEventLoop) -> type[RuleBasedSt
         def identifier(self, n: int) -> str:
             return identifier_for(n, self.centre)
 
-        def harvest_once(self, page_size: int, allow_mass_delete: bool) -> Any:
+        def harvest_once(
+            self, page_size: int, allow_mass_delete: bool, fault: str | None = None
+        ) -> Any:
             pair.provider.settings.page_size = page_size
+            peer.fault, peer.made = fault, False
             return wait(run(pair, self.link, allow_mass_delete=allow_mass_delete))
 
         def check_copy(self) -> None:
@@ -149,10 +207,18 @@ def machine_for(pair: Pair, loop: asyncio.AbstractEventLoop) -> type[RuleBasedSt
 
 async def test_f03_a_harvested_copy_equals_its_source_after_any_changes(pair: Pair) -> None:
     """F03: random creates, updates and deletes on a source node, interleaved with harvests of
-    random page sizes (by ListRecords or ListIdentifiers); after every completed harvest and
-    after a final one, the sink's copy equals the source: identifiers, deleted flags and
-    content hashes."""
-    machine = machine_for(pair, asyncio.get_running_loop())
+    random page sizes (by ListRecords or ListIdentifiers) that may meet a 503, a truncated page
+    or an expired token; after every completed harvest and after a final one, the sink's copy
+    equals the source: identifiers, deleted flags and content hashes."""
+    app = web.Application()
+    async with aiohttp.ClientSession() as http:
+        peer = FaultyPeer(pair.provider.oai, http)
+        app.router.add_get("/oai", peer.handle)
+        async with serving_app(app) as root:
+            await run_machine(machine_for(pair, peer, root + "/oai", asyncio.get_running_loop()))
+
+
+async def run_machine(machine: type[RuleBasedStateMachine]) -> None:
     # a tenth of the profile's examples (each is a run of up to 20 steps): 10 in CI, 1000 soak
     examples = max(10, settings.default.max_examples // 10)
     await asyncio.to_thread(
