@@ -35,9 +35,13 @@ chromium: ## install Debian's chromium when missing (the dashboard's browser tes
 test-unit: $(STAMP) ## the fast, pure tests only
 	$(BIN)/pytest tests/unit
 
-soak: $(STAMP) ## long trials outside make test, each bounded in time (P17: 100 late commits, D01: 50 crashes)
+PROPERTY_TESTS := tests/unit/test_dates_properties.py tests/integration/test_text_properties.py \
+	tests/integration/test_sync_properties.py
+
+soak: $(STAMP) ## long trials outside make test, each bounded in time (P17, D01, F01-F03)
 	WISCAT_LATE_COMMIT_TRIALS=100 timeout 1800 $(BIN)/pytest tests/e2e/test_late_commit.py -k randomised
 	WISCAT_CRASH_TRIALS=50 timeout 1800 $(BIN)/pytest tests/e2e/test_crash_loop.py
+	WISCAT_HYPOTHESIS_PROFILE=soak timeout 3600 $(BIN)/pytest --timeout 1800 $(PROPERTY_TESTS)
 
 lint: $(STAMP) ## ruff, mypy (strict) and the import-linter layer contracts
 	$(BIN)/ruff check shared services tests bench tools
