@@ -220,7 +220,7 @@ async def test_f03_a_harvested_copy_equals_its_source_after_any_changes(pair: Pa
 
 async def run_machine(machine: type[RuleBasedStateMachine]) -> None:
     # a tenth of the profile's examples (each is a run of up to 20 steps): 10 in CI, 1000 soak
-    examples = max(10, settings.default.max_examples // 10)
+    examples = max(10, settings().max_examples // 10)
     await asyncio.to_thread(
         run_state_machine_as_test,
         machine,
