@@ -3,25 +3,6 @@
 -- then regenerate.
 -- tests/integration/test_schema.py checks that the two agree.
 
-CREATE FUNCTION public.records_write_stamp() RETURNS trigger
-    LANGUAGE plpgsql
-    AS $$
-begin
-    if current_setting('wiscat.keep_datestamps', true) = 'on' then
-        return new;
-    end if;
-    if tg_op = 'INSERT'
-        or new.datestamp is distinct from old.datestamp
-        or new.deleted is distinct from old.deleted
-        or new.content_hash is distinct from old.content_hash
-        or new.set_specs is distinct from old.set_specs
-    then
-        new.datestamp := wiscat_write_stamp();
-    end if;
-    return new;
-end
-$$;
-
 CREATE FUNCTION public.records_xml_mend() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
@@ -40,7 +21,7 @@ begin
 end
 $$;
 
-CREATE FUNCTION public.set_members_write_stamp() RETURNS trigger
+CREATE FUNCTION public.wiscat_stamp_write() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
 begin
@@ -52,6 +33,13 @@ begin
         or new.deleted is distinct from old.deleted
     then
         new.datestamp := wiscat_write_stamp();
+    elsif tg_table_name = 'records' then
+        -- A separate statement: set_members has neither column.
+        if new.content_hash is distinct from old.content_hash
+            or new.set_specs is distinct from old.set_specs
+        then
+            new.datestamp := wiscat_write_stamp();
+        end if;
     end if;
     return new;
 end
@@ -374,11 +362,11 @@ CREATE INDEX set_members_identifier ON public.set_members USING btree (identifie
 
 CREATE INDEX set_members_keyset ON public.set_members USING btree (set_spec, datestamp, identifier);
 
-CREATE TRIGGER records_write_stamp BEFORE INSERT OR UPDATE ON public.records FOR EACH ROW EXECUTE FUNCTION public.records_write_stamp();
+CREATE TRIGGER records_write_stamp BEFORE INSERT OR UPDATE ON public.records FOR EACH ROW EXECUTE FUNCTION public.wiscat_stamp_write();
 
 CREATE TRIGGER records_xml_mend BEFORE INSERT OR UPDATE ON public.records FOR EACH ROW EXECUTE FUNCTION public.records_xml_mend();
 
-CREATE TRIGGER set_members_write_stamp BEFORE INSERT OR UPDATE ON public.set_members FOR EACH ROW EXECUTE FUNCTION public.set_members_write_stamp();
+CREATE TRIGGER set_members_write_stamp BEFORE INSERT OR UPDATE ON public.set_members FOR EACH ROW EXECUTE FUNCTION public.wiscat_stamp_write();
 
 ALTER TABLE ONLY public.check_reports
     ADD CONSTRAINT check_reports_check_name_fkey FOREIGN KEY (check_name) REFERENCES public.checks(name) ON DELETE SET NULL;
