@@ -15,7 +15,7 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, model_validator
 
-from services.provider.oai import ProviderState
+from services.provider.state import ProviderState, State
 from shared import ingest
 from shared.db import checks as check_store
 from shared.db import links as link_store
@@ -36,9 +36,8 @@ from shared.urls import safe_url
 log = logging.getLogger("wiscat.admin")
 
 
-def require_admin(request: Request) -> ProviderState:
+def require_admin(request: Request, state: State) -> ProviderState:
     """Check ``Authorization: Bearer <WISCAT_ADMIN_TOKEN>``."""
-    state: ProviderState = request.app.state.provider
     configured = state.settings.admin_token
     if configured is None or not configured.get_secret_value():
         raise HTTPException(403, "the admin API is disabled: set WISCAT_ADMIN_TOKEN to enable it")

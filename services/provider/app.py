@@ -18,7 +18,13 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from services.provider import admin, monitoring, oai, registry, ui
 from services.provider.limits import BodyCap, BodyLimit
 from services.provider.metrics import ProviderMetrics
-from services.provider.oai import CUT_OFF, ProviderState
+from services.provider.responses import (
+    CUT_OFF,
+    MAX_POST_BYTES,
+    log_unavailable,
+    unavailable_json,
+)
+from services.provider.state import ProviderState, State
 from shared.db import checks as check_store
 from shared.db import links as link_store
 from shared.db import records as store
@@ -44,7 +50,7 @@ BODY_CAPS = (
     BodyCap("POST", "/registry/blocks", registry.MAX_BLOCKS_BODY, "the blocks sent at once"),
     BodyCap("POST", "/urls", registry.MAX_FORM_BODY, "a form"),
     BodyCap("POST", "/registry/announce", registry.MAX_FORM_BODY, "a form"),
-    BodyCap("POST", "/oai", oai.MAX_POST_BYTES, "an OAI-PMH request"),
+    BodyCap("POST", "/oai", MAX_POST_BYTES, "an OAI-PMH request"),
 )
 DEFAULT_BODY_CAP = 64 * 1024
 
@@ -112,7 +118,7 @@ class Deadline:
             await task
             return
         abandon(task)  # as shared.db.pool.answered does, for the same reason
-        oai.log_unavailable(
+        log_unavailable(
             f"{scope['method']} {scope['path']}",
             NoAnswer(f"the database did not answer within {seconds:g} s"),
         )
@@ -122,15 +128,6 @@ class Deadline:
 async def counted(pool: Pool) -> tuple[list[store.SetCount], store.SetCount]:
     """Live and deleted records per set, and in the whole catalogue, for /metrics."""
     return await store.set_counts(pool), await store.catalogue_counts(pool)
-
-
-def unavailable_json() -> JSONResponse:
-    """The dashboard's, admin API's and registry's answer while the database is unavailable."""
-    return JSONResponse(
-        {"detail": "the database is unavailable; retry later"},
-        status_code=503,
-        headers={"Retry-After": str(oai.UNAVAILABLE_RETRY_AFTER)},
-    )
 
 
 async def _purge_loop(state: ProviderState) -> None:
@@ -200,7 +197,7 @@ def create_app(settings: Settings, database_url: str) -> FastAPI:
             )
             yield
             await registry.stop(app)
-            await state.read_ahead.close()
+            await state.lists.close()
             if purge:
                 purge.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -265,7 +262,7 @@ def create_app(settings: Settings, database_url: str) -> FastAPI:
 
     async def _unavailable(request: Request, exc: Exception) -> JSONResponse:
         # /oai answers this itself (text); the dashboard, admin and registry answer it here
-        oai.log_unavailable(f"{request.method} {request.url.path}", exc)
+        log_unavailable(f"{request.method} {request.url.path}", exc)
         return unavailable_json()
 
     for unavailable in UNAVAILABLE:
@@ -277,18 +274,16 @@ def create_app(settings: Settings, database_url: str) -> FastAPI:
         return "ok\n"
 
     @app.get("/readyz")
-    async def readyz(request: Request) -> Response:
+    async def readyz(state: State) -> Response:
         """The database answers and its schema is current."""
-        state: ProviderState = request.app.state.provider
         reason = await not_ready(state.pool, settings.probe_timeout_seconds)
         if reason is not None:
             return JSONResponse({"ready": False, "reason": reason}, status_code=503)
         return JSONResponse({"ready": True})
 
     @app.get("/metrics")
-    async def metrics(request: Request) -> Response:
+    async def metrics(state: State) -> Response:
         """Prometheus text format."""
-        state: ProviderState = request.app.state.provider
         gauge = state.metrics.records
         try:
             counts, whole = await answered(counted(state.pool), settings.probe_timeout_seconds)

@@ -14,10 +14,10 @@ import logging
 from datetime import UTC, datetime
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
-from services.provider.oai import ProviderState
+from services.provider.state import State
 from shared.db import records as store
 from shared.db.migrate import check_current
 from shared.oaipmh.dates import format_datestamp
@@ -30,9 +30,8 @@ MONITOR_PATH = "/wis/monitor.json"
 
 
 @router.get(MONITOR_PATH)
-async def monitor(request: Request) -> JSONResponse:
+async def monitor(state: State) -> JSONResponse:
     """Catalogue counts and OAI-PMH status for the WIS monitoring of GISCs."""
-    state: ProviderState = request.app.state.provider
     settings = state.settings
     now = datetime.now(UTC)
     midnight = now.replace(hour=0, minute=0, second=0, microsecond=0)

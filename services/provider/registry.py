@@ -24,7 +24,7 @@ from fastapi.responses import HTMLResponse, PlainTextResponse, Response
 from lxml import etree
 
 from services.provider.limits import RateLimiter
-from services.provider.oai import ProviderState
+from services.provider.state import ProviderState
 from shared.db import registry as store
 from shared.db.pool import Pool
 from shared.registry.chain import ChainError, InvalidBlock, NotAMember, UnknownParent, url_problem

@@ -21,8 +21,8 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
-from services.provider.oai import ProviderState
 from services.provider.registry import RegistryState
+from services.provider.state import State
 from shared.db import checks as check_store
 from shared.db import links as link_store
 from shared.db import overview
@@ -319,8 +319,7 @@ def history_series(
 
 
 @router.get("/", response_class=HTMLResponse)
-async def dashboard(request: Request) -> HTMLResponse:
-    state: ProviderState = request.app.state.provider
+async def dashboard(request: Request, state: State) -> HTMLResponse:
     settings = state.settings
     pool = state.pool
     now = datetime.now(UTC)

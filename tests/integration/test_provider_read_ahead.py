@@ -82,7 +82,7 @@ async def test_a_record_changed_after_its_page_was_read_ahead_reaches_the_next_h
     identifiers = await factories.load_records(db, OWN, range(300))
     number = {identifier: n for n, identifier in enumerate(identifiers)}
     async with running_provider(database_url, page_size=100) as provider:
-        read_ahead = provider.app.state.provider.read_ahead
+        read_ahead = provider.app.state.provider.lists.read_ahead
         first = await oai_get(provider.oai, verb="ListRecords", metadataPrefix="iso19139")
         for _ in range(500):  # pages 2 and 3 are read while the client holds page 1
             if len(read_ahead) == 2 and not read_ahead.reading():

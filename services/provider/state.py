@@ -1,0 +1,42 @@
+"""The provider's state, built once in the app's lifespan, and the routes' typed dependency on it.
+
+A route takes ``state: State`` (FastAPI resolves it from the app), never the app's attributes:
+what a route depends on is then in its signature, and a type checker sees it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Annotated, cast
+
+from fastapi import Depends, Request
+
+from services.provider.lists import Lists
+from services.provider.metrics import ProviderMetrics
+from shared.db.pool import Pool
+from shared.oaipmh.tokens import TokenCodec
+from shared.settings import Settings
+
+
+@dataclass
+class ProviderState:
+    """What the routes need: the settings, the database, the token codec, the metrics, and the
+    lists in progress."""
+
+    settings: Settings
+    pool: Pool
+    codec: TokenCodec
+    metrics: ProviderMetrics
+    lists: Lists = dataclasses.field(init=False)
+
+    def __post_init__(self) -> None:
+        self.lists = Lists(self.settings, self.pool, self.metrics)
+
+
+def provider_state(request: Request) -> ProviderState:
+    """The state of the app serving ``request``."""
+    return cast(ProviderState, request.app.state.provider)
+
+
+State = Annotated[ProviderState, Depends(provider_state)]
