@@ -38,7 +38,7 @@ from services.harvester.page_records import PageReaders, PageSorter
 from shared.db import links as link_store
 from shared.db import records as store
 from shared.db.errors import FAILED
-from shared.db.links import Link, PageCounts
+from shared.db.links import Link, PageCounts, RunMode, RunStatus
 from shared.db.pool import Connection, Pool
 from shared.linkspec import REGISTRY_LINK_PREFIX
 from shared.oaipmh.dates import shifted
@@ -81,8 +81,8 @@ class RunReport:
 
     link: str
     run_id: int
-    mode: str
-    status: str = "running"
+    mode: RunMode
+    status: RunStatus = "running"
     from_: datetime | None = None
     until: datetime | None = None
     counts: Counter[str] = field(default_factory=Counter)
@@ -113,7 +113,7 @@ def _run_log(report: RunReport) -> logging.LoggerAdapter[logging.Logger]:
     return logging.LoggerAdapter(log, {"link": report.link, "run": report.run_id})
 
 
-def choose_mode(link: Link, *, now: datetime, requested: str | None, full: bool) -> str:
+def choose_mode(link: Link, *, now: datetime, requested: str | None, full: bool) -> RunMode:
     """Full when asked, when the link has no high-water mark yet, or when its full re-harvest
     is due; incremental otherwise."""
     if full or requested == "full" or link.high_water_mark is None or link.last_full_at is None:
@@ -191,7 +191,7 @@ async def run_list(
     ctx: HarvestContext,
     link: Link,
     *,
-    mode: str,
+    mode: RunMode,
     from_: datetime | None,
     until: datetime | None,
     allow_mass_delete: bool = False,
@@ -319,7 +319,7 @@ def _nothing_but_quarantined(counts: Counter[str]) -> bool:
 IDENTIFY_MAX_AGE_SECONDS = 3600.0
 
 
-async def _identify(ctx: HarvestContext, link: Link, mode: str) -> IdentifyInfo:
+async def _identify(ctx: HarvestContext, link: Link, mode: RunMode) -> IdentifyInfo:
     """The peer's Identify: read on a full run, when this process has not read it in the last
     hour, and after a failed run of a link to that peer (``_finish`` forgets it); otherwise the
     copy an earlier run read."""
@@ -566,7 +566,7 @@ async def _get_records(
 
 
 def _high_water_mark(
-    greatest: datetime | None, first_response: datetime | None, mode: str
+    greatest: datetime | None, first_response: datetime | None, mode: RunMode
 ) -> datetime | None:
     """The greatest datestamp of the list, never later than its first responseDate (DESIGN §1)."""
     if mode == "window" or greatest is None:

@@ -252,7 +252,7 @@ async def harvest_now(
     name: str, full: bool = False, state: ProviderState = Depends(require_admin)
 ) -> JSONResponse:
     """Ask the harvester to run this link now (the WIS emergency update)."""
-    mode = "full" if full else "incremental"
+    mode: link_store.RunMode = "full" if full else "incremental"
     asked = await link_store.request_run(state.pool, name, mode)
     if asked is None:
         raise HTTPException(404, f"no link named {name!r}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
@@ -14,6 +14,13 @@ from shared.db.pool import Connection
 from shared.db.queries import load
 from shared.db.records import ensure_set
 from shared.urls import safe_url
+
+#: How a run reads its peer (``harvest_runs.mode``): from the high-water mark, everything, one
+#: slice of the rolling window, or a backup synchronisation of another GISC's own set.
+RunMode = Literal["incremental", "full", "window", "backup"]
+#: How a run ended (``harvest_runs.status``): still running, completed, failed, or stopped by a
+#: rule (the mass-deletion breaker, its link removed).
+RunStatus = Literal["running", "ok", "failed", "stopped"]
 
 _SQL = load("links.sql")
 
@@ -229,7 +236,7 @@ async def set_strategy(db: Executor, name: str, strategy: str) -> Link | None:
     return _link(row) if row else None
 
 
-async def request_run(db: Executor, name: str, mode: str = "incremental") -> bool | None:
+async def request_run(db: Executor, name: str, mode: RunMode = "incremental") -> bool | None:
     """Ask the harvester to run ``name`` now: True when asked, False when the link is disabled
     (a disabled link never runs, so nothing is asked), None if there is no such link."""
     enabled: bool | None = await db.fetchval(_SQL["request_run"], name, mode)
@@ -267,7 +274,7 @@ async def close_abandoned_runs(db: Executor, link: str) -> list[int]:
 async def start_run(
     db: Executor,
     link: str,
-    mode: str,
+    mode: RunMode,
     from_: datetime | None,
     until: datetime | None,
     worker: str | None = None,
@@ -320,7 +327,7 @@ async def record_page(conn: Connection, run_id: int, counts: PageCounts) -> None
 async def finish_run(
     db: Executor,
     run_id: int,
-    status: str,
+    status: RunStatus,
     *,
     error_kind: str | None = None,
     error: str | None = None,

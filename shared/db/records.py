@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import NamedTuple
+from typing import Literal, NamedTuple, get_args
 
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
@@ -51,18 +51,55 @@ class SetInfo:
     kind: str
 
 
+#: What a write did to one record (records.sql's ``outcome`` columns): by a harvest or ingest
+#: (upsert_records), a deletion (delete_records) or a backup synchronisation (backup_records).
+WriteOutcome = Literal[
+    "added",
+    "updated",
+    "unchanged",
+    "joined",
+    "refused_protected",
+    "refused_deleted",
+    "refused_older",
+    "refused_conflict",
+    "deleted",
+    "left_set",
+    "not_found",
+    "remembered",
+    "taken",
+    "taken_new",
+    "same",
+    "not_newer",
+]
+
+
 @dataclass(frozen=True, slots=True)
 class WriteResult:
     """Per-identifier outcomes of one batch write, and their counts."""
 
-    outcomes: dict[str, str]
+    outcomes: dict[str, WriteOutcome]
 
     @property
-    def counts(self) -> Counter[str]:
+    def counts(self) -> Counter[WriteOutcome]:
         return Counter(self.outcomes.values())
 
-    def identifiers(self, outcome: str) -> list[str]:
+    def identifiers(self, outcome: WriteOutcome) -> list[str]:
         return sorted(i for i, o in self.outcomes.items() if o == outcome)
+
+
+_OUTCOMES: frozenset[str] = frozenset(get_args(WriteOutcome))
+
+
+def _outcomes(rows: Sequence[asyncpg.Record]) -> dict[str, WriteOutcome]:
+    """The outcome of each identifier of a write's rows; an outcome not of
+    :data:`WriteOutcome` (a query that misspelled one) is a bug, and raises."""
+    outcomes: dict[str, WriteOutcome] = {}
+    for row in rows:
+        outcome = row["outcome"]
+        if outcome not in _OUTCOMES:
+            raise ValueError(f"a write gave {row['identifier']!r} the unknown outcome {outcome!r}")
+        outcomes[row["identifier"]] = outcome
+    return outcomes
 
 
 async def ensure_set(db: Executor, spec: str, name: str, kind: str) -> None:
@@ -115,7 +152,7 @@ async def upsert_records(
         source,
         deletions_hold,
     )
-    return WriteResult({row["identifier"]: row["outcome"] for row in rows})
+    return WriteResult(_outcomes(rows))
 
 
 async def backup_records(
@@ -149,7 +186,7 @@ async def backup_records(
             protected_set,
         )
         await conn.execute(_SQL["keep_datestamps"], "off")
-    return WriteResult({row["identifier"]: row["outcome"] for row in rows})
+    return WriteResult(_outcomes(rows))
 
 
 async def delete_records(
@@ -166,14 +203,14 @@ async def delete_records(
     ``unchanged`` (already deleted, or not in this set), ``not_found``, ``remembered`` (unknown
     here, kept as a tombstone because ``remember_unknown``), ``refused_protected``.
     """
-    unknowable = {i: "not_found" for i in identifiers if not _storable(i)}
+    unknowable: dict[str, WriteOutcome] = {i: "not_found" for i in identifiers if not _storable(i)}
     identifiers = [i for i in identifiers if _storable(i)]
     if not identifiers:
         return WriteResult(unknowable)
     rows = await conn.fetch(
         _SQL["delete_records"], set_spec, identifiers, protected_set, remember_unknown
     )
-    return WriteResult(unknowable | {row["identifier"]: row["outcome"] for row in rows})
+    return WriteResult(unknowable | _outcomes(rows))
 
 
 async def _write_checked(conn: Connection, query: str, *args: object) -> list[asyncpg.Record]:
