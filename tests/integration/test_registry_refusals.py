@@ -1,5 +1,5 @@
 """What a submitter of a URL learns, and what the registry node connects to, when the URL points
-where it must not (RELIABILITY S02, S07, S11): every address is refused that is not global, a
+where it must not (RELIABILITY S01, S02, S06, S07, S11): every address is refused that is not global, a
 port not on the node's list is refused before any connection, and a fetch that fails says the
 same whatever the failure (the node's log says which). Real providers, real sockets on
 loopback; no mocks."""
@@ -210,3 +210,142 @@ async def test_s11_closed_silent_unknown_and_private_targets_get_one_answer(
     assert "no answer" in logged[1][1]
     assert "repository.example.org" in logged[2][1] and "not known" in logged[2][1]
     assert "127.0.0.1 is in 127.0.0.0/8, Loopback" in logged[3][1]
+
+
+class CountingResolver(AbstractResolver):
+    """Maps names to addresses as told, counting the queries it is asked."""
+
+    def __init__(self, names: dict[str, str] | None = None) -> None:
+        self.names = names or {}
+        self.queries: list[str] = []
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
+        self.queries.append(host)
+        if host not in self.names:
+            raise OSError(socket.EAI_NONAME, f"{host}: Name or service not known")
+        address = self.names[host]
+        return [
+            ResolveResult(
+                hostname=host,
+                host=address,
+                port=port,
+                family=socket.AF_INET6 if ":" in address else socket.AF_INET,
+                proto=0,
+                flags=socket.AI_NUMERICHOST,
+            )
+        ]
+
+    async def close(self) -> None:
+        pass
+
+
+async def test_s01_a_loopback_literal_is_refused_with_no_connection_and_no_dns_query(
+    tmp_path: Path, database_url: str, db: Pool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """S01: POST /urls of ``http://127.0.0.1:<canary>/oai`` answers 400 with the refusal text,
+    the canary sees no connection, the log names the loopback range; and the fetcher asks no
+    resolver about a literal address (the same fetcher does ask it about a name)."""
+    caplog.set_level(logging.INFO, logger="wiscat.registry")
+    net = make_network(tmp_path, 1)
+    async with canary() as listening:
+        url = f"http://127.0.0.1:{listening.port}/oai"
+        overrides = node_overrides(
+            net, 0, allow_private_fetch=False, registry_fetch_ports=(80, listening.port)
+        )
+        async with (
+            running_provider(database_url, **overrides) as node,
+            aiohttp.ClientSession() as session,
+        ):
+            assert await post_url(session, node, url) == (400, UNREACHABLE + "\n")
+            assert await urls_of(session, node) == []
+
+        resolver = CountingResolver({"repository.example.org": "127.0.0.1"})
+        config = NodeConfig("http://127.0.0.1:9", "http://127.0.0.1:9/oai", "WIS-GISC-TEST")
+        async with SafeFetcher(ports=(80, listening.port), resolver=resolver) as fetcher:
+            registry = RegistryNode(db, net.network, net.keys[0], fetcher, config)
+            refused = []
+            for literal in (url, f"http://[::1]:{listening.port}/oai"):
+                with pytest.raises(UrlRefused) as caught:
+                    await registry.validate(literal)
+                refused.append(str(caught.value))
+            assert resolver.queries == []
+            with pytest.raises(UrlRefused) as caught:
+                await registry.validate(f"http://repository.example.org:{listening.port}/oai")
+            refused.append(str(caught.value))
+            assert resolver.queries == ["repository.example.org"]
+        assert refused == [UNREACHABLE] * 3
+        assert listening.connections == 0
+    warnings = [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "wiscat.registry" and r.levelno == logging.WARNING
+    ]
+    assert len(warnings) == 4, warnings
+    assert all("127.0.0.1 is in 127.0.0.0/8, Loopback" in w for w in warnings[:2]), warnings
+    assert "::1 is in ::1/128, Loopback" in warnings[2], warnings
+
+
+class CountedSocket(socket.socket):
+    """``socket.socket`` that counts the sockets made while it stands in for it."""
+
+    made = 0
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        CountedSocket.made += 1
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+
+
+S06_URLS = {
+    "file:///etc/passwd": "not an http(s) URL with a host",
+    "ftp://repository.example.org/oai": "not an http(s) URL with a host",
+    "gopher://repository.example.org:70/_oai": "not an http(s) URL with a host",
+    "data:text/xml,<Identify/>": "not an http(s) URL with a host",
+    "ws://repository.example.org/oai": "not an http(s) URL with a host",
+    "javascript:alert(1)": "not an http(s) URL with a host",
+    "http://user:secret@repository.example.org/oai": "carries credentials",
+    "http://user@repository.example.org/oai": "carries credentials",
+}
+
+
+async def test_s06_other_schemes_and_credentials_are_refused_before_any_socket(
+    tmp_path: Path, database_url: str, db: Pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """S06: ``file:``, ``ftp:``, ``gopher:``, ``data:``, ``ws:``, ``javascript:`` and URLs with
+    userinfo answer POST /urls with 400 saying why; submitted to a node directly, with
+    ``socket.socket`` counting, none of them makes a socket (while a well-formed URL, the
+    control, makes one) and no resolver is asked."""
+    net = make_network(tmp_path, 1)
+    async with (
+        running_provider(database_url, **node_overrides(net, 0)) as node,
+        aiohttp.ClientSession() as session,
+    ):
+        answers = {url: await post_url(session, node, url) for url in S06_URLS}
+    assert answers == {
+        url: (400, f"{url!r} is malformed: {problem}\n") for url, problem in S06_URLS.items()
+    }
+
+    resolver = CountingResolver()
+    config = NodeConfig("http://127.0.0.1:9", "http://127.0.0.1:9/oai", "WIS-GISC-TEST")
+    async with canary() as listening, SafeFetcher(
+        allow_private=True, ports=range(1, 65536), resolver=resolver
+    ) as fetcher:
+        registry = RegistryNode(db, net.network, net.keys[0], fetcher, config)
+        texts = {}
+        monkeypatch.setattr(socket, "socket", CountedSocket)
+        try:
+            for url in S06_URLS:
+                with pytest.raises(UrlRefused) as caught:
+                    await registry.submit(url)
+                texts[url] = str(caught.value)
+            made_by_refusals = CountedSocket.made
+            with pytest.raises(UrlRefused):  # the canary closes at once: no Identify
+                await registry.validate(f"http://127.0.0.1:{listening.port}/oai")
+        finally:
+            monkeypatch.undo()
+        assert listening.connections >= 1  # aiohttp tries a dropped connection again
+    assert texts == {url: f"{url!r} is malformed: {problem}" for url, problem in S06_URLS.items()}
+    assert made_by_refusals == 0
+    assert CountedSocket.made >= 1
+    assert resolver.queries == []
