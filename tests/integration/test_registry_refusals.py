@@ -1,6 +1,7 @@
 """What a submitter of a URL learns, and what the registry node connects to, when the URL points
-where it must not (RELIABILITY S01, S02, S06, S07, S11): every address is refused that is not global, a
-port not on the node's list is refused before any connection, and a fetch that fails says the
+where it must not (RELIABILITY S01, S02, S06, S07, S11): every address is refused that is not
+global, a port not on the node's list is refused before any connection, a URL that is not
+http(s) or carries credentials is refused before any socket, and a fetch that fails says the
 same whatever the failure (the node's log says which). Real providers, real sockets on
 loopback; no mocks."""
 
@@ -328,9 +329,10 @@ async def test_s06_other_schemes_and_credentials_are_refused_before_any_socket(
 
     resolver = CountingResolver()
     config = NodeConfig("http://127.0.0.1:9", "http://127.0.0.1:9/oai", "WIS-GISC-TEST")
-    async with canary() as listening, SafeFetcher(
-        allow_private=True, ports=range(1, 65536), resolver=resolver
-    ) as fetcher:
+    async with (
+        canary() as listening,
+        SafeFetcher(allow_private=True, ports=range(1, 65536), resolver=resolver) as fetcher,
+    ):
         registry = RegistryNode(db, net.network, net.keys[0], fetcher, config)
         texts = {}
         monkeypatch.setattr(socket, "socket", CountedSocket)
