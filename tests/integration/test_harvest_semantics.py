@@ -10,6 +10,7 @@ import logging
 import re
 import secrets
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -29,9 +30,12 @@ from shared.oaipmh.errors import (
     IdDoesNotExist,
 )
 from shared.proxy import Proxy
+from shared.registry.node import NodeConfig, RegistryNode
+from shared.registry.safe_fetch import SafeFetcher
 from tests import factories
 from tests.forward_proxy import forward_proxy
 from tests.harvest_pair import SOURCE_SET, Pair, add_link, content, run
+from tests.registry_network import CountingResolver, canary, make_network
 from tests.servers import identify_document, list_records_page, serving, serving_app
 
 if TYPE_CHECKING:
@@ -699,6 +703,69 @@ async def test_a_registry_link_reaches_only_global_addresses(pair: Pair) -> None
         settings = pair.ctx.settings.model_copy(update={"allow_private_fetch": True})
         allowed = await harvest_link(dataclasses.replace(pair.ctx, settings=settings), link)
         assert allowed.status == "ok" and allowed.counts["added"] == 1
+
+
+async def test_s10_a_registered_name_re_pointed_to_loopback_is_never_connected(
+    pair: Pair, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """S10: a URL the registry accepted while its name pointed at an allowed address (here
+    127.0.0.2 stands in for a public one) is re-pointed to 127.0.0.1 by its name server; the
+    harvest of its registry link refuses the connection at its socket (the canary listening
+    there sees none), fails as PeerUnreachable saying why, and raises what the suggested
+    alerts read: a warning, a failed run and a PeerUnreachable error in the metrics."""
+    from services.harvester.harvest import harvest_link
+
+    async def identify(request: web.Request) -> web.Response:
+        body = identify_document(request, datetime(2020, 1, 1, tzinfo=UTC))
+        return web.Response(body=body, content_type="text/xml")
+
+    app = web.Application()
+    app.router.add_get("/oai", identify)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.2", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    url = f"http://repo.test:{port}/oai"
+    resolver = CountingResolver({"repo.test": "127.0.0.2"})
+    net = make_network(tmp_path, 1)
+    config = NodeConfig("http://127.0.0.1:9", "http://127.0.0.1:9/oai", "WIS-GISC-TEST")
+    try:
+        async with SafeFetcher(
+            address_policy=lambda address: address == "127.0.0.2",
+            ports=(port,),
+            resolver=resolver,
+        ) as fetcher:
+            await RegistryNode(pair.source, net.network, net.keys[0], fetcher, config).validate(url)
+    finally:
+        await runner.cleanup()
+
+    resolver.names["repo.test"] = "127.0.0.1"  # the name is re-pointed after registration
+    caplog.set_level(logging.INFO)
+    name = "registry-5e1ec7ed"
+    async with canary(port) as listening:
+        await link_store.add_link(pair.sink, _link(name, url))
+        link = await link_store.get_link(pair.sink, name)
+        assert link is not None
+        settings = pair.ctx.client.settings
+        async with OAIClient.session(settings, resolver) as http:
+            ctx = dataclasses.replace(pair.ctx, client=OAIClient(http, settings))
+            report = await harvest_link(ctx, link, window=False)
+        assert listening.connections == 0
+    assert resolver.queries.count("repo.test") >= 2
+    assert (report.status, report.error_kind) == ("failed", "PeerUnreachable")
+    assert (
+        "127.0.0.1 is not a global address, and this link came from the registry "
+        "(WISCAT_ALLOW_PRIVATE_FETCH allows it)"
+    ) in (report.error or "")
+    sample = pair.ctx.metrics.registry.get_sample_value
+    runs = {"link": name, "mode": report.mode, "status": "failed"}
+    assert sample("wiscat_harvest_runs_total", runs) == 1
+    assert sample("wiscat_harvest_errors_total", {"link": name, "kind": "PeerUnreachable"}) == 1
+    assert any(
+        r.levelno == logging.WARNING and name in r.getMessage() and "127.0.0.1" in r.getMessage()
+        for r in caplog.records
+    ), [r.getMessage() for r in caplog.records]
 
 
 async def harvest_one_page(pair: Pair, name: str, pieces: list[bytes]) -> RunReport:
