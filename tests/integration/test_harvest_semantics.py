@@ -899,6 +899,85 @@ async def test_a_peer_s_long_error_message_is_stored_cut(pair: Pair) -> None:
     assert stored.last_error == run_error == "peer answered badArgument: " + "x" * 970 + "..."
 
 
+# D04: triggers on the sink note every write of a record, of a run's page count and of a link's
+# high-water mark, with the transaction that made it, in the order made
+_WRITES_AUDIT = """
+create table d04_writes (
+    seq bigserial primary key, txid bigint not null default txid_current(),
+    what text not null, identifier text, deleted boolean
+);
+create function d04_record() returns trigger language plpgsql as $$
+begin
+    insert into d04_writes (what, identifier, deleted) values ('record', new.identifier,
+        new.deleted);
+    return new;
+end $$;
+create function d04_page() returns trigger language plpgsql as $$
+begin
+    if new.pages is distinct from old.pages then
+        insert into d04_writes (what) values ('page');
+    end if;
+    return new;
+end $$;
+create function d04_mark() returns trigger language plpgsql as $$
+begin
+    if new.high_water_mark is distinct from old.high_water_mark then
+        insert into d04_writes (what) values ('mark');
+    end if;
+    return new;
+end $$;
+create trigger d04_record after insert or update on records
+    for each row execute function d04_record();
+create trigger d04_page after update on harvest_runs
+    for each row execute function d04_page();
+create trigger d04_mark after update on links
+    for each row execute function d04_mark();
+"""
+
+
+async def test_d04_the_mark_is_written_once_after_every_page_with_the_deletions(
+    pair: Pair,
+) -> None:
+    """D04, as the Rule says (README "Harvest peers"): each page's records are committed in one
+    transaction with the run's page count; the high-water mark is written once, in a later
+    transaction of its own that holds the list's deletions and no other record."""
+    ids = await factories.load_records(pair.source, SOURCE_SET, range(60))
+    await add_link(pair)
+    assert (await run(pair)).status == "ok"
+    added = await factories.load_records(pair.source, SOURCE_SET, range(60, 200))
+    await factories.load_records(pair.source, SOURCE_SET, range(10), version=1)
+    await factories.delete(pair.source, SOURCE_SET, ids[50:55])
+    await pair.sink.execute(_WRITES_AUDIT)
+
+    report = await run(pair)
+    assert (report.mode, report.status) == ("incremental", "ok") and report.pages >= 2
+    assert (report.counts["added"], report.counts["updated"], report.counts["deleted"]) == (
+        140,
+        10,
+        5,
+    )
+    rows = await pair.sink.fetch("select * from d04_writes order by seq")
+    by_tx: dict[int, list[tuple[str, str | None, bool | None]]] = {}
+    for row in rows:
+        by_tx.setdefault(row["txid"], []).append((row["what"], row["identifier"], row["deleted"]))
+    marks = [txid for txid, writes in by_tx.items() if ("mark", None, None) in writes]
+    assert len(marks) == 1 and [r["what"] for r in rows].count("mark") == 1
+    mark_tx = marks[0]
+    assert list(by_tx)[-1] == mark_tx  # the last transaction to write anything
+    last = by_tx.pop(mark_tx)
+    assert sorted(w for w in last if w[0] == "record") == sorted(
+        ("record", identifier, True) for identifier in ids[50:55]
+    )
+    assert [w[0] for w in last if w[0] != "record"] == ["mark"]
+    # the pages: each a transaction of its own with its records and the page count
+    pages = list(by_tx.values())
+    assert len(pages) == report.pages
+    assert all([w[0] for w in page].count("page") == 1 for page in pages)
+    stored = [w[1] for page in pages for w in page if w[0] == "record"]
+    assert sorted(stored) == sorted(ids[:10] + added)
+    assert all(w[2] is False for page in pages for w in page if w[0] == "record")
+
+
 async def test_failure_mid_list_keeps_committed_pages_and_the_old_mark(pair: Pair) -> None:
     now = datetime.now(UTC)
     good = [parse_record(generate_record(n, centre="mid")) for n in range(4)]
