@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiohttp
+from aiohttp.abc import AbstractResolver, ResolveResult
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from lxml import etree
 
@@ -120,3 +122,63 @@ async def eventually(check: Callable[[], Awaitable[bool]], seconds: float = 30.0
         if loop.time() > deadline:
             raise AssertionError("the nodes did not converge in time")
         await asyncio.sleep(0.1)
+
+
+@dataclass
+class Canary:
+    """Listens on 127.0.0.1 (and ::1 where there is IPv6) on one port, counting connections."""
+
+    port: int = 0
+    connections: int = 0
+    servers: list[asyncio.Server] = field(default_factory=list)
+
+
+@contextlib.asynccontextmanager
+async def canary(port: int = 0) -> AsyncIterator[Canary]:
+    """A :class:`Canary` on ``port`` (0: one the system picks)."""
+    found = Canary()
+
+    async def count(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        found.connections += 1
+        writer.close()
+
+    first = await asyncio.start_server(count, "127.0.0.1", port)
+    found.servers.append(first)
+    found.port = first.sockets[0].getsockname()[1]
+    with contextlib.suppress(OSError):  # no IPv6 loopback here, or the port is taken on it
+        found.servers.append(await asyncio.start_server(count, "::1", found.port))
+    try:
+        yield found
+    finally:
+        for server in found.servers:
+            server.close()
+            await server.wait_closed()
+
+
+class CountingResolver(AbstractResolver):
+    """Maps names to addresses as told, counting the queries it is asked."""
+
+    def __init__(self, names: dict[str, str] | None = None) -> None:
+        self.names = names or {}
+        self.queries: list[str] = []
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
+        self.queries.append(host)
+        if host not in self.names:
+            raise OSError(socket.EAI_NONAME, f"{host}: Name or service not known")
+        address = self.names[host]
+        return [
+            ResolveResult(
+                hostname=host,
+                host=address,
+                port=port,
+                family=socket.AF_INET6 if ":" in address else socket.AF_INET,
+                proto=0,
+                flags=socket.AI_NUMERICHOST,
+            )
+        ]
+
+    async def close(self) -> None:
+        pass

@@ -24,6 +24,7 @@ from typing import Generic, TypeVar
 
 import aiohttp
 from aiohappyeyeballs import AddrInfoType
+from aiohttp.abc import AbstractResolver
 from isal import isal_zlib
 
 from services.harvester.errors import (
@@ -240,9 +241,11 @@ class OAIClient:
         )
 
     @staticmethod
-    def session(settings: ClientSettings) -> aiohttp.ClientSession:
+    def session(
+        settings: ClientSettings, resolver: AbstractResolver | None = None
+    ) -> aiohttp.ClientSession:
         """The process's one session: timeouts, per-host connection limit, no auto-decompression
-        (we decompress ourselves, under a cap)."""
+        (we decompress ourselves, under a cap); ``resolver`` None is the system's."""
         return aiohttp.ClientSession(
             timeout=aiohttp.ClientTimeout(
                 total=settings.total_timeout,
@@ -254,6 +257,7 @@ class OAIClient:
                 limit_per_host=settings.connections_per_host,
                 socket_factory=_socket,
                 ssl=client_context(settings.ca_file),
+                resolver=resolver,
             ),
             auto_decompress=False,
             headers={"User-Agent": settings.user_agent},

@@ -48,6 +48,7 @@ from shared.registry.chain import (
 )
 from shared.registry.keyfile import Network
 from shared.registry.safe_fetch import FetchError, ForbiddenAddress, ForbiddenPort, SafeFetcher
+from shared.text import clipped
 from shared.urls import safe_url
 
 log = logging.getLogger("wiscat.registry")
@@ -63,6 +64,9 @@ FORGET_AFTER_FAILURES = 20
 # text for all, so that POST /urls cannot tell them apart and serve as a scanner (RELIABILITY
 # S11); the node's log keeps the detail.
 UNREACHABLE = "the repository cannot be reached from this registry node (its log says why)"
+NOT_IDENTIFY = (
+    "the answer to Identify is not an OAI-PMH 2.0 Identify response (this node's log says why)"
+)
 
 
 class SubmitError(Exception):
@@ -241,21 +245,30 @@ class RegistryNode:
         except FetchError as exc:
             log.info("submitted URL %s cannot be reached: %s", safe_url(url), exc)
             raise UrlRefused(UNREACHABLE) from exc
+        # The refusals below are fixed texts that repeat nothing of the answer, so that POST
+        # /urls cannot be used to read what a server says (RELIABILITY S08); the log has it.
         if response.status != 200:
             raise UrlRefused(f"Identify answered HTTP {response.status}, not 200")
         if has_doctype(response.body):
             raise UrlRefused("the Identify response declares a DOCTYPE (refused)")
         try:
             info = read_identify(response.body)
-        except (ResponseError, OAIError) as exc:
-            raise UrlRefused(f"not an OAI-PMH Identify response: {exc}") from exc
-        except etree.XMLSyntaxError as exc:
-            raise UrlRefused(f"the Identify response is not well-formed XML: {exc.msg}") from exc
+        except (ResponseError, OAIError, etree.XMLSyntaxError) as exc:
+            log.info("submitted URL %s does not answer Identify: %s", safe_url(url), exc)
+            raise UrlRefused(NOT_IDENTIFY) from exc
         if info.protocol_version != "2.0":
-            raise UrlRefused(f"protocolVersion is {info.protocol_version!r}, not '2.0'")
+            log.info(
+                "submitted URL %s gives protocolVersion %r",
+                safe_url(url),
+                clipped(info.protocol_version, 200),
+            )
+            raise UrlRefused("the Identify response's protocolVersion is not 2.0")
         if info.base_url != url:
+            log.info(
+                "submitted URL %s gives the baseURL %r", safe_url(url), clipped(info.base_url, 200)
+            )
             raise UrlRefused(
-                f"Identify gives the baseURL {info.base_url!r}, not the submitted {url!r}"
+                "the Identify response's baseURL is not the submitted URL, character for character"
             )
 
     async def submit(self, url: str) -> Transaction:

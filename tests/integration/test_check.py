@@ -27,7 +27,7 @@ from shared.generator import generate_record
 from shared.iso19139 import parse_record
 from shared.oaipmh import render
 from tests import factories
-from tests.harvest_pair import sink_settings
+from tests.harvest_pair import SOURCE_SET, Pair, add_link, run, sink_settings
 from tests.pg import clone_template, drop_database
 from tests.servers import RunningProvider, loopback_socket, running_provider, serving
 
@@ -597,3 +597,51 @@ async def test_a_report_is_stored_only_by_the_worker_holding_the_check(db: Pool)
     # nor a check removed while it ran (its report failed the run: a foreign key violation)
     assert await check_store.remove_check(db, "held")
     assert await check_store.store_report(db, "held", report, now, now, leased_by="holder") is None
+
+
+async def test_d11_drift_is_reported_exactly_and_a_full_reharvest_repairs_what_its_list_shows(
+    pair: Pair,
+) -> None:
+    """D11: a sink that lost 1 % of its records (2 of 200), holds 0.5 % stale identifiers the
+    source never had (1) and missed a deletion whose tombstone the source still lists: the
+    check names exactly these. A full re-harvest under the mass-deletion breaker's thresholds
+    (H19) brings back the lost records and applies the missed deletion; the stale identifiers
+    stay and the check still names them, and only them. Rule: wiscat deletes a harvested record
+    only on a deleted header of its source, never because a list did not name it (docs/
+    operations.md, "Consistency checks")."""
+    ids = await factories.load_records(pair.source, SOURCE_SET, range(200), centre="dr")
+    for table in ("records", "set_members"):  # written an hour ago: no datestamp is "copied"
+        await factories.backdate(
+            pair.source, f"update {table} set datestamp = datestamp - interval '1 hour'"
+        )
+    await add_link(pair)
+    assert (await run(pair)).status == "ok"
+    lost, missed_deletion = ids[50:200:75], ids[7]
+    await pair.sink.execute("delete from records where identifier = any($1)", lost)
+    stale = await factories.load_records(pair.sink, SOURCE_SET, [900], centre="st")
+    await factories.delete(pair.source, SOURCE_SET, [missed_deletion])
+
+    database_url = str(pair.ctx.settings.database_url)
+    async with running_provider(database_url, gisc_name="SINK") as sink:
+        report = await check([sink.oai], pair.provider.oai, set_spec=SOURCE_SET)
+        [before] = report["peers"]  # type: ignore[misc]
+        repair = await run(pair, full=True)
+        assert (repair.mode, repair.status) == ("full", "ok"), repair.summary()
+        assert (repair.counts["added"], repair.counts["deleted"]) == (len(lost), 1)
+        report = await check([sink.oai], pair.provider.oai, set_spec=SOURCE_SET)
+        [after] = report["peers"]  # type: ignore[misc]
+    assert before["status"] == "ok"
+    assert {c: found(before, c) for c in before["counts"]} == {
+        "missing": set(lost),
+        "extra": {*stale, missed_deletion},
+        "outdated": set(),
+        "copied_datestamp": set(),
+        "duplicates": set(),
+    }
+    assert {c: found(after, c) for c in after["counts"]} == {
+        "missing": set(),
+        "extra": set(stale),
+        "outdated": set(),
+        "copied_datestamp": set(),
+        "duplicates": set(),
+    }

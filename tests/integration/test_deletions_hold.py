@@ -12,6 +12,7 @@ deleted (RELIABILITY D06, D07, H13).
 from __future__ import annotations
 
 import contextlib
+import random
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -272,6 +273,77 @@ async def test_h13_the_last_event_of_an_identifier_in_a_list_wins(
     report, state = await events_harvest(pair, *pages)
     assert state is deleted, why
     assert report.counts["deleted"] == (1 if deleted else 0), why
+
+
+async def test_d07_100_shuffled_replays_of_a_deletion_and_a_copy_at_one_datestamp(
+    pair: Pair,
+) -> None:
+    """D07: 100 identifiers, each with a deletion and a copy (two to four events in all) at one
+    header datestamp, their events in a random order (a fixed seed), the whole list shuffled
+    and cut into pages of random sizes: after one full run each identifier is in the state of
+    its last event in list order, the Rule of README "Harvest peers" (the last event wins;
+    within a page, an identifier listed twice is taken at its newest datestamp, the last item on
+    a tie). A second link replaying the same events in another shuffle ends each one as its own
+    order says."""
+    rng = random.Random(7)
+    at = NOW + timedelta(seconds=5)
+
+    def shuffled_list(centre: str) -> tuple[list[list[bytes]], dict[str, bool]]:
+        records = [parse_record(generate_record(n, centre=centre)) for n in range(100)]
+        events: list[tuple[str, bool]] = []
+        for record in records:
+            kinds = [True, False] + [rng.random() < 0.5 for _ in range(rng.randint(0, 2))]
+            rng.shuffle(kinds)
+            events += [(record.identifier, deleted) for deleted in kinds]
+        # shuffle across identifiers while keeping each identifier's own order
+        order = sorted(range(len(events)), key=lambda _: rng.random())
+        positions: dict[str, list[int]] = {}
+        for slot, event in enumerate(order):
+            positions.setdefault(events[event][0], []).append(slot)
+        listed: list[tuple[str, bool]] = [("", False)] * len(events)
+        per_identifier: dict[str, list[bool]] = {}
+        for identifier, deleted in events:
+            per_identifier.setdefault(identifier, []).append(deleted)
+        for identifier, slots in positions.items():
+            for slot, deleted in zip(sorted(slots), per_identifier[identifier], strict=True):
+                listed[slot] = (identifier, deleted)
+        xml = {r.identifier: r.xml for r in records}
+        items = [
+            render.record(identifier, at, [A_SET], deleted, None if deleted else xml[identifier])
+            for identifier, deleted in listed
+        ]
+        pages = []
+        while items:
+            size = rng.randint(1, 60)
+            pages.append(items[:size])
+            items = items[size:]
+        last = {identifier: deleted for identifier, deleted in listed}
+        return pages, last
+
+    outcomes = []
+    for replay in range(2):
+        pages, expected = shuffled_list(f"tie{replay}")
+        async with serving(b"", pages=pages_of(*pages)) as url:  # type: ignore[arg-type]
+            into = f"TIE{replay}"
+            new = build_link(
+                name=f"tie{replay}", url=url, remote_set=A_SET, into=into,
+                own_set="WIS-GISC-SINK", window_slices=0,
+            )  # fmt: skip
+            await store.ensure_set(pair.sink, new.local_set, new.local_set, "remote")
+            await link_store.add_link(pair.sink, new)
+            link = await link_store.get_link(pair.sink, new.name)
+            assert link is not None
+            report = await harvest_link(
+                pair.ctx, link, full=True, window=False, allow_mass_delete=True
+            )
+        assert report.status == "ok", report.summary()
+        rows = await pair.sink.fetch(
+            "select identifier, deleted from set_members where set_spec = $1", into
+        )
+        got = {r["identifier"]: r["deleted"] for r in rows}
+        assert {i: got.get(i) for i in expected} == expected, f"replay {replay}"
+        outcomes.append(list(expected.values()).count(True))
+    assert all(0 < deleted < 100 for deleted in outcomes), outcomes  # both outcomes were put
 
 
 async def test_h13_a_page_keeps_the_copy_with_the_newest_header_datestamp(pair: Pair) -> None:

@@ -11,6 +11,7 @@ import re
 import time
 import secrets
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -30,9 +31,12 @@ from shared.oaipmh.errors import (
     IdDoesNotExist,
 )
 from shared.proxy import Proxy
+from shared.registry.node import NodeConfig, RegistryNode
+from shared.registry.safe_fetch import SafeFetcher
 from tests import factories
 from tests.forward_proxy import forward_proxy
 from tests.harvest_pair import SOURCE_SET, Pair, add_link, content, run
+from tests.registry_network import CountingResolver, canary, make_network
 from tests.servers import identify_document, list_records_page, serving, serving_app
 
 if TYPE_CHECKING:
@@ -705,6 +709,69 @@ async def test_a_registry_link_reaches_only_global_addresses(pair: Pair) -> None
         assert allowed.status == "ok" and allowed.counts["added"] == 1
 
 
+async def test_s10_a_registered_name_re_pointed_to_loopback_is_never_connected(
+    pair: Pair, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """S10: a URL the registry accepted while its name pointed at an allowed address (here
+    127.0.0.2 stands in for a public one) is re-pointed to 127.0.0.1 by its name server; the
+    harvest of its registry link refuses the connection at its socket (the canary listening
+    there sees none), fails as PeerUnreachable saying why, and raises what the suggested
+    alerts read: a warning, a failed run and a PeerUnreachable error in the metrics."""
+    from services.harvester.harvest import harvest_link
+
+    async def identify(request: web.Request) -> web.Response:
+        body = identify_document(request, datetime(2020, 1, 1, tzinfo=UTC))
+        return web.Response(body=body, content_type="text/xml")
+
+    app = web.Application()
+    app.router.add_get("/oai", identify)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.2", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    url = f"http://repo.test:{port}/oai"
+    resolver = CountingResolver({"repo.test": "127.0.0.2"})
+    net = make_network(tmp_path, 1)
+    config = NodeConfig("http://127.0.0.1:9", "http://127.0.0.1:9/oai", "WIS-GISC-TEST")
+    try:
+        async with SafeFetcher(
+            address_policy=lambda address: address == "127.0.0.2",
+            ports=(port,),
+            resolver=resolver,
+        ) as fetcher:
+            await RegistryNode(pair.source, net.network, net.keys[0], fetcher, config).validate(url)
+    finally:
+        await runner.cleanup()
+
+    resolver.names["repo.test"] = "127.0.0.1"  # the name is re-pointed after registration
+    caplog.set_level(logging.INFO)
+    name = "registry-5e1ec7ed"
+    async with canary(port) as listening:
+        await link_store.add_link(pair.sink, _link(name, url))
+        link = await link_store.get_link(pair.sink, name)
+        assert link is not None
+        settings = pair.ctx.client.settings
+        async with OAIClient.session(settings, resolver) as http:
+            ctx = dataclasses.replace(pair.ctx, client=OAIClient(http, settings))
+            report = await harvest_link(ctx, link, window=False)
+        assert listening.connections == 0
+    assert resolver.queries.count("repo.test") >= 2
+    assert (report.status, report.error_kind) == ("failed", "PeerUnreachable")
+    assert (
+        "127.0.0.1 is not a global address, and this link came from the registry "
+        "(WISCAT_ALLOW_PRIVATE_FETCH allows it)"
+    ) in (report.error or "")
+    sample = pair.ctx.metrics.registry.get_sample_value
+    runs = {"link": name, "mode": report.mode, "status": "failed"}
+    assert sample("wiscat_harvest_runs_total", runs) == 1
+    assert sample("wiscat_harvest_errors_total", {"link": name, "kind": "PeerUnreachable"}) == 1
+    assert any(
+        r.levelno == logging.WARNING and name in r.getMessage() and "127.0.0.1" in r.getMessage()
+        for r in caplog.records
+    ), [r.getMessage() for r in caplog.records]
+
+
 async def harvest_one_page(pair: Pair, name: str, pieces: list[bytes]) -> RunReport:
     """One full run of a new link ``name`` to a peer serving ``pieces`` as one page; it must
     succeed."""
@@ -834,6 +901,85 @@ async def test_a_peer_s_long_error_message_is_stored_cut(pair: Pair) -> None:
     assert stored is not None and stored.last_error is not None
     run_error = await pair.sink.fetchval("select error from harvest_runs")
     assert stored.last_error == run_error == "peer answered badArgument: " + "x" * 970 + "..."
+
+
+# D04: triggers on the sink note every write of a record, of a run's page count and of a link's
+# high-water mark, with the transaction that made it, in the order made
+_WRITES_AUDIT = """
+create table d04_writes (
+    seq bigserial primary key, txid bigint not null default txid_current(),
+    what text not null, identifier text, deleted boolean
+);
+create function d04_record() returns trigger language plpgsql as $$
+begin
+    insert into d04_writes (what, identifier, deleted) values ('record', new.identifier,
+        new.deleted);
+    return new;
+end $$;
+create function d04_page() returns trigger language plpgsql as $$
+begin
+    if new.pages is distinct from old.pages then
+        insert into d04_writes (what) values ('page');
+    end if;
+    return new;
+end $$;
+create function d04_mark() returns trigger language plpgsql as $$
+begin
+    if new.high_water_mark is distinct from old.high_water_mark then
+        insert into d04_writes (what) values ('mark');
+    end if;
+    return new;
+end $$;
+create trigger d04_record after insert or update on records
+    for each row execute function d04_record();
+create trigger d04_page after update on harvest_runs
+    for each row execute function d04_page();
+create trigger d04_mark after update on links
+    for each row execute function d04_mark();
+"""
+
+
+async def test_d04_the_mark_is_written_once_after_every_page_with_the_deletions(
+    pair: Pair,
+) -> None:
+    """D04, as the Rule says (README "Harvest peers"): each page's records are committed in one
+    transaction with the run's page count; the high-water mark is written once, in a later
+    transaction of its own that holds the list's deletions and no other record."""
+    ids = await factories.load_records(pair.source, SOURCE_SET, range(60))
+    await add_link(pair)
+    assert (await run(pair)).status == "ok"
+    added = await factories.load_records(pair.source, SOURCE_SET, range(60, 200))
+    await factories.load_records(pair.source, SOURCE_SET, range(10), version=1)
+    await factories.delete(pair.source, SOURCE_SET, ids[50:55])
+    await pair.sink.execute(_WRITES_AUDIT)
+
+    report = await run(pair)
+    assert (report.mode, report.status) == ("incremental", "ok") and report.pages >= 2
+    assert (report.counts["added"], report.counts["updated"], report.counts["deleted"]) == (
+        140,
+        10,
+        5,
+    )
+    rows = await pair.sink.fetch("select * from d04_writes order by seq")
+    by_tx: dict[int, list[tuple[str, str | None, bool | None]]] = {}
+    for row in rows:
+        by_tx.setdefault(row["txid"], []).append((row["what"], row["identifier"], row["deleted"]))
+    marks = [txid for txid, writes in by_tx.items() if ("mark", None, None) in writes]
+    assert len(marks) == 1 and [r["what"] for r in rows].count("mark") == 1
+    mark_tx = marks[0]
+    assert list(by_tx)[-1] == mark_tx  # the last transaction to write anything
+    last = by_tx.pop(mark_tx)
+    assert sorted(w for w in last if w[0] == "record") == sorted(
+        ("record", identifier, True) for identifier in ids[50:55]
+    )
+    assert [w[0] for w in last if w[0] != "record"] == ["mark"]
+    # the pages: each a transaction of its own with its records and the page count
+    pages = list(by_tx.values())
+    assert len(pages) == report.pages
+    assert all([w[0] for w in page].count("page") == 1 for page in pages)
+    stored = [w[1] for page in pages for w in page if w[0] == "record"]
+    assert sorted(stored) == sorted(ids[:10] + added)
+    assert all(w[2] is False for page in pages for w in page if w[0] == "record")
 
 
 async def test_failure_mid_list_keeps_committed_pages_and_the_old_mark(pair: Pair) -> None:

@@ -7,12 +7,15 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import asyncpg
 
 from shared.db import checks as check_store
 from shared.db import links as link_store
+from shared.oaipmh.dates import parse_datestamp
+from tests import factories
+from tests.oai_client import OAI, list_all, oai_get
 from tests.servers import running_provider
 
 OLD = "now() - interval '100 days'"
@@ -147,3 +150,116 @@ async def test_the_purge_goes_on_after_a_database_outage(database_url: str) -> N
                 await asyncio.sleep(0.1)
     finally:
         await pool.close()
+
+
+OWN_SET = "WIS-GISC-TEST"  # the own set of a test provider (gisc_name TEST)
+
+
+async def _identify_and_datestamps(
+    root_oai: str,
+) -> tuple[str, datetime, dict[str, tuple[datetime, bool]]]:
+    """Identify's deletedRecord and earliestDatestamp, and every header the provider lists
+    (without a set and in its own set): identifier -> (datestamp, deleted)."""
+    answer = await oai_get(root_oai, verb="Identify")
+    policy = answer.tree.findtext(f"{OAI}Identify/{OAI}deletedRecord") or ""
+    earliest, _ = parse_datestamp(
+        answer.tree.findtext(f"{OAI}Identify/{OAI}earliestDatestamp") or ""
+    )
+    listed: dict[str, tuple[datetime, bool]] = {}
+    for params in ({}, {"set": OWN_SET}):
+        for header in await list_all(root_oai, metadataPrefix="iso19139", **params):
+            stamp, _ = parse_datestamp(header.findtext(f"{OAI}datestamp") or "")
+            deleted = header.get("status") == "deleted"
+            identifier = header.findtext(f"{OAI}identifier") or ""
+            listed[identifier] = min(listed.get(identifier, (stamp, deleted)), (stamp, deleted))
+    return policy, earliest, listed
+
+
+async def _backdate(pool: asyncpg.Pool, identifier: str, days: int) -> None:
+    for table in ("records", "set_members"):
+        await factories.backdate(
+            pool,
+            f"update {table} set datestamp = now() - make_interval(days => $2) "
+            "where identifier = $1",
+            identifier,
+            days,
+        )
+
+
+async def _wait_for_a_purge_round(pool: asyncpg.Pool) -> None:
+    """Until the run of 100 days ago is gone: the provider's purge has made a round."""
+    deadline = time.monotonic() + 30
+    while await pool.fetchval("select count(*) from harvest_runs where link = 'purge-probe'"):
+        assert time.monotonic() < deadline, "no purge round"
+        await asyncio.sleep(0.1)
+
+
+async def test_d08_a_persistent_node_keeps_every_tombstone(database_url: str) -> None:
+    """D08, persistent: with WISCAT_DELETED_RETENTION_DAYS=0, Identify says `persistent`, and
+    after a purge round (the history's) tombstones of 400 days are still served as deleted
+    headers; earliestDatestamp is no later than the oldest datestamp listed."""
+    pool = await asyncpg.create_pool(database_url, min_size=1, max_size=2)
+    try:
+        ids = await factories.load_records(pool, OWN_SET, range(3), centre="pers")
+        await factories.delete(pool, OWN_SET, ids[:2])
+        await _backdate(pool, ids[0], 400)
+        await _backdate(pool, ids[1], 100)
+        await pool.execute("insert into sets (spec, name, kind) values ('S', 'S', 'remote')")
+        await pool.execute(
+            "insert into links (name, base_url, local_set) "
+            "values ('purge-probe', 'http://p/oai', 'S')"
+        )
+        await pool.execute(
+            "insert into harvest_runs (link, mode, started_at, finished_at, status) "
+            f"values ('purge-probe', 'full', {OLD}, {OLD}, 'ok')"
+        )
+        async with running_provider(
+            database_url, deleted_retention_days=0, history_retention_days=50
+        ) as provider:
+            await _wait_for_a_purge_round(pool)
+            policy, earliest, listed = await _identify_and_datestamps(provider.oai)
+        assert await pool.fetchval("select count(*) from records where deleted") == 2
+    finally:
+        await pool.close()
+    assert policy == "persistent"
+    assert {i: deleted for i, (_, deleted) in listed.items()} == {
+        ids[0]: True,
+        ids[1]: True,
+        ids[2]: False,
+    }
+    assert earliest <= min(stamp for stamp, _ in listed.values())
+    assert earliest.date() == (datetime.now(UTC) - timedelta(days=400)).date()
+
+
+async def test_d08_a_transient_node_purges_old_tombstones_and_its_earliest_follows(
+    database_url: str,
+) -> None:
+    """D08, transient with the default 90 days: the tombstone of 100 days is purged, that of
+    80 days and a live record of 95 days stay; Identify says `transient` and its
+    earliestDatestamp, once the oldest row is gone, is still no later than the oldest datestamp
+    listed (the live record's)."""
+    pool = await asyncpg.create_pool(database_url, min_size=1, max_size=2)
+    try:
+        ids = await factories.load_records(pool, OWN_SET, range(4), centre="tran")
+        await factories.delete(pool, OWN_SET, [ids[0], ids[2]])
+        for identifier, days in zip(ids, (100, 95, 80, 0), strict=True):
+            if days:
+                await _backdate(pool, identifier, days)
+        async with running_provider(database_url) as provider:
+            assert provider.settings.deleted_retention_days == 90
+            deadline = time.monotonic() + 30
+            while await pool.fetchval("select count(*) from records where identifier = $1", ids[0]):
+                assert time.monotonic() < deadline, "the old tombstone was not purged"
+                await asyncio.sleep(0.1)
+            policy, earliest, listed = await _identify_and_datestamps(provider.oai)
+    finally:
+        await pool.close()
+    assert policy == "transient"
+    assert {i: deleted for i, (_, deleted) in listed.items()} == {
+        ids[1]: False,
+        ids[2]: True,
+        ids[3]: False,
+    }
+    oldest = min(stamp for stamp, _ in listed.values())
+    assert earliest <= oldest
+    assert oldest.date() == (datetime.now(UTC) - timedelta(days=95)).date()

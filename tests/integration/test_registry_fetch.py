@@ -1,9 +1,11 @@
 """The registry's outbound fetcher against real servers on loopback: redirects are checked again
-at connect time, redirect loops, slow servers and oversized bodies end cleanly."""
+at connect time, redirect loops, slow servers and oversized bodies end cleanly (RELIABILITY S04,
+S05, S08, S09)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import ssl
 import time
@@ -11,9 +13,11 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import aiohttp
 import pytest
 import trustme
 from aiohttp import web
+from aiohttp.abc import AbstractResolver, ResolveResult
 
 from shared.registry.safe_fetch import FetchFailed, ForbiddenAddress, ForbiddenPort, SafeFetcher
 from tests.registry_network import TEST_FETCH_PORTS
@@ -186,3 +190,206 @@ async def test_https_registry_nodes_are_trusted_through_the_ca_file(tmp_path: Pa
 
 async def _urls(request: web.Request) -> web.Response:
     return web.Response(text="<BaseURLs/>", content_type="application/xml")
+
+
+class ScriptedResolver(AbstractResolver):
+    """A name server of our own: each query of a name gets the next address of its script (the
+    last one again once the script runs out)."""
+
+    def __init__(self, script: dict[str, list[str]]) -> None:
+        self.script = script
+        self.queries: list[str] = []
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
+        answered = self.queries.count(host)
+        self.queries.append(host)
+        addresses = self.script[host]
+        address = addresses[min(answered, len(addresses) - 1)]
+        return [
+            ResolveResult(
+                hostname=host,
+                host=address,
+                port=port,
+                family=socket.AF_INET,
+                proto=0,
+                flags=socket.AI_NUMERICHOST,
+            )
+        ]
+
+    async def close(self) -> None:
+        pass
+
+
+@contextlib.asynccontextmanager
+async def canary_on(host: str) -> AsyncIterator[Counted]:
+    """A listener on ``host`` that counts the connections it accepts and closes them."""
+    counted = Counted()
+
+    async def count(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        counted.connections += 1
+        writer.close()
+
+    listener = await asyncio.start_server(count, host, 0)
+    counted.port = listener.sockets[0].getsockname()[1]
+    try:
+        yield counted
+    finally:
+        listener.close()
+        await listener.wait_closed()
+
+
+@dataclass
+class Counted:
+    port: int = 0
+    connections: int = 0
+
+
+# 127.0.0.1, where the test servers listen, stands in for a public address; 127.0.0.2, where
+# the canaries listen, for the node's own network
+def only_127_0_0_1(address: str) -> bool:
+    return address == "127.0.0.1"
+
+
+async def test_s04_a_name_rebound_to_a_refused_address_is_refused_at_connect(
+    server: Server,
+) -> None:
+    """S04, DNS rebinding: a name that resolved to an allowed address resolves to a refused
+    one the next time; that connection is refused when its socket is made, and the canary at
+    the refused address sees nothing."""
+    port = int(server.root.rsplit(":", 1)[1])
+    resolver = ScriptedResolver({"rebind.test": ["127.0.0.1", "127.0.0.2"]})
+    async with canary_on("127.0.0.2") as listening:
+        async with SafeFetcher(
+            address_policy=only_127_0_0_1, ports=TEST_FETCH_PORTS, resolver=resolver
+        ) as fetcher:
+            first = await fetcher.get(f"http://rebind.test:{port}/small")
+            # another port: aiohttp caches an answer per name and port
+            with pytest.raises(ForbiddenAddress) as caught:
+                await fetcher.get(f"http://rebind.test:{listening.port}/oai")
+        assert listening.connections == 0
+    assert (first.status, first.body) == (200, b"<ok/>")
+    assert resolver.queries == ["rebind.test", "rebind.test"]
+    assert str(caught.value) == (
+        "rebind.test is a non-global address: 127.0.0.2 is in 127.0.0.0/8, Loopback "
+        "(RFC 1122 §3.2.1.3), not globally reachable"
+    )
+
+
+async def test_s05_a_redirect_to_a_name_of_a_refused_address_is_never_connected(
+    server: Server,
+) -> None:
+    """S05: an allowed server redirects to a literal refused address and to a name that
+    resolves to one: each hop is refused at its socket, the canary there sees no connection.
+    A guard that checked only the submitted URL's resolution would let both through."""
+    resolver = ScriptedResolver({"internal.test": ["127.0.0.2"]})
+    async with canary_on("127.0.0.2") as listening:
+        async with SafeFetcher(
+            address_policy=only_127_0_0_1, ports=TEST_FETCH_PORTS, resolver=resolver
+        ) as fetcher:
+            refusals = []
+            for target in (
+                f"http://127.0.0.2:{listening.port}/",
+                f"http://internal.test:{listening.port}/",
+            ):
+                server.redirect_to = target
+                with pytest.raises(ForbiddenAddress) as caught:
+                    await fetcher.get(server.root + "/redirect")
+                refusals.append(str(caught.value))
+        assert listening.connections == 0
+    loopback = "127.0.0.2 is in 127.0.0.0/8, Loopback (RFC 1122 §3.2.1.3), not globally reachable"
+    assert refusals == [
+        f"127.0.0.2 is a non-global address: {loopback}",
+        f"internal.test is a non-global address: {loopback}",
+    ]
+    assert resolver.queries == ["internal.test"]
+
+
+async def test_s09_a_proxy_in_the_environment_is_not_used(
+    server: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """S09: with HTTP_PROXY and HTTPS_PROXY naming a listener on loopback (and no NO_PROXY),
+    the registry's fetcher goes straight to the server and its address guard still refuses;
+    the proxy sees no connection, while an aiohttp session that trusts the environment, the
+    control, does reach it."""
+    async with canary_on("127.0.0.1") as proxy, canary_on("127.0.0.2") as refused:
+        for name in ("NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy"):
+            monkeypatch.delenv(name, raising=False)
+        for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
+            monkeypatch.setenv(name, f"http://127.0.0.1:{proxy.port}")
+        async with SafeFetcher(address_policy=only_127_0_0_1, ports=TEST_FETCH_PORTS) as fetcher:
+            fetched = await fetcher.get(server.root + "/small")
+            with pytest.raises(ForbiddenAddress, match=r"^127\.0\.0\.2 is a non-global"):
+                await fetcher.get(f"http://127.0.0.2:{refused.port}/oai")
+        assert (fetched.status, fetched.body) == (200, b"<ok/>")
+        assert (proxy.connections, refused.connections) == (0, 0)
+
+        async with aiohttp.ClientSession(trust_env=True) as trusting:
+            with pytest.raises(aiohttp.ClientError):
+                await trusting.get(server.root + "/small")
+        assert proxy.connections >= 1
+
+
+async def test_s08_a_peer_that_drips_is_given_up_at_the_total_timeout() -> None:
+    """S08, slowloris: a peer that sends its answer one byte at a time, a little faster than a
+    read would wait, is given up when the total timeout ends (within it plus a second)."""
+    answer = b"HTTP/1.1 200 OK\r\nContent-Type: text/xml\r\nContent-Length: 100000\r\n\r\n"
+
+    async def drip(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        try:
+            for byte in answer + b"x" * 100_000:
+                writer.write(bytes([byte]))
+                await writer.drain()
+                await asyncio.sleep(0.1)
+        except ConnectionError:
+            pass
+        finally:
+            writer.close()
+
+    dripping = await asyncio.start_server(drip, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{dripping.sockets[0].getsockname()[1]}/oai"
+    try:
+        async with SafeFetcher(allow_private=True, timeout=1, ports=TEST_FETCH_PORTS) as fetcher:
+            started = time.monotonic()
+            with pytest.raises(FetchFailed) as caught:
+                await fetcher.get(url)
+            elapsed = time.monotonic() - started
+    finally:
+        dripping.close()
+        await dripping.wait_closed()
+    assert str(caught.value) == f"no answer from {url} within 1 s"
+    assert elapsed < 1 + 1
+
+
+async def test_s08_a_5_mib_identify_is_cut_at_1_mib() -> None:
+    """S08: an Identify of 5 MiB sent without a length is read up to the 1 MiB cap only."""
+    sent = 0
+
+    async def flood(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal sent
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/xml\r\nConnection: close\r\n\r\n")
+        try:
+            writer.write(b"<OAI-PMH><Identify><description>")
+            for _ in range(5 * 16):
+                writer.write(b"x" * 65536)
+                await writer.drain()
+                sent += 65536
+        except ConnectionError:
+            pass
+        finally:
+            writer.close()
+
+    flooding = await asyncio.start_server(flood, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{flooding.sockets[0].getsockname()[1]}/oai"
+    try:
+        async with SafeFetcher(allow_private=True, ports=TEST_FETCH_PORTS) as fetcher:
+            assert fetcher.max_bytes == 1024 * 1024
+            with pytest.raises(FetchFailed) as caught:
+                await fetcher.get(url, {"verb": "Identify"})
+    finally:
+        flooding.close()
+        await flooding.wait_closed()
+    assert str(caught.value) == "the response is larger than 1048576 bytes"
