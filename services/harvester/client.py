@@ -122,7 +122,11 @@ class ClientSettings:
     max_empty_pages: int = 5
     max_decompressed_bytes: int = 64 * 1024 * 1024
     connections_per_host: int = 4
+    # RELIABILITY H11 asks a redirect loop be given up within 5 hops; aiohttp's default is 10
+    max_redirects: int = 5
     user_agent: str = f"wiscat-harvester/{VERSION} (OAI-PMH 2.0)"
+    # the From header (RFC 9110 §10.1.2): who runs this robot, for a peer's operator to write to
+    from_address: str | None = None
     ca_file: Path | None = None  # certificates trusted besides the system's (shared.tls)
     proxy: Proxy | None = None  # the outbound proxy (shared.proxy); None: directly
 
@@ -160,9 +164,15 @@ def _proxy_refused(proxy_url: str | None, shown: str, status: int) -> str:
     return f"the proxy {proxy_url} refused the request for {shown}: {why}"
 
 
+def _followed(response: aiohttp.ClientResponse) -> tuple[aiohttp.ClientResponse, ...]:
+    """The redirects followed to ``response``. aiohttp lists a 3xx without Location in its own
+    history (aiohttp issue 2022), though nothing was followed: it is left out."""
+    return tuple(hop for hop in response.history if hop is not response)
+
+
 def _answered_by(response: aiohttp.ClientResponse, shown: str) -> str:
     """Who answered: the URL asked (``shown``), or where its redirects led."""
-    if not response.history:
+    if not _followed(response):
         return shown
     return f"{safe_url(str(response.url.with_query(None)))} (redirected from {shown})"
 
@@ -187,13 +197,17 @@ def _refuse_downgrade(base_url: str, shown: str, response: aiohttp.ClientRespons
     peers that moved to https redirect, is followed."""
     if base_url[:6].lower() != "https:":
         return
-    for hop in (*response.history, response):
+    for hop in (*_followed(response), response):
         if hop.url.scheme == "http":
             target = safe_url(str(hop.url.with_query(None)))
             raise BadResponse(
                 f"{shown} redirected to {target}: from https to plain http, which a harvest "
                 "does not follow"
             )
+
+
+def _with_token(shown: str, token: str) -> str:
+    return f"{shown}, resumptionToken {clipped(token, 200)!r}"
 
 
 class _Slot(Generic[T]):
@@ -224,10 +238,11 @@ class OAIClient:
         """Warn, once a process, that ``base_url`` redirects permanently: its links still work,
         one round trip more a request, until the operator points them at the new URL (never
         done here: a redirect is not the peer's operator's word)."""
-        first = response.history[0]
+        hops = _followed(response)
+        first = hops[0]
         if first.status not in (301, 308) or base_url in self.moved:
             return
-        landed = (response.history[1] if len(response.history) > 1 else response).url
+        landed = (hops[1] if len(hops) > 1 else response).url
         target = safe_url(str(landed.with_query(None)))
         self.moved[base_url] = target
         log.warning(
@@ -256,7 +271,8 @@ class OAIClient:
                 ssl=client_context(settings.ca_file),
             ),
             auto_decompress=False,
-            headers={"User-Agent": settings.user_agent},
+            headers={"User-Agent": settings.user_agent}
+            | ({"From": settings.from_address} if settings.from_address else {}),
         )
 
     async def _read(self, response: aiohttp.ClientResponse) -> bytes:
@@ -311,7 +327,8 @@ class OAIClient:
         # a link the registry added connects directly, where its addresses are checked
         proxy = None if settings.proxy is None or _GUARDED.get() else settings.proxy
         proxy_url = proxy.for_url(base_url) if proxy else None
-        headers = {"Accept-Encoding": "gzip, deflate"}
+        # identity listed too (q > 0), for a peer that cannot compress (RELIABILITY H22)
+        headers = {"Accept-Encoding": "gzip, deflate, identity;q=0.5"}
         if proxy and proxy_url and base_url[:5].lower() == "http:":
             # aiohttp sends proxy_headers with a CONNECT (https) only; a plain request to the
             # proxy carries them itself (aiohttp drops them at a redirect to another origin)
@@ -326,10 +343,11 @@ class OAIClient:
                     params=params,
                     headers=headers,
                     allow_redirects=True,
+                    max_redirects=settings.max_redirects,
                     proxy=proxy_url,
                     proxy_headers=proxy.headers if proxy and proxy_url else None,
                 ) as response:
-                    if response.history:
+                    if _followed(response):
                         _refuse_downgrade(base_url, shown, response)
                         self._note_moved(base_url, shown, response)
                     if response.status == 200:
@@ -524,7 +542,9 @@ class OAIClient:
             slot.fetched = True
             if slot is newest:
                 go_ahead()
-            page = Page(shown, len(body), PageReader(body), verb=verb)
+            # a broken page's reason names the token it was asked with, to ask for it again
+            where = shown if slot.asked_with is None else _with_token(shown, slot.asked_with)
+            page = Page(where, len(body), PageReader(body), verb=verb)
             return page, await read(page)
 
         try:
