@@ -40,7 +40,7 @@ from services.harvester.errors import (
 )
 from services.harvester.page_records import Page, answered_otherwise
 from shared.oaipmh.dates import format_datestamp, format_day
-from shared.oaipmh.errors import NoRecordsMatch
+from shared.oaipmh.errors import BadArgument, NoRecordsMatch
 from shared.oaipmh.pages import (
     IdentifyInfo,
     MalformedResponse,
@@ -208,6 +208,10 @@ def _refuse_downgrade(base_url: str, shown: str, response: aiohttp.ClientRespons
 
 def _with_token(shown: str, token: str) -> str:
     return f"{shown}, resumptionToken {clipped(token, 200)!r}"
+
+
+# An OAI-PMH error answer is well under this; a page this small is cheap to read twice.
+_SMALL_PAGE = 16 * 1024
 
 
 class _Slot(Generic[T]):
@@ -501,10 +505,17 @@ class OAIClient:
         params = {"verb": verb, "metadataPrefix": metadata_prefix}
         if set_spec:
             params["set"] = set_spec
-        if from_ is not None:
-            params["from"] = self._format(from_, day_granularity)
-        if until is not None:
-            params["until"] = self._format(until, day_granularity)
+
+        def ask_in(days: bool) -> None:
+            if from_ is not None:
+                params["from"] = self._format(from_, days)
+            if until is not None:
+                params["until"] = self._format(until, days)
+
+        ask_in(day_granularity)
+        # a peer whose Identify says seconds, yet which takes days only, refuses the list's
+        # first request with badArgument: it is asked again in days, once (RELIABILITY H15)
+        may_ask_in_days = not day_granularity and (from_ is not None or until is not None)
         shown = safe_url(base_url)
         limit = self.settings.max_requests_per_list
         seen_tokens: set[str] = set()
@@ -538,6 +549,11 @@ class OAIClient:
 
         async def fetch_and_read(slot: _Slot[T], query: dict[str, str]) -> tuple[Page, T]:
             body = await self.fetch(base_url, query)
+            if may_ask_in_days and slot.asked_with is None and len(body) < _SMALL_PAGE:
+                # an error answer is small: read here, whoever reads the page's items
+                refused = read_errors(body)
+                if refused and isinstance(refused[0], BadArgument):
+                    raise refused[0]
             slot.announced = announced_token(body)
             slot.fetched = True
             if slot is newest:
@@ -550,7 +566,23 @@ class OAIClient:
         try:
             send(None, params)
             while slots:
-                page, result = await slots[0].task
+                try:
+                    page, result = await slots[0].task
+                except BadArgument as exc:
+                    if not may_ask_in_days or slots[0].asked_with is not None:
+                        raise
+                    may_ask_in_days = False
+                    log.warning(
+                        "%s refused from and until in seconds (badArgument: %s), though its "
+                        "Identify says seconds: asking again in days",
+                        shown,
+                        clipped(" ".join(exc.message.split()), 200),
+                    )
+                    while slots:
+                        abandon(slots.pop().task)
+                    ask_in(True)
+                    send(None, params)
+                    continue
                 slots.popleft()
                 go_ahead()
                 yield page, result

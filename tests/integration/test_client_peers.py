@@ -1267,3 +1267,74 @@ async def test_h23_connections_to_one_peer_are_capped(serve: Serve) -> None:
     assert peer.count == 12
     assert most == 4
     assert len(ports) == 4  # the connections are kept and reused
+
+
+def refuses_seconds(request: web.Request) -> web.Response:
+    """A peer whose Identify says seconds but which takes from and until in days only (as
+    repositories whose Identify was written by hand do): a seconds value is a badArgument."""
+    if request.query["verb"] == "Identify":
+        return xml("Identify.xml")
+    dates = [request.query[name] for name in ("from", "until") if name in request.query]
+    if any("T" in value for value in dates):
+        return xml(
+            b'<?xml version="1.0" encoding="UTF-8"?>'
+            b'<OAI-PMH xmlns="http://www.openarchives.org/OAI/2.0/">'
+            b"<responseDate>2024-03-05T10:00:00Z</responseDate><request>x</request>"
+            b'<error code="badArgument">from: days only</error></OAI-PMH>'
+        )
+    return xml("ListIdentifiers-day-granularity.xml")
+
+
+async def test_h15_a_peer_that_refuses_seconds_is_asked_again_in_days(
+    serve: Serve, client: OAIClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    """H15: a peer whose Identify says seconds answers badArgument to a from in seconds: the
+    list's first request is made again in days (from rounded down to its day: nothing is
+    missed), once, with a warning, and the list completes."""
+
+    async def handler(request: web.Request, peer: Peer) -> web.Response:
+        return refuses_seconds(request)
+
+    peer = await serve(handler)
+    assert not (await client.identify(peer.url)).day_granularity
+    seen: list[str] = []
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        async for page in client.list_pages(
+            peer.url,
+            "ListIdentifiers",
+            metadata_prefix="iso19139",
+            from_=datetime(2024, 3, 1, 23, 59, 30, tzinfo=UTC),
+            until=datetime(2024, 3, 5, 6, 0, tzinfo=UTC),
+        ):
+            seen.extend(identifier_of(item) for item in page.items())
+    assert seen == ["urn:x-wmo:md:int.wmo.wis::D", "urn:x-wmo:md:int.wmo.wis::E"]
+    assert [(q.get("from"), q.get("until")) for q in peer.queries[1:]] == [
+        ("2024-03-01T23:59:30Z", "2024-03-05T06:00:00Z"),
+        ("2024-03-01", "2024-03-05"),
+    ]
+    assert [r.getMessage() for r in caplog.records if r.name == LOGGER] == [
+        f"{peer.url} refused from and until in seconds (badArgument: from: days only), though "
+        "its Identify says seconds: asking again in days"
+    ]
+
+
+async def test_h15_a_bad_argument_without_dates_is_not_asked_again(
+    serve: Serve, client: OAIClient
+) -> None:
+    """H15: a badArgument to a list without from or until (nothing to ask in days) is the
+    peer's answer, and so is one to the request in days."""
+
+    async def handler(request: web.Request, peer: Peer) -> web.Response:
+        if "from" in request.query or request.query["verb"] == "Identify":
+            return refuses_seconds(request)
+        return xml(
+            b'<?xml version="1.0" encoding="UTF-8"?>'
+            b'<OAI-PMH xmlns="http://www.openarchives.org/OAI/2.0/">'
+            b"<responseDate>2024-03-05T10:00:00Z</responseDate><request>x</request>"
+            b'<error code="badArgument">no such set</error></OAI-PMH>'
+        )
+
+    peer = await serve(handler)
+    with pytest.raises(errors.BadArgument):
+        await identifiers(client, peer.url)
+    assert peer.count == 1

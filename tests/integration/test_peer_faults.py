@@ -38,7 +38,7 @@ from shared.iso19139 import parse_record
 from shared.linkspec import build_link
 from shared.oaipmh import render
 from shared.oaipmh.dates import format_datestamp, parse_datestamp
-from shared.oaipmh.errors import BadResumptionToken, NoRecordsMatch
+from shared.oaipmh.errors import BadArgument, BadResumptionToken, NoRecordsMatch
 from tests import factories
 from tests.faultproxy import Down, FaultProxy, Timeout, Toxic
 from tests.harvest_pair import SOURCE_SET, Pair, content, sink_settings
@@ -530,6 +530,7 @@ class ClockPeer:
     responseDate and the datestamps it gives are its own time; ``from`` is honoured."""
 
     skew: timedelta
+    days_only: bool = False  # from and until in seconds are a badArgument (H15)
     records: dict[str, tuple[datetime, bytes]] = dataclasses.field(default_factory=dict)
     asked: list[dict[str, str]] = dataclasses.field(default_factory=list)
 
@@ -546,6 +547,9 @@ class ClockPeer:
     async def answer(self, request: web.Request) -> bytes:
         query = dict(request.query)
         self.asked.append(query)
+        if self.days_only and "T" in query.get("from", ""):
+            refused = BadArgument("from: days only")
+            return render.render_error(self.now(), "http://peer/oai", query, [refused])
         since = parse_datestamp(query["from"])[0] if "from" in query else None
         listed = sorted(
             (stamp, identifier, document)
@@ -622,3 +626,24 @@ async def test_h14_a_header_datestamp_years_ahead_does_not_move_the_mark_past_th
         == parse_record(generate_record(1, centre="clock", version=1)).md_datestamp
     )
     assert two.high_water_mark is not None and two.high_water_mark <= datetime.now(UTC)
+
+
+async def test_h15_an_incremental_run_falls_back_to_days(pair: Pair) -> None:
+    """H15: a peer whose Identify says seconds refuses an incremental run's from in seconds
+    (badArgument); the run asks again in days, from the mark's day, and completes."""
+    peer = ClockPeer(timedelta(0), days_only=True)
+    first = [peer.put(n) for n in range(3)]
+    async with serving(b"", pages=peer.answer) as url:
+        await add_link(pair.ctx, "days", url)
+        one = await run(pair.ctx, "days")
+        assert one.status == "ok", one.error
+        assert one.high_water_mark is not None
+        later = [peer.put(n) for n in range(3, 5)]
+        two = await run(pair.ctx, "days")
+    assert (two.status, two.mode) == ("ok", "incremental"), two.error
+    assert [q["from"] for q in peer.asked[1:]] == [
+        format_datestamp(one.high_water_mark),
+        one.high_water_mark.strftime("%Y-%m-%d"),
+    ]
+    assert two.counts["added"] == 2
+    assert sorted(await content(pair.sink, "WIS-GISC-DAYS")) == sorted(first + later)
