@@ -495,6 +495,7 @@ async def test_h19_a_full_run_aborted_midway_deletes_nothing(pair: Pair) -> None
         await factories.delete(pair.source, SOURCE_SET, ids[:3])
         await factories.load_records(pair.source, SOURCE_SET, range(150, 270))
         pages = 0
+        deleted_headers: list[int] = []
 
         async def abort_on_page_3(request: web.Request) -> web.Response | None:
             nonlocal pages
@@ -502,7 +503,9 @@ async def test_h19_a_full_run_aborted_midway_deletes_nothing(pair: Pair) -> None
                 return None
             pages += 1
             if pages < 3:
-                return None
+                body = await relay.forward(request)
+                deleted_headers.append(body.count(b'status="deleted"'))
+                return web.Response(body=body, content_type="text/xml")
             return web.Response(body=b"<html>maintenance</html>", content_type="text/html")
 
         relay.answer = abort_on_page_3
@@ -511,6 +514,7 @@ async def test_h19_a_full_run_aborted_midway_deletes_nothing(pair: Pair) -> None
         report = await harvest_link(pair.ctx, link, full=True, window=False)
         assert (report.mode, report.status, report.error_kind) == ("full", "failed", "BadResponse")
         assert (report.pages, report.counts["deleted"]) == (2, 0)
+        assert sum(deleted_headers) == 3  # read, and not applied
         held = await content(pair.sink, "WIS-GISC-ABORTED")
         assert [held[i][1] for i in ids[:3]] == [False, False, False]
         assert await high_water_mark(pair.ctx, "aborted") == first.high_water_mark
