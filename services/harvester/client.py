@@ -41,7 +41,7 @@ from services.harvester.errors import (
 )
 from services.harvester.page_records import Page, answered_otherwise
 from shared.oaipmh.dates import format_datestamp, format_day
-from shared.oaipmh.errors import NoRecordsMatch
+from shared.oaipmh.errors import BadArgument, NoRecordsMatch
 from shared.oaipmh.pages import (
     IdentifyInfo,
     MalformedResponse,
@@ -123,7 +123,11 @@ class ClientSettings:
     max_empty_pages: int = 5
     max_decompressed_bytes: int = 64 * 1024 * 1024
     connections_per_host: int = 4
+    # RELIABILITY H11 asks a redirect loop be given up within 5 hops; aiohttp's default is 10
+    max_redirects: int = 5
     user_agent: str = f"wiscat-harvester/{VERSION} (OAI-PMH 2.0)"
+    # the From header (RFC 9110 §10.1.2): who runs this robot, for a peer's operator to write to
+    from_address: str | None = None
     ca_file: Path | None = None  # certificates trusted besides the system's (shared.tls)
     proxy: Proxy | None = None  # the outbound proxy (shared.proxy); None: directly
 
@@ -161,9 +165,15 @@ def _proxy_refused(proxy_url: str | None, shown: str, status: int) -> str:
     return f"the proxy {proxy_url} refused the request for {shown}: {why}"
 
 
+def _followed(response: aiohttp.ClientResponse) -> tuple[aiohttp.ClientResponse, ...]:
+    """The redirects followed to ``response``. aiohttp lists a 3xx without Location in its own
+    history (aiohttp issue 2022), though nothing was followed: it is left out."""
+    return tuple(hop for hop in response.history if hop is not response)
+
+
 def _answered_by(response: aiohttp.ClientResponse, shown: str) -> str:
     """Who answered: the URL asked (``shown``), or where its redirects led."""
-    if not response.history:
+    if not _followed(response):
         return shown
     return f"{safe_url(str(response.url.with_query(None)))} (redirected from {shown})"
 
@@ -188,13 +198,21 @@ def _refuse_downgrade(base_url: str, shown: str, response: aiohttp.ClientRespons
     peers that moved to https redirect, is followed."""
     if base_url[:6].lower() != "https:":
         return
-    for hop in (*response.history, response):
+    for hop in (*_followed(response), response):
         if hop.url.scheme == "http":
             target = safe_url(str(hop.url.with_query(None)))
             raise BadResponse(
                 f"{shown} redirected to {target}: from https to plain http, which a harvest "
                 "does not follow"
             )
+
+
+def _with_token(shown: str, token: str) -> str:
+    return f"{shown}, resumptionToken {clipped(token, 200)!r}"
+
+
+# An OAI-PMH error answer is well under this; a page this small is cheap to read twice.
+_SMALL_PAGE = 16 * 1024
 
 
 class _Slot(Generic[T]):
@@ -225,10 +243,11 @@ class OAIClient:
         """Warn, once a process, that ``base_url`` redirects permanently: its links still work,
         one round trip more a request, until the operator points them at the new URL (never
         done here: a redirect is not the peer's operator's word)."""
-        first = response.history[0]
+        hops = _followed(response)
+        first = hops[0]
         if first.status not in (301, 308) or base_url in self.moved:
             return
-        landed = (response.history[1] if len(response.history) > 1 else response).url
+        landed = (hops[1] if len(hops) > 1 else response).url
         target = safe_url(str(landed.with_query(None)))
         self.moved[base_url] = target
         log.warning(
@@ -260,7 +279,8 @@ class OAIClient:
                 resolver=resolver,
             ),
             auto_decompress=False,
-            headers={"User-Agent": settings.user_agent},
+            headers={"User-Agent": settings.user_agent}
+            | ({"From": settings.from_address} if settings.from_address else {}),
         )
 
     async def _read(self, response: aiohttp.ClientResponse) -> bytes:
@@ -315,7 +335,8 @@ class OAIClient:
         # a link the registry added connects directly, where its addresses are checked
         proxy = None if settings.proxy is None or _GUARDED.get() else settings.proxy
         proxy_url = proxy.for_url(base_url) if proxy else None
-        headers = {"Accept-Encoding": "gzip, deflate"}
+        # identity listed too (q > 0), for a peer that cannot compress (RELIABILITY H22)
+        headers = {"Accept-Encoding": "gzip, deflate, identity;q=0.5"}
         if proxy and proxy_url and base_url[:5].lower() == "http:":
             # aiohttp sends proxy_headers with a CONNECT (https) only; a plain request to the
             # proxy carries them itself (aiohttp drops them at a redirect to another origin)
@@ -330,10 +351,11 @@ class OAIClient:
                     params=params,
                     headers=headers,
                     allow_redirects=True,
+                    max_redirects=settings.max_redirects,
                     proxy=proxy_url,
                     proxy_headers=proxy.headers if proxy and proxy_url else None,
                 ) as response:
-                    if response.history:
+                    if _followed(response):
                         _refuse_downgrade(base_url, shown, response)
                         self._note_moved(base_url, shown, response)
                     if response.status == 200:
@@ -487,10 +509,17 @@ class OAIClient:
         params = {"verb": verb, "metadataPrefix": metadata_prefix}
         if set_spec:
             params["set"] = set_spec
-        if from_ is not None:
-            params["from"] = self._format(from_, day_granularity)
-        if until is not None:
-            params["until"] = self._format(until, day_granularity)
+
+        def ask_in(days: bool) -> None:
+            if from_ is not None:
+                params["from"] = self._format(from_, days)
+            if until is not None:
+                params["until"] = self._format(until, days)
+
+        ask_in(day_granularity)
+        # a peer whose Identify says seconds, yet which takes days only, refuses the list's
+        # first request with badArgument: it is asked again in days, once (RELIABILITY H15)
+        may_ask_in_days = not day_granularity and (from_ is not None or until is not None)
         shown = safe_url(base_url)
         limit = self.settings.max_requests_per_list
         seen_tokens: set[str] = set()
@@ -524,17 +553,40 @@ class OAIClient:
 
         async def fetch_and_read(slot: _Slot[T], query: dict[str, str]) -> tuple[Page, T]:
             body = await self.fetch(base_url, query)
+            if may_ask_in_days and slot.asked_with is None and len(body) < _SMALL_PAGE:
+                # an error answer is small: read here, whoever reads the page's items
+                refused = read_errors(body)
+                if refused and isinstance(refused[0], BadArgument):
+                    raise refused[0]
             slot.announced = announced_token(body)
             slot.fetched = True
             if slot is newest:
                 go_ahead()
-            page = Page(shown, len(body), PageReader(body), verb=verb)
+            # a broken page's reason names the token it was asked with, to ask for it again
+            where = shown if slot.asked_with is None else _with_token(shown, slot.asked_with)
+            page = Page(where, len(body), PageReader(body), verb=verb)
             return page, await read(page)
 
         try:
             send(None, params)
             while slots:
-                page, result = await slots[0].task
+                try:
+                    page, result = await slots[0].task
+                except BadArgument as exc:
+                    if not may_ask_in_days or slots[0].asked_with is not None:
+                        raise
+                    may_ask_in_days = False
+                    log.warning(
+                        "%s refused from and until in seconds (badArgument: %s), though its "
+                        "Identify says seconds: asking again in days",
+                        shown,
+                        clipped(" ".join(exc.message.split()), 200),
+                    )
+                    while slots:
+                        abandon(slots.pop().task)
+                    ask_in(True)
+                    send(None, params)
+                    continue
                 slots.popleft()
                 go_ahead()
                 yield page, result

@@ -41,6 +41,7 @@ def client_settings(settings: Settings) -> ClientSettings:
         retry_after_cap=settings.harvest_retry_after_cap_seconds,
         ca_file=settings.ca_file,
         proxy=settings.proxy,
+        from_address=settings.admin_email,
     )
 
 

@@ -710,7 +710,8 @@ async def test_an_answer_that_is_not_http(
 
 
 async def test_redirects_that_lead_nowhere(serve: Serve, client: OAIClient) -> None:
-    """H11: a redirect loop, or a redirect to another scheme, ends without a retry."""
+    """H11: a redirect loop is given up at its 5th redirect (ClientSettings.max_redirects;
+    aiohttp's own default is 10), a redirect to another scheme at once; neither is retried."""
 
     async def loop(request: web.Request, peer: Peer) -> web.Response:
         raise web.HTTPFound(f"{peer.url}?hop={peer.count}")
@@ -718,8 +719,8 @@ async def test_redirects_that_lead_nowhere(serve: Serve, client: OAIClient) -> N
     looping = await serve(loop)
     with pytest.raises(BadResponse) as caught:
         await client.identify(looping.url)
-    assert caught.value.reason == f"{looping.url} redirected 10 times without an answer"
-    assert looping.count == 10  # aiohttp gives up at its 10th redirect; not retried
+    assert caught.value.reason == f"{looping.url} redirected 5 times without an answer"
+    assert looping.count == 5  # not retried
 
     async def elsewhere(request: web.Request, peer: Peer) -> web.Response:
         raise web.HTTPMovedPermanently("ftp://user:secret@peer.example/oai")
@@ -996,3 +997,344 @@ async def test_get_record(serve: Serve, client: OAIClient) -> None:
     assert peer.queries[0] == MultiDict(
         verb="GetRecord", identifier="urn:x-wmo:md:int.wmo.wis::A", metadataPrefix="iso19139"
     )
+
+
+# --- RELIABILITY H01-H23 at the client --------------------------------------------------------
+
+
+async def test_h01_attempts_to_a_refused_peer_are_spaced_by_the_backoff(
+    client_for: ClientFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    """H01: a peer that refuses connections is tried max_retries + 1 times, each retry after
+    the full-jitter backoff it logs (uniform in 0 to base * 2^(attempt - 1), capped), and the
+    attempts take at least those waits in all."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()  # nothing listens there now
+    url = f"http://127.0.0.1:{port}/oai"
+    client = client_for(max_retries=3, backoff_base=0.2, backoff_cap=0.5)
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger=LOGGER), pytest.raises(PeerUnreachable) as caught:
+        await client.identify(url)
+    elapsed = time.monotonic() - started
+    assert caught.value.reason.startswith(f"cannot reach {url}: Cannot connect to host")
+    retries = [r.getMessage() for r in caplog.records if r.name == LOGGER]
+    assert [m.split(" (attempt ")[1].split(")")[0] for m in retries] == [
+        "1 of 4",
+        "2 of 4",
+        "3 of 4",
+    ]
+    waits = [float(m.rsplit("retrying in ", 1)[1].removesuffix(" s")) for m in retries]
+    # each wait within its ceiling: 0.2, 0.4, then 0.8 cut to the cap of 0.5 (logged to 0.1 s)
+    assert all(0 <= w <= ceiling + 0.05 for w, ceiling in zip(waits, [0.2, 0.4, 0.5], strict=True))
+    assert elapsed >= sum(waits) - 0.15  # the waits were slept, not skipped
+
+
+async def test_h04_a_503_without_retry_after_is_retried_after_the_usual_backoff(
+    serve: Serve, client_for: ClientFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    """H04. Rule: a 503 without Retry-After is retried after the usual full-jitter backoff
+    (README "Harvest peers": "retried with backoff (honouring Retry-After)"), not after a fixed
+    60 s: WISCAT_HARVEST_MAX_RETRIES bounds how often."""
+
+    async def handler(request: web.Request, peer: Peer) -> web.Response:
+        if peer.count <= 2:
+            return web.Response(status=503, text="busy")
+        return xml("Identify.xml")
+
+    peer = await serve(handler)
+    client = client_for(max_retries=2, backoff_base=0.2, backoff_cap=0.3)
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        info = await client.identify(peer.url)
+    assert info.repository_name == "GISC Peer"
+    assert peer.count == 3
+    retries = [r.getMessage() for r in caplog.records if r.name == LOGGER]
+    assert [m.split(" s")[0].rsplit(" ", 1)[0] for m in retries] == [
+        f"HTTP 503 from {peer.url} (attempt 1 of 3): retrying in",
+        f"HTTP 503 from {peer.url} (attempt 2 of 3): retrying in",
+    ]
+    waits = [float(m.rsplit("retrying in ", 1)[1].removesuffix(" s")) for m in retries]
+    assert waits[0] <= 0.2 + 0.05 and waits[1] <= 0.3 + 0.05
+    gaps = [later - earlier for earlier, later in zip(peer.times, peer.times[1:], strict=False)]
+    assert all(gap >= wait - 0.06 for gap, wait in zip(gaps, waits, strict=True))
+    assert all(gap < 5 for gap in gaps)
+
+
+@pytest.mark.parametrize("status", [401, 403])
+async def test_h05_401_and_403_are_final(serve: Serve, client: OAIClient, status: int) -> None:
+    """H05: a peer that wants credentials, or refuses us, is asked once: no retry would
+    change its answer."""
+
+    async def handler(request: web.Request, peer: Peer) -> web.Response:
+        if request.query["verb"] == "Identify":
+            return xml("Identify.xml")
+        return web.Response(status=status, text="go away")
+
+    peer = await serve(handler)
+    await client.identify(peer.url)
+    with pytest.raises(PeerHTTPError) as caught:
+        await identifiers(client, peer.url)
+    assert caught.value.status == status
+    assert caught.value.reason == f"HTTP {status} from {peer.url}, answering ListRecords"
+    assert peer.count == 2
+
+
+def token_page(number: int, token: str | None) -> bytes:
+    """A ListIdentifiers page of one header, id-NUMBER, announcing ``token``."""
+    tail = f"<resumptionToken>{token}</resumptionToken>" if token else ""
+    return (
+        '<?xml version="1.0" encoding="UTF-8"?>'
+        '<OAI-PMH xmlns="http://www.openarchives.org/OAI/2.0/">'
+        "<responseDate>2024-01-02T00:00:00Z</responseDate>"
+        '<request verb="ListIdentifiers">http://peer/oai</request>'
+        f"<ListIdentifiers><header><identifier>id-{number}</identifier>"
+        f"<datestamp>2024-01-01T00:00:00Z</datestamp></header>{tail}</ListIdentifiers></OAI-PMH>"
+    ).encode()
+
+
+async def test_h08_a_token_seen_earlier_in_the_list_stops_it(
+    serve: Serve, client: OAIClient
+) -> None:
+    """H08: tokens A, B, then A again: the list stops at the first repeat, after the pages
+    before it, and A is asked for once only."""
+    following = {None: "A", "A": "B", "B": "A"}
+
+    async def handler(request: web.Request, peer: Peer) -> web.Response:
+        token = request.query.get("resumptionToken")
+        return xml(token_page(peer.count, following[token]))
+
+    peer = await serve(handler)
+    seen: list[str] = []
+    with pytest.raises(RepeatedResumptionToken) as caught:
+        async for page in client.list_pages(
+            peer.url, "ListIdentifiers", metadata_prefix="iso19139"
+        ):
+            seen.extend(identifier_of(item) for item in page.items())
+    assert caught.value.reason == f"{peer.url} sent the resumptionToken 'A' twice in one list"
+    assert seen == ["id-1", "id-2", "id-3"]
+    assert [q.get("resumptionToken") for q in peer.queries] == [None, "A", "B"]
+
+
+async def test_h09_a_broken_page_asked_with_a_token_is_named_with_it(
+    serve: Serve, client: OAIClient
+) -> None:
+    """H09: the reason of a page refused for a character XML forbids names the peer and the
+    resumptionToken the page was asked with, so that the operator can ask for it again."""
+    broken = fixture("ListRecords-page2.xml").replace(
+        b"</gco:CharacterString></gmd:fileIdentifier>",
+        b"\x0b</gco:CharacterString></gmd:fileIdentifier>",
+    )
+
+    async def handler(request: web.Request, peer: Peer) -> web.Response:
+        if "resumptionToken" in request.query:
+            return xml(broken)
+        return xml("ListRecords-page1.xml")
+
+    peer = await serve(handler)
+    with pytest.raises(BadResponse) as caught:
+        await identifiers(client, peer.url)
+    assert isinstance(caught.value.__cause__, MalformedResponse)
+    assert "invalid Char" in caught.value.reason
+    assert caught.value.reason.endswith(f"(from {peer.url}, resumptionToken 'page-2-token')")
+    assert peer.count == 2
+
+
+def one_record_page(title: str) -> str:
+    """A ListRecords page of one record whose title is ``title``, as text to encode."""
+    return (
+        "<OAI-PMH xmlns='http://www.openarchives.org/OAI/2.0/'>"
+        "<responseDate>2024-01-02T00:00:00Z</responseDate>"
+        "<request verb='ListRecords'>http://peer/oai</request><ListRecords><record>"
+        "<header><identifier>id-1</identifier><datestamp>2024-01-01T00:00:00Z</datestamp></header>"
+        "<metadata><title xmlns='urn:t'>" + title + "</title></metadata>"
+        "</record></ListRecords></OAI-PMH>"
+    )
+
+
+ENCODED_PAGES = {
+    "iso-8859-1 declared": b"<?xml version='1.0' encoding='ISO-8859-1'?>"
+    + one_record_page("caf\u00e9").encode("latin-1"),
+    "utf-16 with a bom": (
+        "<?xml version='1.0' encoding='UTF-16'?>" + one_record_page("caf\u00e9")
+    ).encode("utf-16"),  # Python writes the BOM
+    "utf-8 with a bom": b"\xef\xbb\xbf<?xml version='1.0' encoding='UTF-8'?>"
+    + one_record_page("caf\u00e9").encode(),
+}
+
+
+@pytest.mark.parametrize("form", list(ENCODED_PAGES))
+async def test_h10_a_page_is_read_by_its_encoding(
+    serve: Serve, client: OAIClient, form: str
+) -> None:
+    """H10: a whole page in ISO-8859-1 (declared so), in UTF-16 with a BOM, or in UTF-8 after
+    a BOM, gives the exact text."""
+
+    async def handler(request: web.Request, peer: Peer) -> web.Response:
+        return web.Response(body=ENCODED_PAGES[form], headers={"Content-Type": "text/xml"})
+
+    peer = await serve(handler)
+    titles: list[str | None] = []
+    async for page in client.list_pages(peer.url, "ListRecords", metadata_prefix="iso19139"):
+        for item in page.items():
+            assert isinstance(item, RecordItem) and item.metadata is not None
+            titles.append(item.metadata.text)
+    assert titles == ["caf\u00e9"]
+
+
+async def test_h10_latin1_bytes_declared_as_utf8_are_refused(
+    serve: Serve, client: OAIClient
+) -> None:
+    """H10: a page declared UTF-8 whose bytes are Latin-1 is refused, not read with U+FFFD."""
+    body = b"<?xml version='1.0' encoding='UTF-8'?>" + one_record_page("caf\u00e9").encode(
+        "latin-1"
+    )
+    failure = await fails_with(serve, client, body)
+    assert isinstance(failure.__cause__, MalformedResponse)
+    assert failure.reason.startswith("not well-formed XML: Invalid bytes in character encoding")
+    assert "\ufffd" not in failure.reason
+
+
+async def test_h11_a_redirect_without_location_is_final(serve: Serve, client: OAIClient) -> None:
+    """H11: a 302 with no Location leads nowhere: the run fails with its status, no retry."""
+
+    async def handler(request: web.Request, peer: Peer) -> web.Response:
+        return web.Response(status=302, text="moved somewhere")
+
+    peer = await serve(handler)
+    with pytest.raises(PeerHTTPError) as caught:
+        await client.identify(peer.url)
+    assert caught.value.status == 302
+    assert caught.value.reason == f"HTTP 302 from {peer.url}, answering Identify"
+    assert peer.count == 1
+
+
+async def test_h22_requests_accept_identity_too(serve: Serve, client: OAIClient) -> None:
+    """H22: a request asks for gzip or deflate and says an uncompressed answer is welcome too
+    (identity with q > 0), for a peer that cannot compress."""
+
+    async def handler(request: web.Request, peer: Peer) -> web.Response:
+        return xml("Identify.xml")
+
+    peer = await serve(handler)
+    await client.identify(peer.url)
+    assert peer.headers[0]["Accept-Encoding"] == "gzip, deflate, identity;q=0.5"
+
+
+async def test_h23_requests_name_the_node_and_its_contact(serve: Serve) -> None:
+    """H23: a harvest names its software and version (User-Agent) and the node's contact
+    address (From, RFC 9110 §10.1.2: the operator of a robot), which is WISCAT_ADMIN_EMAIL."""
+    settings = client_settings(
+        Settings(_env_file=None, gisc_name="T", admin_email="ops@gisc.example")  # type: ignore[call-arg]
+    )
+
+    async def handler(request: web.Request, peer: Peer) -> web.Response:
+        return xml("Identify.xml")
+
+    peer = await serve(handler)
+    async with OAIClient.session(settings) as session:
+        await OAIClient(session, settings).identify(peer.url)
+    from shared.version import VERSION
+
+    assert peer.headers[0]["User-Agent"] == f"wiscat-harvester/{VERSION} (OAI-PMH 2.0)"
+    assert peer.headers[0]["From"] == "ops@gisc.example"
+
+
+async def test_h23_connections_to_one_peer_are_capped(serve: Serve) -> None:
+    """H23: however many requests a harvester process has for one peer host (links harvested
+    at once, pages read ahead, GetRecords), at most ClientSettings.connections_per_host (4)
+    connections to it are open at once; the rest wait for one."""
+    settings = client_settings(Settings(_env_file=None, gisc_name="T"))  # type: ignore[call-arg]
+    assert settings.connections_per_host == 4
+    at_once = 0
+    most = 0
+    ports: set[int] = set()
+
+    async def handler(request: web.Request, peer: Peer) -> web.Response:
+        nonlocal at_once, most
+        assert request.transport is not None
+        ports.add(request.transport.get_extra_info("peername")[1])
+        at_once += 1
+        most = max(most, at_once)
+        await asyncio.sleep(0.3)
+        at_once -= 1
+        return xml("Identify.xml")
+
+    peer = await serve(handler)
+    async with OAIClient.session(settings) as session:
+        client = OAIClient(session, settings)
+        await asyncio.gather(*(client.identify(peer.url) for _ in range(12)))
+    assert peer.count == 12
+    assert most == 4
+    assert len(ports) == 4  # the connections are kept and reused
+
+
+def refuses_seconds(request: web.Request) -> web.Response:
+    """A peer whose Identify says seconds but which takes from and until in days only (as
+    repositories whose Identify was written by hand do): a seconds value is a badArgument."""
+    if request.query["verb"] == "Identify":
+        return xml("Identify.xml")
+    dates = [request.query[name] for name in ("from", "until") if name in request.query]
+    if any("T" in value for value in dates):
+        return xml(
+            b'<?xml version="1.0" encoding="UTF-8"?>'
+            b'<OAI-PMH xmlns="http://www.openarchives.org/OAI/2.0/">'
+            b"<responseDate>2024-03-05T10:00:00Z</responseDate><request>x</request>"
+            b'<error code="badArgument">from: days only</error></OAI-PMH>'
+        )
+    return xml("ListIdentifiers-day-granularity.xml")
+
+
+async def test_h15_a_peer_that_refuses_seconds_is_asked_again_in_days(
+    serve: Serve, client: OAIClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    """H15: a peer whose Identify says seconds answers badArgument to a from in seconds: the
+    list's first request is made again in days (from rounded down to its day: nothing is
+    missed), once, with a warning, and the list completes."""
+
+    async def handler(request: web.Request, peer: Peer) -> web.Response:
+        return refuses_seconds(request)
+
+    peer = await serve(handler)
+    assert not (await client.identify(peer.url)).day_granularity
+    seen: list[str] = []
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        async for page in client.list_pages(
+            peer.url,
+            "ListIdentifiers",
+            metadata_prefix="iso19139",
+            from_=datetime(2024, 3, 1, 23, 59, 30, tzinfo=UTC),
+            until=datetime(2024, 3, 5, 6, 0, tzinfo=UTC),
+        ):
+            seen.extend(identifier_of(item) for item in page.items())
+    assert seen == ["urn:x-wmo:md:int.wmo.wis::D", "urn:x-wmo:md:int.wmo.wis::E"]
+    assert [(q.get("from"), q.get("until")) for q in peer.queries[1:]] == [
+        ("2024-03-01T23:59:30Z", "2024-03-05T06:00:00Z"),
+        ("2024-03-01", "2024-03-05"),
+    ]
+    assert [r.getMessage() for r in caplog.records if r.name == LOGGER] == [
+        f"{peer.url} refused from and until in seconds (badArgument: from: days only), though "
+        "its Identify says seconds: asking again in days"
+    ]
+
+
+async def test_h15_a_bad_argument_without_dates_is_not_asked_again(
+    serve: Serve, client: OAIClient
+) -> None:
+    """H15: a badArgument to a list without from or until (nothing to ask in days) is the
+    peer's answer, and so is one to the request in days."""
+
+    async def handler(request: web.Request, peer: Peer) -> web.Response:
+        if "from" in request.query or request.query["verb"] == "Identify":
+            return refuses_seconds(request)
+        return xml(
+            b'<?xml version="1.0" encoding="UTF-8"?>'
+            b'<OAI-PMH xmlns="http://www.openarchives.org/OAI/2.0/">'
+            b"<responseDate>2024-03-05T10:00:00Z</responseDate><request>x</request>"
+            b'<error code="badArgument">no such set</error></OAI-PMH>'
+        )
+
+    peer = await serve(handler)
+    with pytest.raises(errors.BadArgument):
+        await identifiers(client, peer.url)
+    assert peer.count == 1

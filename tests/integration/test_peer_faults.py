@@ -1,32 +1,49 @@
-"""RELIABILITY H01 and H02 through the real harvester: one link's peer is down, or accepts and
-never answers, while another link harvests at the same time.
+"""RELIABILITY's harvester scenarios (H) through the real harvester and real peers.
 
-The faulty peer is the real provider behind the tests' fault proxy (tests/faultproxy.py); the
-other link reaches the same provider directly. The faulty link's run fails cleanly after its
-bounded attempts, its high-water mark unmoved; the other link's run completes; once the fault
-is gone, the faulty link's next run completes too.
+H01 and H02: one link's peer is down, or accepts and never answers, while three other links
+harvest at the same time. The faulty peer is the real provider behind the tests' fault proxy
+(tests/faultproxy.py); the other links reach the same provider directly. The faulty link's run
+fails cleanly after its bounded attempts, its high-water mark unmoved; the other links' runs
+complete; once the fault is gone, the faulty link's next run completes too.
+
+The others put a relay (a small aiohttp server that passes requests on to the real provider)
+between the harvester and the provider, which answers some requests itself: a 503, an expired
+token, a connection cut mid-body; or harvest a small peer whose clock and datestamps the test
+sets.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import logging
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime, timedelta
 from urllib.parse import urlsplit
 
+import aiohttp
 import pytest
+from aiohttp import web
 
+from services.harvester.client import OAIClient
 from services.harvester.harvest import HarvestContext, RunReport, harvest_link
 from services.harvester.service import harvest_context
 from shared.db import links as link_store
 from shared.db import records as store
 from shared.db.pool import Pool
+from shared.generator import generate_record
+from shared.iso19139 import parse_record
 from shared.linkspec import build_link
+from shared.oaipmh import render
+from shared.oaipmh.dates import format_datestamp, parse_datestamp
+from shared.oaipmh.errors import BadArgument, BadResumptionToken, NoRecordsMatch
 from tests import factories
 from tests.faultproxy import Down, FaultProxy, Timeout, Toxic
-from tests.harvest_pair import SOURCE_SET, content, sink_settings
+from tests.harvest_pair import SOURCE_SET, Pair, content, sink_settings
 from tests.pg import clone_template, drop_database
-from tests.servers import RunningProvider, running_provider
+from tests.servers import RunningProvider, running_provider, serving, serving_app
 
 FAULTS: dict[str, tuple[Toxic, str]] = {
     "H01 peer down (connection refused)": (Down(), "PeerUnreachable"),
@@ -97,11 +114,15 @@ async def test_a_faulty_peer_fails_its_run_cleanly_and_leaves_other_links_alone(
         FaultProxy("127.0.0.1", provider_port(provider)) as proxy,
     ):
         await add_link(sink, "faulty", proxy.url + "/oai")
-        await add_link(sink, "healthy", provider.oai)
+        healthy = ["healthy-1", "healthy-2", "healthy-3"]
+        for name in healthy:
+            await add_link(sink, name, provider.oai)
         proxy.set(toxic)
         before = asyncio.all_tasks()
         async with asyncio.timeout(30):  # 2 attempts of at most 1 s each, and a backoff
-            failed, done = await asyncio.gather(run(sink, "faulty"), run(sink, "healthy"))
+            failed, *done = await asyncio.gather(
+                run(sink, "faulty"), *(run(sink, name) for name in healthy)
+            )
         await no_task_left(before)
 
         assert (failed.status, failed.error_kind) == ("failed", kind), failed.error
@@ -125,13 +146,508 @@ async def test_a_faulty_peer_fails_its_run_cleanly_and_leaves_other_links_alone(
         assert (faulty.high_water_mark, faulty.last_error) == (None, failed.error)
         assert await content(sink.pool, "WIS-GISC-FAULTY") == {}
 
-        assert done.status == "ok", done.error
         source = await content(db, SOURCE_SET)
         assert len(source) == 150
-        assert await content(sink.pool, "WIS-GISC-HEALTHY") == source
+        for name, report in zip(healthy, done, strict=True):
+            assert report.status == "ok", report.error
+            assert await content(sink.pool, f"WIS-GISC-{name.upper()}") == source
 
         proxy.clear()
         again = await run(sink, "faulty")
         assert again.status == "ok", again.error
         assert again.high_water_mark is not None
         assert await content(sink.pool, "WIS-GISC-FAULTY") == source
+
+
+# --- a relay between the harvester and the real provider ---------------------------------------
+
+
+@dataclasses.dataclass
+class Relay:
+    """A small server that passes each request on to ``target`` (the real provider), unless
+    ``answer`` answers it itself; what it was asked, and when."""
+
+    target: str
+    http: aiohttp.ClientSession
+    url: str = ""
+    asked: list[dict[str, str]] = dataclasses.field(default_factory=list)
+    times: list[float] = dataclasses.field(default_factory=list)
+    answer: Callable[[web.Request], Awaitable[web.StreamResponse | None]] | None = None
+    kept: bytes = b""  # what an answer keeps between requests
+
+    async def forward(self, request: web.Request) -> bytes:
+        async with self.http.get(self.target, params=request.query) as response:
+            return await response.read()
+
+    def tokens(self) -> list[str | None]:
+        """The resumptionToken of each list request, in order (None: a list's first)."""
+        return [q.get("resumptionToken") for q in self.asked if q.get("verb") != "Identify"]
+
+
+@contextlib.asynccontextmanager
+async def relaying(target: str) -> AsyncIterator[Relay]:
+    async with aiohttp.ClientSession() as http:
+        relay = Relay(target, http)
+
+        async def endpoint(request: web.Request) -> web.StreamResponse:
+            relay.asked.append(dict(request.query))
+            relay.times.append(time.monotonic())
+            if relay.answer is not None:
+                answered = await relay.answer(request)
+                if answered is not None:
+                    return answered
+            return web.Response(body=await relay.forward(request), content_type="text/xml")
+
+        app = web.Application()
+        app.router.add_get("/oai", endpoint)
+        async with serving_app(app) as root:
+            relay.url = root + "/oai"
+            yield relay
+
+
+def patient(ctx: HarvestContext, max_retries: int) -> HarvestContext:
+    """``ctx`` with a client that retries ``max_retries`` times, after short backoffs."""
+    settings = dataclasses.replace(
+        ctx.client.settings, max_retries=max_retries, backoff_base=0.05, backoff_cap=0.1
+    )
+    return dataclasses.replace(ctx, client=OAIClient(ctx.client.http, settings))
+
+
+async def high_water_mark(ctx: HarvestContext, name: str) -> datetime | None:
+    link = await link_store.get_link(ctx.pool, name)
+    assert link is not None
+    return link.high_water_mark
+
+
+async def rows(pool: Pool) -> dict[str, tuple[object, ...]]:
+    """Every stored record's row as written: its datestamp, content and row version (xmin),
+    which any write changes, even one of the same values."""
+    found = await pool.fetch(
+        "select identifier, datestamp, content_hash, deleted, xmin::text as version from records"
+    )
+    return {r["identifier"]: tuple(r.values())[1:] for r in found}
+
+
+async def test_h03_two_503s_in_a_harvest_are_waited_out(pair: Pair) -> None:
+    """H03: the first ListRecords request and the first request for page 2 are answered 503
+    with Retry-After: 1. Each is waited out and asked again (page 2 with the same token); the
+    run completes with requests = pages + 2 (and its Identify), every record written once."""
+    await factories.load_records(pair.source, SOURCE_SET, range(250))
+    ctx = patient(pair.ctx, max_retries=2)
+    async with relaying(pair.provider.oai) as relay:
+
+        async def busy(request: web.Request) -> web.Response | None:
+            if len(relay.asked) in (2, 4):
+                return web.Response(status=503, text="busy", headers={"Retry-After": "1"})
+            return None
+
+        relay.answer = busy
+        await add_link(ctx, "busy", relay.url)
+        report = await run(ctx, "busy")
+    assert report.status == "ok", report.error
+    assert report.pages == 3
+    assert len(relay.asked) == 1 + report.pages + 2
+    tokens = relay.tokens()
+    assert tokens[:2] == [None, None] and tokens[2] == tokens[3] != tokens[4]
+    assert relay.times[2] - relay.times[1] >= 0.9 and relay.times[4] - relay.times[3] >= 0.9
+    assert (report.counts["added"], report.counts["updated"]) == (250, 0)
+    source = await content(pair.source, SOURCE_SET)
+    assert len(source) == 250
+    assert await content(ctx.pool, "WIS-GISC-BUSY") == source
+    assert await ctx.pool.fetchval("select count(*) from records") == 250
+
+
+async def test_h06_a_page_cut_mid_body_is_asked_again_with_its_token(pair: Pair) -> None:
+    """H06: the answer to page 2 is cut halfway through its body, twice (the connection closed
+    short of its Content-Length). Page 2 is asked again with the same token each time, and the
+    run completes: every page written once, the catalogue equal to the provider's."""
+    await factories.load_records(pair.source, SOURCE_SET, range(250))
+    ctx = patient(pair.ctx, max_retries=2)
+    cut: list[str] = []
+    async with relaying(pair.provider.oai) as relay:
+
+        async def cut_short(request: web.Request) -> web.StreamResponse | None:
+            token = request.query.get("resumptionToken")
+            if token is None or len(cut) == 2 or (cut and token != cut[0]):
+                return None
+            cut.append(token)
+            body = await relay.forward(request)
+            response = web.StreamResponse(
+                headers={"Content-Type": "text/xml", "Content-Length": str(len(body))}
+            )
+            await response.prepare(request)
+            await response.write(body[: len(body) // 2])
+            assert request.transport is not None
+            request.transport.close()
+            return response
+
+        relay.answer = cut_short
+        await add_link(ctx, "cut", relay.url)
+        report = await run(ctx, "cut")
+    assert report.status == "ok", report.error
+    tokens = relay.tokens()
+    assert len(cut) == 2 and tokens[1:4] == [cut[0]] * 3
+    assert len(tokens) == 5 and report.pages == 3
+    assert (report.counts["added"], report.counts["updated"], report.counts["unchanged"]) == (
+        250,
+        0,
+        0,
+    )
+    pages = await ctx.pool.fetchval("select pages from harvest_runs where id = $1", report.run_id)
+    assert pages == 3
+    assert await content(ctx.pool, "WIS-GISC-CUT") == await content(pair.source, SOURCE_SET)
+
+
+async def first_page_again(request: web.Request, relay: Relay) -> web.Response | None:
+    """H08: every page asked with a token answered with the list's first page as it was sent,
+    whose token is the one just asked with: a paging loop."""
+    if request.query.get("verb") == "Identify":
+        return None
+    if "resumptionToken" not in request.query:
+        relay.kept = await relay.forward(request)
+    return web.Response(body=relay.kept, content_type="text/xml")
+
+
+async def control_character(request: web.Request, relay: Relay) -> web.Response | None:
+    """H09: page 2 with a vertical tab in a record, a character XML 1.0 does not allow."""
+    if "resumptionToken" not in request.query:
+        return None
+    body = await relay.forward(request)
+    broken = body.replace(b"</gco:CharacterString>", b"\x0b</gco:CharacterString>", 1)
+    return web.Response(body=broken, content_type="text/xml")
+
+
+def refusing(status: int) -> Callable[[web.Request, Relay], Awaitable[web.Response | None]]:
+    """H05: every list request refused with ``status``."""
+
+    async def answer(request: web.Request, relay: Relay) -> web.Response | None:
+        if request.query.get("verb") == "Identify":
+            return None
+        return web.Response(status=status, text="not for you")
+
+    return answer
+
+
+TURNS_BAD = {
+    "H05 401": (refusing(401), "PeerHTTPError", "HTTP 401 from {url}, answering ListRecords"),
+    "H05 403": (refusing(403), "PeerHTTPError", "HTTP 403 from {url}, answering ListRecords"),
+    "H08 token loop": (
+        first_page_again,
+        "RepeatedResumptionToken",
+        "{url} sent the resumptionToken {token!r} twice in one list",
+    ),
+    "H09 control character": (
+        control_character,
+        "BadResponse",
+        "not well-formed XML: PCDATA invalid Char value 11, line {line}, column {column} "
+        "(from {url}, resumptionToken {token!r})",
+    ),
+}
+
+
+@pytest.mark.parametrize("fault", list(TURNS_BAD))
+async def test_h05_h08_h09_a_peer_that_turns_bad_fails_the_run_and_keeps_the_mark(
+    pair: Pair, fault: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A link harvested once; then its peer refuses us (H05: 401, 403), loops on a token (H08)
+    or sends a page with a control character (H09). The incremental run fails with the
+    reason, at once (one request of each, no retry), logged as a warning that names the link,
+    the peer and the token; the error counter counts it; the high-water mark stays where the
+    first run left it, and nothing of the bad page is stored."""
+    caplog.set_level(logging.INFO, logger="wiscat")
+    answer, kind, reason = TURNS_BAD[fault]
+    await factories.load_records(pair.source, SOURCE_SET, range(150))
+    async with relaying(pair.provider.oai) as relay:
+        await add_link(pair.ctx, "turns", relay.url)
+        first = await run(pair.ctx, "turns")
+        assert first.status == "ok", first.error
+        before = await rows(pair.sink)
+        await factories.load_records(pair.source, SOURCE_SET, range(150, 300))
+        asked_before = len(relay.asked)
+
+        async def bad(request: web.Request) -> web.Response | None:
+            return await answer(request, relay)
+
+        relay.answer = bad
+        report = await run(pair.ctx, "turns")
+    assert (report.status, report.error_kind, report.mode) == ("failed", kind, "incremental")
+    asked = [q.get("resumptionToken") for q in relay.asked[asked_before:]]
+    token = asked[1] if len(asked) > 1 else None
+    expected = reason.format(url=relay.url, token=token, line="{line}", column="{column}")
+    assert report.error is not None
+    if "{line}" in expected:  # where in the page the parser stopped is the parser's business
+        head, tail = expected.split("{line}, column {column}")
+        assert report.error.startswith(head) and tail in report.error, report.error
+    else:
+        assert report.error == expected
+    if fault.startswith("H05"):
+        assert asked == [None]  # no retry
+    elif fault.startswith("H08"):
+        assert asked == [None, token] and token is not None
+    else:  # page 3 may have been asked for ahead, with the token page 2's intact tail names
+        assert asked[:2] == [None, token] and token is not None and len(asked) <= 3
+    assert await high_water_mark(pair.ctx, "turns") == first.high_water_mark
+    errors = pair.ctx.metrics.registry.get_sample_value(
+        "wiscat_harvest_errors_total", {"link": "turns", "kind": kind}
+    )
+    assert errors == 1
+    told = [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelno == logging.WARNING and f"run {report.run_id}: failed" in r.getMessage()
+    ]
+    assert told == [f"harvest {report.summary()}"]
+    assert relay.url in told[0] and "harvest turns incremental" in told[0]
+    if fault.startswith("H09"):
+        assert f"resumptionToken {token!r}" in told[0]
+    # what was stored stays as it was; of the second run, only page 1 is written
+    after = await rows(pair.sink)
+    assert {i: after[i] for i in before} == before
+    assert len(after) - len(before) == report.counts["added"]
+    # H08: page 1 and page 1 again (the repeat is found once that page is read: it changes
+    # nothing, its rows unchanged)
+    assert report.pages == {"H05": 0, "H08": 2, "H09": 1}[fault[:3]]
+
+
+async def test_h12_the_run_after_an_expired_token_converges_and_rewrites_nothing(
+    pair: Pair,
+) -> None:
+    """H12: an incremental run gets badResumptionToken for page 2 (of 3): it fails, page 1
+    kept, the high-water mark where the run before left it. The next run starts from that
+    mark (not from the earliest datestamp, not mid-list), ends with the provider's catalogue,
+    and leaves the rows of page 1, sent again, as they were: not one written again."""
+    await factories.load_records(pair.source, SOURCE_SET, range(150))
+    async with relaying(pair.provider.oai) as relay:
+        await add_link(pair.ctx, "expiring", relay.url)
+        first = await run(pair.ctx, "expiring")
+        assert first.status == "ok", first.error
+        await factories.load_records(pair.source, SOURCE_SET, range(150, 400))
+        expired = render.render_error(
+            datetime.now(UTC), relay.url, None, [BadResumptionToken("expired")]
+        )
+
+        async def expire(request: web.Request) -> web.Response | None:
+            if "resumptionToken" in request.query:
+                return web.Response(body=expired, content_type="text/xml")
+            return None
+
+        relay.answer = expire
+        failed = await run(pair.ctx, "expiring")
+        assert (failed.status, failed.error_kind) == ("failed", "badResumptionToken")
+        assert failed.pages == 1
+        assert await high_water_mark(pair.ctx, "expiring") == first.high_water_mark
+        kept = await rows(pair.sink)
+        assert len(kept) == 150 + failed.counts["added"]
+        relay.answer = None
+        asked_before = len(relay.asked)
+        again = await run(pair.ctx, "expiring")
+    assert again.status == "ok", again.error
+    assert again.mode == "incremental" and again.from_ == failed.from_
+    # after an Identify (asked again after a failed run), the list from the same mark
+    [asked] = [q for q in relay.asked[asked_before:] if "metadataPrefix" in q]
+    assert asked["from"] == format_datestamp(failed.from_)  # type: ignore[arg-type]
+    # page 1 sent again (and the records at the mark's second, whatever the run before
+    # stored): unchanged, none updated; the rest added
+    assert again.counts["added"] == 400 - len(kept)
+    assert again.counts["unchanged"] >= 100 and again.counts["updated"] == 0
+    after = await rows(pair.sink)
+    assert {i: after[i] for i in kept} == kept
+    assert await content(pair.sink, "WIS-GISC-EXPIRING") == await content(pair.source, SOURCE_SET)
+
+
+async def test_h19_a_full_run_answered_no_records_match_deletes_nothing(pair: Pair) -> None:
+    """H19: a full run whose peer answers noRecordsMatch (an empty set) deletes nothing: a
+    record is deleted only by a deleted header (README "Harvest peers"), never for being
+    absent from a list. The run is ok, as the list is; the high-water mark is kept."""
+    await factories.load_records(pair.source, SOURCE_SET, range(150))
+    async with relaying(pair.provider.oai) as relay:
+        await add_link(pair.ctx, "emptied", relay.url)
+        first = await run(pair.ctx, "emptied")
+        assert first.status == "ok", first.error
+        held = await content(pair.sink, "WIS-GISC-EMPTIED")
+        nothing = render.render_error(datetime.now(UTC), relay.url, None, [NoRecordsMatch()])
+
+        async def empty(request: web.Request) -> web.Response | None:
+            if request.query.get("verb") == "Identify":
+                return None
+            return web.Response(body=nothing, content_type="text/xml")
+
+        relay.answer = empty
+        link = await link_store.get_link(pair.sink, "emptied")
+        assert link is not None
+        report = await harvest_link(pair.ctx, link, full=True, window=False)
+    assert (report.mode, report.status, report.counts["deleted"]) == ("full", "ok", 0)
+    assert relay.asked[-1].get("verb") == "ListRecords" and "from" not in relay.asked[-1]
+    assert await content(pair.sink, "WIS-GISC-EMPTIED") == held
+    assert len(held) == 150 and not any(deleted for _, deleted in held.values())
+    assert await high_water_mark(pair.ctx, "emptied") == first.high_water_mark
+
+
+async def test_h19_a_full_run_aborted_midway_deletes_nothing(pair: Pair) -> None:
+    """H19: a full run that has read deleted headers (3 deletions at the provider) and then
+    fails on its last page applies none of them: deletions wait for the whole list. The run
+    is failed (incomplete), the high-water mark kept; the next run applies them."""
+    ids = await factories.load_records(pair.source, SOURCE_SET, range(150))
+    async with relaying(pair.provider.oai) as relay:
+        await add_link(pair.ctx, "aborted", relay.url)
+        first = await run(pair.ctx, "aborted")
+        assert first.status == "ok", first.error
+        await factories.delete(pair.source, SOURCE_SET, ids[:3])
+        await factories.load_records(pair.source, SOURCE_SET, range(150, 270))
+        pages = 0
+        deleted_headers: list[int] = []
+
+        async def abort_on_page_3(request: web.Request) -> web.Response | None:
+            nonlocal pages
+            if request.query.get("verb") == "Identify":
+                return None
+            pages += 1
+            if pages < 3:
+                body = await relay.forward(request)
+                deleted_headers.append(body.count(b'status="deleted"'))
+                return web.Response(body=body, content_type="text/xml")
+            return web.Response(body=b"<html>maintenance</html>", content_type="text/html")
+
+        relay.answer = abort_on_page_3
+        link = await link_store.get_link(pair.sink, "aborted")
+        assert link is not None
+        report = await harvest_link(pair.ctx, link, full=True, window=False)
+        assert (report.mode, report.status, report.error_kind) == ("full", "failed", "BadResponse")
+        assert (report.pages, report.counts["deleted"]) == (2, 0)
+        assert sum(deleted_headers) == 3  # read, and not applied
+        held = await content(pair.sink, "WIS-GISC-ABORTED")
+        assert [held[i][1] for i in ids[:3]] == [False, False, False]
+        assert await high_water_mark(pair.ctx, "aborted") == first.high_water_mark
+
+        relay.answer = None
+        again = await harvest_link(pair.ctx, link, full=True, window=False)
+    assert again.status == "ok" and again.counts["deleted"] == 3
+    assert await content(pair.sink, "WIS-GISC-ABORTED") == await content(pair.source, SOURCE_SET)
+
+
+# --- a peer whose clock and datestamps the test sets ------------------------------------------
+
+
+@dataclasses.dataclass
+class ClockPeer:
+    """A one-page ListRecords peer whose clock is ``skew`` off the harvester's: its
+    responseDate and the datestamps it gives are its own time; ``from`` is honoured."""
+
+    skew: timedelta
+    days_only: bool = False  # from and until in seconds are a badArgument (H15)
+    records: dict[str, tuple[datetime, bytes]] = dataclasses.field(default_factory=dict)
+    asked: list[dict[str, str]] = dataclasses.field(default_factory=list)
+
+    def now(self) -> datetime:
+        return (datetime.now(UTC) + self.skew).replace(microsecond=0)
+
+    def put(self, n: int, version: int = 0, at: datetime | None = None) -> str:
+        """Write record ``n`` at ``version``, stamped ``at`` (by default, the peer's now)."""
+        document = generate_record(n, centre="clock", version=version)
+        identifier = parse_record(document).identifier
+        self.records[identifier] = (at or self.now(), document)
+        return identifier
+
+    async def answer(self, request: web.Request) -> bytes:
+        query = dict(request.query)
+        self.asked.append(query)
+        if self.days_only and "T" in query.get("from", ""):
+            refused = BadArgument("from: days only")
+            return render.render_error(self.now(), "http://peer/oai", query, [refused])
+        since = parse_datestamp(query["from"])[0] if "from" in query else None
+        listed = sorted(
+            (stamp, identifier, document)
+            for identifier, (stamp, document) in self.records.items()
+            if since is None or stamp >= since
+        )
+        now = self.now()
+        if not listed:
+            return render.render_error(now, "http://peer/oai", query, [NoRecordsMatch()])
+        return (
+            render.response_start(now, "http://peer/oai", query, "ListRecords")
+            + b"".join(render.record(i, stamp, [], False, d) for stamp, i, d in listed)
+            + render.response_end("ListRecords")
+        )
+
+
+@pytest.mark.parametrize("hours", [-3, 3])
+async def test_h16_a_provider_with_a_skewed_clock_misses_nothing(pair: Pair, hours: int) -> None:
+    """H16: the peer's clock is 3 h behind, or ahead of, the harvester's. The high-water mark
+    is the peer's own time (its greatest datestamp, not past its responseDate), the next
+    incremental run asks from it, and gets every record the peer wrote since: none missed,
+    where a mark from the harvester's clock would skip 3 h of them (or ask 3 h ahead)."""
+    peer = ClockPeer(timedelta(hours=hours))
+    first = [peer.put(n) for n in range(3)]
+    async with serving(b"", pages=peer.answer) as url:
+        await add_link(pair.ctx, "skewed", url)
+        one = await run(pair.ctx, "skewed")
+        assert (one.status, one.counts["added"]) == ("ok", 3), one.error
+        assert one.high_water_mark == max(stamp for stamp, _ in peer.records.values())
+        later = [peer.put(n) for n in range(3, 6)]
+        two = await run(pair.ctx, "skewed")
+    assert two.status == "ok", two.error
+    assert two.mode == "incremental"
+    assert peer.asked[-1]["from"] == format_datestamp(one.high_water_mark)
+    assert two.counts["added"] == 3
+    held = await content(pair.sink, "WIS-GISC-SKEWED")
+    assert sorted(held) == sorted(first + later)
+    assert two.high_water_mark == max(stamp for stamp, _ in peer.records.values())
+
+
+async def test_h14_a_header_datestamp_years_ahead_does_not_move_the_mark_past_the_answer(
+    pair: Pair,
+) -> None:
+    """H14: a record listed with a header datestamp 10 years ahead. Rule: it is stored (the
+    datestamp a harvester keeps is its own time of arrival, README "Harvest peers": nothing to
+    clamp) and the high-water mark is cut to the page's responseDate (DESIGN §1), so the
+    next run still asks from today: the record, updated at a normal datestamp, is taken."""
+    peer = ClockPeer(timedelta(0))
+    normal = peer.put(0)
+    ahead = peer.put(1, at=peer.now() + timedelta(days=3653))
+    async with serving(b"", pages=peer.answer) as url:
+        await add_link(pair.ctx, "ahead", url)
+        started = datetime.now(UTC).replace(microsecond=0)
+        one = await run(pair.ctx, "ahead")
+        assert (one.status, one.counts["added"]) == ("ok", 2), one.error
+        assert one.high_water_mark is not None
+        assert started <= one.high_water_mark <= datetime.now(UTC)
+        stamps = dict(
+            await pair.sink.fetch(
+                "select identifier, datestamp from records where identifier = any($1)",
+                [normal, ahead],
+            )
+        )
+        assert all(stamp <= datetime.now(UTC) for stamp in stamps.values())
+        peer.put(1, version=1)
+        two = await run(pair.ctx, "ahead")
+    assert two.status == "ok", two.error
+    assert peer.asked[-1]["from"] == format_datestamp(one.high_water_mark)
+    assert two.counts["updated"] == 1
+    stored = await pair.sink.fetchval("select xml from records where identifier = $1", ahead)
+    assert stored is not None
+    assert (
+        parse_record(stored.encode()).md_datestamp
+        == parse_record(generate_record(1, centre="clock", version=1)).md_datestamp
+    )
+    assert two.high_water_mark is not None and two.high_water_mark <= datetime.now(UTC)
+
+
+async def test_h15_an_incremental_run_falls_back_to_days(pair: Pair) -> None:
+    """H15: a peer whose Identify says seconds refuses an incremental run's from in seconds
+    (badArgument); the run asks again in days, from the mark's day, and completes."""
+    peer = ClockPeer(timedelta(0), days_only=True)
+    first = [peer.put(n) for n in range(3)]
+    async with serving(b"", pages=peer.answer) as url:
+        await add_link(pair.ctx, "days", url)
+        one = await run(pair.ctx, "days")
+        assert one.status == "ok", one.error
+        assert one.high_water_mark is not None
+        later = [peer.put(n) for n in range(3, 5)]
+        two = await run(pair.ctx, "days")
+    assert (two.status, two.mode) == ("ok", "incremental"), two.error
+    assert [q["from"] for q in peer.asked[1:]] == [
+        format_datestamp(one.high_water_mark),
+        one.high_water_mark.strftime("%Y-%m-%d"),
+    ]
+    assert two.counts["added"] == 2
+    assert sorted(await content(pair.sink, "WIS-GISC-DAYS")) == sorted(first + later)
