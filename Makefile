@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 .DEFAULT_GOAL := all
-.PHONY: all help venv run test test-unit test-integration soak lint format bench schema demo chromium clean
+.PHONY: all help venv run test test-unit test-integration soak lint format bench schema demo chromium promtool clean
 
 all: lint test ## lint, then the whole test suite
 
@@ -23,7 +23,7 @@ venv: $(STAMP) ## create .venv and install wiscat with its test and lint tools
 run: $(STAMP) ## start a node (embedded PostgreSQL unless WISCAT_DATABASE_URL is set)
 	$(BIN)/wiscat run
 
-test: $(STAMP) chromium ## the whole suite on a real PostgreSQL (WISCAT_TEST_DATABASE_URL or embedded)
+test: $(STAMP) chromium promtool ## the whole suite on a real PostgreSQL (WISCAT_TEST_DATABASE_URL or embedded)
 	$(BIN)/pytest
 
 chromium: ## install Debian's chromium when missing (the dashboard's browser test drives it)
@@ -31,6 +31,12 @@ chromium: ## install Debian's chromium when missing (the dashboard's browser tes
 		echo "installing Debian's chromium for the dashboard's browser test"; \
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium; }
+
+promtool: ## install Debian's prometheus package when promtool is missing (the alert rules' tests run it)
+	@command -v promtool >/dev/null 2>&1 || { \
+		echo "installing Debian's prometheus package for promtool (the alert rules' tests)"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq --no-install-recommends prometheus; }
 
 test-unit: $(STAMP) ## the fast, pure tests only
 	$(BIN)/pytest tests/unit

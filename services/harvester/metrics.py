@@ -73,6 +73,24 @@ class HarvesterMetrics:
             ["link"],
             registry=self.registry,
         )
+        self.interval = Gauge(
+            "wiscat_link_interval_seconds",
+            "The link's harvest interval (--every): one lag alert rule covers every link",
+            ["link"],
+            registry=self.registry,
+        )
+        self.enabled = Gauge(
+            "wiscat_link_enabled",
+            "1 when the link is enabled, 0 when it is disabled",
+            ["link"],
+            registry=self.registry,
+        )
+        self.created = Gauge(
+            "wiscat_link_created_timestamp_seconds",
+            "Unix time the link was added (lag counts from it until a first success)",
+            ["link"],
+            registry=self.registry,
+        )
         self.running = Gauge(
             "wiscat_harvest_running_links",
             "Links being harvested now by this process",

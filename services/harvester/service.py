@@ -90,9 +90,19 @@ def health_app(ctx: HarvestContext) -> web.Application:
             ctx.metrics.database_up.set(1)
             # rebuilt from the database at each scrape: a removed link's series goes with it
             # instead of staying frozen at its last value
-            ctx.metrics.last_success.clear()
-            ctx.metrics.lag.clear()
+            per_link = (
+                ctx.metrics.last_success,
+                ctx.metrics.lag,
+                ctx.metrics.interval,
+                ctx.metrics.enabled,
+                ctx.metrics.created,
+            )
+            for gauge in per_link:
+                gauge.clear()
             for link in links:
+                ctx.metrics.interval.labels(link.name).set(link.every.total_seconds())
+                ctx.metrics.enabled.labels(link.name).set(link.enabled)
+                ctx.metrics.created.labels(link.name).set(link.created_at.timestamp())
                 if link.last_success_at is not None:
                     last = link.last_success_at.timestamp()
                     ctx.metrics.last_success.labels(link.name).set(last)

@@ -297,8 +297,8 @@ def create_app(settings: Settings, database_url: str) -> FastAPI:
             for count in counts:
                 gauge.labels(count.spec, "live").set(count.live)
                 gauge.labels(count.spec, "deleted").set(count.deleted)
-            gauge.labels("*", "live").set(whole.live)
-            gauge.labels("*", "deleted").set(whole.deleted)
+            state.metrics.catalogue_records.labels("live").set(whole.live)
+            state.metrics.catalogue_records.labels("deleted").set(whole.deleted)
         return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     return app

@@ -79,8 +79,16 @@ class ProviderMetrics:
         )
         self.records = Gauge(
             "wiscat_records",
-            "Records held, per set and status (live or deleted); set '*' is the whole catalogue",
+            "Records held, per set and status (live or deleted)",
             ["set", "status"],
+            registry=self.registry,
+        )
+        # a metric of its own, not a set "*" of wiscat_records: sum(wiscat_records) would count
+        # the catalogue twice
+        self.catalogue_records = Gauge(
+            "wiscat_catalogue_records",
+            "Records held in the whole catalogue, by status (live or deleted)",
+            ["status"],
             registry=self.registry,
         )
         self.tombstones_purged = Counter(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
+from datetime import timedelta
 
 import aiohttp
 from aiohttp import web
@@ -15,6 +16,8 @@ from services.harvester.service import health_app, health_runner
 from shared.db import links as link_store
 from tests import factories
 from tests.harvest_pair import SOURCE_SET, Pair, add_link, run
+from tests.metrics import assert_process_metrics
+from tests.metrics import scrape as scrape_all
 from tests.servers import serving_app
 
 
@@ -71,3 +74,37 @@ async def test_the_health_port_closes_connections_that_send_nothing(pair: Pair) 
             assert r.status == 200
     finally:
         await runner.cleanup()
+
+
+async def test_harvester_exports_process_and_platform_metrics(pair: Pair) -> None:
+    async with serving_app(health_app(pair.ctx)) as root:
+        assert_process_metrics(await scrape_all(root))
+
+
+async def test_every_link_exports_its_interval_before_its_first_success(pair: Pair) -> None:
+    """One lag rule covers every link: `time() - last success > 3 * interval`, the interval
+    being the link's own `--every`; a link that never succeeded still has its interval, its
+    enabled flag and the time it was added, so "never harvested" is alertable too."""
+    hourly = await add_link(pair, name="hourly")
+    await add_link(pair, name="quarterly", every=timedelta(minutes=15))
+    await add_link(pair, name="idle", every=timedelta(days=1), enabled=False)
+    async with serving_app(health_app(pair.ctx)) as root:
+        first = await scrape(root)
+        assert {
+            link: first["wiscat_link_interval_seconds", link]
+            for link in ("hourly", "quarterly", "idle")
+        } == {"hourly": 3600, "quarterly": 900, "idle": 86400}
+        assert {
+            link: first["wiscat_link_enabled", link] for link in ("hourly", "quarterly", "idle")
+        } == {"hourly": 1, "quarterly": 1, "idle": 0}
+        created = first["wiscat_link_created_timestamp_seconds", "hourly"]
+        assert created == hourly.created_at.timestamp()
+        assert ("wiscat_harvest_last_success_timestamp_seconds", "hourly") not in first
+        # a changed interval and a removed link show at the next scrape
+        await link_store.set_enabled(pair.sink, "idle", True)
+        assert await link_store.remove_link(pair.sink, "quarterly")
+        second = await scrape(root)
+    assert second["wiscat_link_enabled", "idle"] == 1
+    assert ("wiscat_link_interval_seconds", "quarterly") not in second
+    assert ("wiscat_link_enabled", "quarterly") not in second
+    assert ("wiscat_link_created_timestamp_seconds", "quarterly") not in second

@@ -1,4 +1,5 @@
-"""The WIS monitoring document: catalogue counts since 00 UTC and the OAI-PMH status."""
+"""The WIS monitoring document (catalogue counts since 00 UTC and the OAI-PMH status), and the
+provider's /metrics as Prometheus reads them."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import aiohttp
 
 from shared.db.pool import Pool
 from tests import factories
+from tests.metrics import assert_process_metrics, scrape
 from tests.servers import running_provider
 
 OWN = "WIS-GISC-TEST"
@@ -59,3 +61,33 @@ async def test_monitor_json_reports_the_service_down(db: Pool, database_url: str
     assert document["metrics"]["services"]["oaipmh"] == {"status": False}
     assert set(document["metrics"]["metadata_catalogue"].values()) == {None}
     assert document["remarks"] == "the catalogue database cannot be read"
+
+
+async def test_provider_exports_process_and_platform_metrics(database_url: str) -> None:
+    async with running_provider(database_url) as provider:
+        assert_process_metrics(await scrape(provider.root))
+
+
+async def test_catalogue_total_is_a_metric_of_its_own(db: Pool, database_url: str) -> None:
+    """`sum(wiscat_records)` adds the sets: the whole catalogue is not one of them (it was
+    `set="*"`, so the sum counted every record twice)."""
+    await factories.load_records(db, OWN, range(3))
+    other = await factories.load_records(db, "WIS-GISC-OTHER", range(10, 12), kind="remote")
+    await factories.delete(db, "WIS-GISC-OTHER", other[1:])
+    async with running_provider(database_url) as provider:
+        samples = await scrape(provider.root)
+    per_set = {
+        (s.labels["set"], s.labels["status"]): s.value
+        for s in samples
+        if s.name == "wiscat_records"
+    }
+    assert per_set == {
+        (OWN, "live"): 3,
+        (OWN, "deleted"): 0,
+        ("WIS-GISC-OTHER", "live"): 1,
+        ("WIS-GISC-OTHER", "deleted"): 1,
+    }
+    whole = {s.labels["status"]: s.value for s in samples if s.name == "wiscat_catalogue_records"}
+    assert whole == {"live": 4, "deleted": 1}
+    # each record here is in one set, so the sum over sets is the catalogue, once
+    assert sum(v for (_, status), v in per_set.items() if status == "live") == whole["live"]

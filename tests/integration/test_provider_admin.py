@@ -528,7 +528,7 @@ async def test_a_set_whose_last_tombstone_is_purged_leaves_the_metrics(
     assert await store.purge_tombstones(db, timedelta(0)) == 2
     _, text = await request("GET", f"{provider.root}/metrics")
     assert "WIS-GISC-GONE" not in str(text)
-    assert 'wiscat_records{set="*",status="deleted"} 0.0' in str(text)
+    assert 'wiscat_catalogue_records{status="deleted"} 0.0' in str(text)
 
 
 async def test_readyz_reports_an_old_schema(provider: RunningProvider, db: Pool) -> None:

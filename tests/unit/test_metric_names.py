@@ -1,4 +1,5 @@
-"""Every metric a node exports: a ``wiscat_`` name with its unit, and described for operators."""
+"""Every metric a node exports: a ``wiscat_`` name with its unit, and described for operators;
+beside them only the client library's standard process and platform series."""
 
 from __future__ import annotations
 
@@ -15,6 +16,19 @@ ROOT = Path(__file__).resolve().parents[2]
 TYPE_LINE = re.compile(r"^# TYPE (\S+) (\S+)$", re.MULTILINE)
 HELP_LINE = re.compile(r"^# HELP (\S+) (.*)$", re.MULTILINE)
 DOCUMENTED_NAME = re.compile(r"\bwiscat_[a-z_]*[a-z]\b")
+# prometheus_client's ProcessCollector, PlatformCollector and GCCollector
+STANDARD = {
+    "process_virtual_memory_bytes",
+    "process_resident_memory_bytes",
+    "process_start_time_seconds",
+    "process_cpu_seconds_total",
+    "process_open_fds",
+    "process_max_fds",
+    "python_info",
+    "python_gc_objects_collected_total",
+    "python_gc_objects_uncollectable_total",
+    "python_gc_collections_total",
+}
 # what a metric measures, read from its help text, and the suffix its name must then carry
 UNITS = [
     (re.compile(r"\bunix time\b", re.IGNORECASE), "_timestamp_seconds"),
@@ -31,7 +45,14 @@ def exported(registry: CollectorRegistry) -> dict[str, tuple[str, str]]:
 
 
 def all_metrics() -> dict[str, tuple[str, str]]:
-    return {**exported(ProviderMetrics().registry), **exported(HarvesterMetrics().registry)}
+    """wiscat's own metrics, of both services."""
+    every = {**exported(ProviderMetrics().registry), **exported(HarvesterMetrics().registry)}
+    return {name: value for name, value in every.items() if name not in STANDARD}
+
+
+@pytest.mark.parametrize("metrics", [ProviderMetrics, HarvesterMetrics])
+def test_each_service_exports_the_standard_process_series(metrics: type) -> None:
+    assert set(exported(metrics().registry)) >= STANDARD
 
 
 def test_names_have_the_prefix_and_their_unit() -> None:
