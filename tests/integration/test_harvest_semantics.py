@@ -8,8 +8,8 @@ import dataclasses
 import gzip
 import logging
 import re
-import time
 import secrets
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
