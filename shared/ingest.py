@@ -16,9 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import asyncpg
-
 from shared.db import records as store
+from shared.db.pool import Pool
 from shared.iso19139 import MAX_RECORD_BYTES, Record, RecordError, parse_record
 
 log = logging.getLogger("wiscat.ingest")
@@ -100,7 +99,7 @@ def older(record: Record) -> str:
 
 
 async def write_local(
-    pool: asyncpg.Pool, own_set: str, batch: Sequence[tuple[Path, Record]], report: IngestReport
+    pool: Pool, own_set: str, batch: Sequence[tuple[Path, Record]], report: IngestReport
 ) -> None:
     async with pool.acquire() as conn, conn.transaction():
         result = await store.upsert_records(conn, own_set, [incoming(r) for _, r in batch])
@@ -122,7 +121,7 @@ def _same_file(first: str, path: Path) -> bool:
 
 
 async def ingest_paths(
-    pool: asyncpg.Pool, own_set: str, paths: Sequence[Path], report: IngestReport | None = None
+    pool: Pool, own_set: str, paths: Sequence[Path], report: IngestReport | None = None
 ) -> IngestReport:
     """Load ISO 19139 files or folders into the own set, in transactions of :data:`BATCH`
     files; ``report`` (a new one if None) holds the outcome, so far if the database fails."""
@@ -163,7 +162,7 @@ async def ingest_paths(
     return report
 
 
-async def put_record(pool: asyncpg.Pool, own_set: str, record: Record) -> str:
+async def put_record(pool: Pool, own_set: str, record: Record) -> str:
     """Store one parsed record in the own set; returns its outcome (added, updated, ...)."""
     await ensure_own_set(pool, own_set)
     async with pool.acquire() as conn, conn.transaction():
@@ -171,9 +170,7 @@ async def put_record(pool: asyncpg.Pool, own_set: str, record: Record) -> str:
     return result.outcomes[record.identifier]
 
 
-async def delete_local(
-    pool: asyncpg.Pool, own_set: str, identifiers: Sequence[str]
-) -> store.WriteResult:
+async def delete_local(pool: Pool, own_set: str, identifiers: Sequence[str]) -> store.WriteResult:
     """Delete records of the own set (tombstones)."""
     await ensure_own_set(pool, own_set)
     async with pool.acquire() as conn, conn.transaction():

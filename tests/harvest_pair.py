@@ -7,7 +7,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from services.harvester.harvest import HarvestContext, RunReport, harvest_link
+from services.harvester.context import HarvestContext, RunReport
+from services.harvester.harvest import harvest_link
 from services.harvester.service import harvest_context
 from shared.db import links as link_store
 from shared.db import records as store

@@ -9,21 +9,16 @@ or the peer's ``Retry-After``, capped); any other status is final.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import contextvars
 import logging
 import random
-import socket
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Generic, TypeVar
 
 import aiohttp
-from aiohappyeyeballs import AddrInfoType
 from aiohttp.abc import AbstractResolver
 from isal import isal_zlib
 
@@ -40,6 +35,20 @@ from services.harvester.errors import (
     TooManyRequests,
 )
 from services.harvester.page_records import Page, answered_otherwise
+from services.harvester.transport import (
+    RETRYABLE,
+    RefusedAddress,
+    answered_by,
+    followed,
+    guarded,
+    http_error_detail,
+    proxy_refused,
+    refuse_downgrade,
+    retry_after,
+    socket_for,
+    window_bits,
+    with_token,
+)
 from shared.oaipmh.dates import format_datestamp, format_day
 from shared.oaipmh.errors import BadArgument, NoRecordsMatch
 from shared.oaipmh.pages import (
@@ -55,7 +64,6 @@ from shared.oaipmh.pages import (
 )
 from shared.oaipmh.sets import read_sets_page
 from shared.proxy import Proxy
-from shared.registry.addresses import address_allowed
 from shared.registry.safe_fetch import parser_message
 from shared.tasks import abandon
 from shared.text import clipped
@@ -69,39 +77,6 @@ _INFLATE_ERROR: type[Exception] = isal_zlib.error  # type: ignore[assignment]
 log = logging.getLogger("wiscat.harvester.client")
 
 T = TypeVar("T")
-
-RETRYABLE = frozenset({408, 429, *range(500, 600)})
-
-# On for the requests of a run whose peer URL someone else chose (a link the registry added):
-# their connections, redirects' included, are refused to non-global addresses, as the
-# registry's own fetches are (shared.registry.safe_fetch), so that a registered URL cannot turn
-# the harvester against the node's own network.
-_GUARDED: contextvars.ContextVar[bool] = contextvars.ContextVar("wiscat_guarded", default=False)
-
-
-@contextlib.contextmanager
-def global_addresses_only(on: bool) -> Iterator[None]:
-    """While the block runs (and in the tasks it starts), connect only to global addresses."""
-    token = _GUARDED.set(on)
-    try:
-        yield
-    finally:
-        _GUARDED.reset(token)
-
-
-class _RefusedAddress(OSError):
-    pass
-
-
-def _socket(addr_info: AddrInfoType) -> socket.socket:
-    family, type_, proto, _, sockaddr = addr_info
-    if _GUARDED.get() and not address_allowed(str(sockaddr[0])):
-        raise _RefusedAddress(
-            f"{sockaddr[0]} is not a global address, and this link came from the registry "
-            "(WISCAT_ALLOW_PRIVATE_FETCH allows it)"
-        )
-    return socket.socket(family=family, type=type_, proto=proto)
-
 
 # Named in the reason, so that an operator can raise the cap for a peer that sends larger pages
 # (a page of 10,000 records of 9 KB is about 90 MB).
@@ -130,85 +105,6 @@ class ClientSettings:
     from_address: str | None = None
     ca_file: Path | None = None  # certificates trusted besides the system's (shared.tls)
     proxy: Proxy | None = None  # the outbound proxy (shared.proxy); None: directly
-
-
-def _window_bits(head: bytes) -> int:
-    """How to inflate a compressed body that begins with ``head`` (two bytes at least): gzip,
-    zlib (what "deflate" means, RFC 9110 §8.4.1.2), or raw deflate, which some servers send as
-    "deflate" all the same."""
-    if head[:2] == b"\x1f\x8b":
-        return 31
-    if head[0] & 0x0F == 8 and (head[0] << 8 | head[1]) % 31 == 0:
-        return 15
-    return -15
-
-
-def _retry_after(value: str | None, cap: float) -> float | None:
-    """Seconds to wait from a ``Retry-After`` header: delta-seconds or an HTTP-date."""
-    if not value:
-        return None
-    value = value.strip()
-    if value.isdigit():
-        return min(float(value), cap)
-    with contextlib.suppress(TypeError, ValueError, IndexError):
-        when = parsedate_to_datetime(value)
-        if when.tzinfo is None:
-            when = when.replace(tzinfo=UTC)
-        return min(max((when - datetime.now(UTC)).total_seconds(), 0.0), cap)
-    return None
-
-
-def _proxy_refused(proxy_url: str | None, shown: str, status: int) -> str:
-    why = "proxy authentication required: check WISCAT_PROXY_URL's user and password"
-    if status != 407:
-        why = f"HTTP {status}"
-    return f"the proxy {proxy_url} refused the request for {shown}: {why}"
-
-
-def _followed(response: aiohttp.ClientResponse) -> tuple[aiohttp.ClientResponse, ...]:
-    """The redirects followed to ``response``. aiohttp lists a 3xx without Location in its own
-    history (aiohttp issue 2022), though nothing was followed: it is left out."""
-    return tuple(hop for hop in response.history if hop is not response)
-
-
-def _answered_by(response: aiohttp.ClientResponse, shown: str) -> str:
-    """Who answered: the URL asked (``shown``), or where its redirects led."""
-    if not _followed(response):
-        return shown
-    return f"{safe_url(str(response.url.with_query(None)))} (redirected from {shown})"
-
-
-def _http_error_detail(
-    params: dict[str, str], response: aiohttp.ClientResponse, attempts: int
-) -> str:
-    """What a failed request's reason adds to its status: the verb asked, and for a status
-    retried, how often and what the peer last asked to wait."""
-    detail = f", answering {params['verb']}" if "verb" in params else ""
-    if response.status in RETRYABLE:
-        detail += f", after {attempts} attempts"
-        wait = response.headers.get("Retry-After")
-        if wait:
-            detail += f" (the last with Retry-After: {clipped(wait.strip(), 40)})"
-    return detail
-
-
-def _refuse_downgrade(base_url: str, shown: str, response: aiohttp.ClientResponse) -> None:
-    """A peer asked over https is not followed to plain http: what came back there would not
-    surely be the peer's (anyone on the way could have written it). From http to https, as
-    peers that moved to https redirect, is followed."""
-    if base_url[:6].lower() != "https:":
-        return
-    for hop in (*_followed(response), response):
-        if hop.url.scheme == "http":
-            target = safe_url(str(hop.url.with_query(None)))
-            raise BadResponse(
-                f"{shown} redirected to {target}: from https to plain http, which a harvest "
-                "does not follow"
-            )
-
-
-def _with_token(shown: str, token: str) -> str:
-    return f"{shown}, resumptionToken {clipped(token, 200)!r}"
 
 
 # An OAI-PMH error answer is well under this; a page this small is cheap to read twice.
@@ -243,7 +139,7 @@ class OAIClient:
         """Warn, once a process, that ``base_url`` redirects permanently: its links still work,
         one round trip more a request, until the operator points them at the new URL (never
         done here: a redirect is not the peer's operator's word)."""
-        hops = _followed(response)
+        hops = followed(response)
         first = hops[0]
         if first.status not in (301, 308) or base_url in self.moved:
             return
@@ -274,7 +170,7 @@ class OAIClient:
             connector=aiohttp.TCPConnector(
                 limit=0,
                 limit_per_host=settings.connections_per_host,
-                socket_factory=_socket,
+                socket_factory=socket_for,
                 ssl=client_context(settings.ca_file),
                 resolver=resolver,
             ),
@@ -303,7 +199,7 @@ class OAIClient:
                     head += chunk
                     if len(head) < 2:
                         continue
-                    decompressor = isal_zlib.decompressobj(_window_bits(head))
+                    decompressor = isal_zlib.decompressobj(window_bits(head))
                     chunk, head = head, b""
                 try:
                     data = decompressor.decompress(chunk, cap - size + 1)
@@ -333,7 +229,7 @@ class OAIClient:
         settings = self.settings
         shown = safe_url(base_url)
         # a link the registry added connects directly, where its addresses are checked
-        proxy = None if settings.proxy is None or _GUARDED.get() else settings.proxy
+        proxy = None if settings.proxy is None or guarded() else settings.proxy
         proxy_url = proxy.for_url(base_url) if proxy else None
         # identity listed too (q > 0), for a peer that cannot compress (RELIABILITY H22)
         headers = {"Accept-Encoding": "gzip, deflate, identity;q=0.5"}
@@ -355,8 +251,8 @@ class OAIClient:
                     proxy=proxy_url,
                     proxy_headers=proxy.headers if proxy and proxy_url else None,
                 ) as response:
-                    if _followed(response):
-                        _refuse_downgrade(base_url, shown, response)
+                    if followed(response):
+                        refuse_downgrade(base_url, shown, response)
                         self._note_moved(base_url, shown, response)
                     if response.status == 200:
                         return await self._read(response)
@@ -369,14 +265,14 @@ class OAIClient:
                         # e.g. an OAI-PMH error sent with HTTP 422: the OAI error is the answer
                         raise errors[0]
                     if response.status == 407 and proxy_url:
-                        raise PeerUnreachable(_proxy_refused(proxy_url, shown, response.status))
+                        raise PeerUnreachable(proxy_refused(proxy_url, shown, response.status))
                     if response.status not in RETRYABLE or attempt > settings.max_retries:
                         raise PeerHTTPError(
                             response.status,
-                            _answered_by(response, shown),
-                            _http_error_detail(params, response, attempt),
+                            answered_by(response, shown),
+                            http_error_detail(params, response, attempt),
                         )
-                    delay = _retry_after(
+                    delay = retry_after(
                         response.headers.get("Retry-After"), settings.retry_after_cap
                     )
                     problem = f"HTTP {response.status}"
@@ -401,7 +297,7 @@ class OAIClient:
                 ) from exc
             except aiohttp.ClientHttpProxyError as exc:  # CONNECT (https) not answered 200
                 if exc.status not in RETRYABLE or attempt > settings.max_retries:
-                    raise PeerUnreachable(_proxy_refused(proxy_url, shown, exc.status)) from exc
+                    raise PeerUnreachable(proxy_refused(proxy_url, shown, exc.status)) from exc
                 problem = f"the proxy {proxy_url} answered CONNECT with HTTP {exc.status}"
             except aiohttp.ClientResponseError as exc:
                 # not HTTP (a bad status line, Content-Length or chunk, headers past 8 KB)
@@ -418,7 +314,7 @@ class OAIClient:
                 problem = why
             except aiohttp.ClientConnectionError as exc:
                 refused = getattr(exc, "os_error", None)
-                if isinstance(refused, _RefusedAddress):  # no retry will change that
+                if isinstance(refused, RefusedAddress):  # no retry will change that
                     raise PeerUnreachable(f"cannot reach {shown}: {refused}") from exc
                 if attempt > settings.max_retries:
                     raise PeerUnreachable(f"cannot reach {shown}: {exc}") from exc
@@ -563,7 +459,7 @@ class OAIClient:
             if slot is newest:
                 go_ahead()
             # a broken page's reason names the token it was asked with, to ask for it again
-            where = shown if slot.asked_with is None else _with_token(shown, slot.asked_with)
+            where = shown if slot.asked_with is None else with_token(shown, slot.asked_with)
             page = Page(where, len(body), PageReader(body), verb=verb)
             return page, await read(page)
 

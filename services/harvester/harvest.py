@@ -1,4 +1,4 @@
-"""One harvest run of one link: the rules of DESIGN §2 and §4 in one place.
+"""One harvest run of one link: the rules of DESIGN §2 and §4, in the order a run meets them.
 
 - An incremental run asks ``from = high-water mark - overlap``; a full run asks no ``from``; a
   window run re-reads one from/until slice of the peer's range (seed 000 §4) and never moves the
@@ -10,6 +10,9 @@
   breaker looks at them then, and they are applied in the same transaction that advances the
   high-water mark (invariant 3). A failure mid-list keeps the committed pages and the old
   high-water mark.
+
+The run's pure decisions are in :mod:`services.harvester.plan`, its writes in
+:mod:`services.harvester.writes`, the backup synchronisation in :mod:`services.harvester.backup`.
 """
 
 from __future__ import annotations
@@ -17,137 +20,42 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
-import socket
 import time
-from collections import Counter
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from services.harvester.client import OAIClient, global_addresses_only
+from services.harvester.backup import backup
+from services.harvester.context import HarvestContext, RunReport, run_log
 from services.harvester.errors import (
     BadIdentify,
     HarvestError,
-    LinkRemoved,
     LinkToItself,
     MalformedRecord,
     RunTakenOver,
 )
-from services.harvester.metrics import HarvesterMetrics
-from services.harvester.page_records import PageReaders, PageSorter
+from services.harvester.page_records import PageSorter
+from services.harvester.plan import (
+    choose_mode,
+    high_water_mark,
+    is_this_node,
+    nothing_but_quarantined,
+    protected_set,
+    window_slice,
+)
+from services.harvester.transport import global_addresses_only
+from services.harvester.writes import MassDeletion, complete, store_page
 from shared.db import links as link_store
-from shared.db import records as store
 from shared.db.errors import FAILED
-from shared.db.links import Link, PageCounts, RunMode, RunStatus
-from shared.db.pool import Connection, Pool
+from shared.db.links import Link, RunMode
 from shared.linkspec import REGISTRY_LINK_PREFIX
 from shared.oaipmh.dates import shifted
 from shared.oaipmh.errors import CannotDisseminateFormat, IdDoesNotExist, OAIError
-from shared.oaipmh.pages import (
-    NOT_WELL_FORMED,
-    HeaderItem,
-    IdentifyInfo,
-    RecordItem,
-    UnreadableItem,
-)
-from shared.settings import Settings
+from shared.oaipmh.pages import NOT_WELL_FORMED, HeaderItem, IdentifyInfo
 from shared.text import clipped
 
 log = logging.getLogger("wiscat.harvester")
 
-DELETE_BATCH = 5000
 # A long list says how far it has got this often (a full harvest of a GISC takes hours).
 PROGRESS_SECONDS = 60.0
-
-
-@dataclass
-class HarvestContext:
-    """What every run needs, built once per process."""
-
-    settings: Settings
-    pool: Pool
-    client: OAIClient
-    metrics: HarvesterMetrics = field(default_factory=HarvesterMetrics)
-    worker: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
-    # each peer's Identify (by base URL) and when it was read: see _identify
-    identified: dict[str, tuple[float, IdentifyInfo]] = field(default_factory=dict)
-    # where pages are parsed and hashed (worker processes, or a thread)
-    pages: PageReaders = field(default_factory=lambda: PageReaders(0))
-
-
-@dataclass
-class RunReport:
-    """What one run did (also stored in ``harvest_runs``)."""
-
-    link: str
-    run_id: int
-    mode: RunMode
-    status: RunStatus = "running"
-    from_: datetime | None = None
-    until: datetime | None = None
-    counts: Counter[str] = field(default_factory=Counter)
-    pages: int = 0
-    bytes: int = 0
-    error_kind: str | None = None
-    error: str | None = None
-    high_water_mark: datetime | None = None
-    seconds: float = 0.0
-    taken: list[str] = field(default_factory=list)  # backup synchronisation: what it took
-
-    def summary(self) -> str:
-        parts = ", ".join(f"{k} {self.counts[k]}" for k in sorted(self.counts))
-        text = f"{self.link} {self.mode} run {self.run_id}: {self.status}; pages {self.pages}"
-        if parts:
-            text += f"; {parts}"
-        if self.error:
-            text += f"; {self.error_kind}: {self.error}"
-        return text
-
-
-class MassDeletion(Exception):
-    """A run would delete more of a link's records than the circuit breaker allows."""
-
-
-def _run_log(report: RunReport) -> logging.LoggerAdapter[logging.Logger]:
-    # link and run as fields of their own in JSON logs (WISCAT_LOG_FORMAT=json)
-    return logging.LoggerAdapter(log, {"link": report.link, "run": report.run_id})
-
-
-def choose_mode(link: Link, *, now: datetime, requested: str | None, full: bool) -> RunMode:
-    """Full when asked, when the link has no high-water mark yet, or when its full re-harvest
-    is due; incremental otherwise."""
-    if full or requested == "full" or link.high_water_mark is None or link.last_full_at is None:
-        return "full"
-    if now - link.last_full_at >= link.full_every:
-        return "full"
-    return "incremental"
-
-
-def window_slice(
-    link: Link, earliest: datetime, *, now: datetime
-) -> tuple[datetime, datetime, int] | None:
-    """The from/until slice the rolling windowed re-harvest reads this time, and the next index.
-
-    The peer's range, from its earliestDatestamp to our high-water mark, is cut into
-    ``window_slices`` equal slices; one run reads one slice, cycling (seed 000 §4: "a re-harvester
-    works for the first year of the archive on Monday, the second on Tuesday").
-    """
-    if link.window_slices <= 0 or link.high_water_mark is None:
-        return None
-    end = min(link.high_water_mark, now)
-    if end < earliest:
-        return None
-    span = (end - earliest) / link.window_slices
-    index = link.window_index % link.window_slices
-    start = earliest + span * index
-    stop = end if index == link.window_slices - 1 else start + span
-    return start, stop, (index + 1) % link.window_slices
-
-
-def _protected_set(link: Link, own_set: str) -> str | None:
-    # Invariant 6: only writes into the own set (local ingest, area and recovery links) may change
-    # a record of the own set; every other link is refused such records.
-    return None if link.local_set == own_set else own_set
 
 
 async def harvest_link(
@@ -205,7 +113,7 @@ async def run_list(
         )
     run_id = await link_store.start_run(ctx.pool, link.name, mode, from_, until, ctx.worker)
     report = RunReport(link.name, run_id, mode, from_=from_, until=until)
-    _run_log(report).info(
+    run_log(report).info(
         "harvest %s (%s) from %s until %s: started run %d",
         link.name,
         mode,
@@ -218,7 +126,7 @@ async def run_list(
     try:
         with global_addresses_only(guarded):
             if mode == "backup":
-                await _backup(ctx, link, report)
+                await backup(ctx, link, report)
             else:
                 await _harvest(ctx, link, report, allow_mass_delete, next_window_index)
         report.status = "ok"
@@ -250,7 +158,7 @@ async def run_list(
         report.status, report.error_kind = "failed", "DatabaseError"
         report.error = f"the database failed during the run: {type(exc).__name__}: {exc}"
     except Exception as exc:  # a bug of ours must not take the other links down
-        _run_log(report).exception("harvest %s run %d: unexpected error", link.name, run_id)
+        run_log(report).exception("harvest %s run %d: unexpected error", link.name, run_id)
         report.status, report.error_kind, report.error = (
             "failed",
             type(exc).__name__,
@@ -282,19 +190,19 @@ async def _finish(ctx: HarvestContext, link: Link, report: RunReport, started: f
         # the link was removed while it ran, its runs with it: nothing to record, no error
         report.status, report.error_kind = "stopped", "LinkRemoved"
         report.error = f"link {link.name} was removed during the run"
-        _run_log(report).info("harvest %s", report.summary())
+        run_log(report).info("harvest %s", report.summary())
         return
     if report.status != "ok":
         ctx.identified.pop(link.base_url, None)  # the peer may have changed: ask it again
         if report.error_kind != RunTakenOver.__name__:  # the link's state is its new run's
             await link_store.fail_link(ctx.pool, link.name, report.run_id, report.error or "")
         ctx.metrics.errors.labels(link.name, report.error_kind or "unknown").inc()
-        _run_log(report).warning("harvest %s", report.summary())
+        run_log(report).warning("harvest %s", report.summary())
     else:
         ctx.metrics.last_success.labels(link.name).set(time.time())
-        _run_log(report).info("harvest %s", report.summary())
-        if _nothing_but_quarantined(report.counts):
-            _run_log(report).warning(
+        run_log(report).info("harvest %s", report.summary())
+        if nothing_but_quarantined(report.counts):
+            run_log(report).warning(
                 "harvest %s: every record of run %d was quarantined (%d; `wiscat link quarantine "
                 "%s` says why); if none is gmd:MD_Metadata, metadataPrefix %r is not the peer's "
                 "ISO 19139 format: its ListMetadataFormats names them",
@@ -306,11 +214,6 @@ async def _finish(ctx: HarvestContext, link: Link, report: RunReport, started: f
             )
     ctx.metrics.runs.labels(link.name, report.mode, report.status).inc()
     ctx.metrics.duration.labels(link.name, report.mode).observe(report.seconds)
-
-
-def _nothing_but_quarantined(counts: Counter[str]) -> bool:
-    kept = ("added", "updated", "unchanged", "refused")
-    return counts["quarantined"] > 0 and not any(counts[name] for name in kept)
 
 
 # How long a peer's Identify is trusted between runs. An Identify rarely changes (a new
@@ -331,15 +234,6 @@ async def _identify(ctx: HarvestContext, link: Link, mode: RunMode) -> IdentifyI
     return known[1]
 
 
-def is_this_node(settings: Settings, url: str, identify: IdentifyInfo) -> bool:
-    """Whether the peer at ``url`` is this node. Its Identify's baseURL is compared only with
-    a BASE_URL set for this node: a derived one (``http://127.0.0.1:8080/oai``) is also what
-    any node left unconfigured announces, wherever it runs."""
-    if url == settings.base_url:
-        return True
-    return settings.base_url_set and identify.base_url == settings.base_url
-
-
 async def _harvest(
     ctx: HarvestContext,
     link: Link,
@@ -348,7 +242,7 @@ async def _harvest(
     next_window_index: int | None,
 ) -> None:
     settings = ctx.settings
-    protected = _protected_set(link, settings.own_set)
+    protected = protected_set(link, settings.own_set)
     identify = await _identify(ctx, link, report.mode)
     if is_this_node(settings, link.base_url, identify):
         raise LinkToItself(
@@ -411,7 +305,7 @@ async def _harvest(
                 told = time.monotonic()
                 _progress(report, len(deletions), page.summary.complete_list_size)
             writing = asyncio.create_task(
-                _store_page(
+                store_page(
                     ctx, link, report, sorter.batch, sorter.quarantined, protected, page.bytes
                 )
             )
@@ -429,14 +323,14 @@ async def _harvest(
             with contextlib.suppress(Exception):
                 await writing
         raise
-    await _complete(
+    await complete(
         ctx,
         link,
         report,
         list(deletions),
         protected,
         allow_mass_delete,
-        high_water_mark=_high_water_mark(greatest, first_response, report.mode),
+        high_water_mark=high_water_mark(greatest, first_response, report.mode),
         next_window_index=next_window_index,
     )
 
@@ -447,7 +341,7 @@ def _progress(report: RunReport, deletions: int, size: int | None) -> None:
         report.counts[outcome]
         for outcome in ("added", "updated", "unchanged", "refused", "quarantined")
     )
-    _run_log(report).info(
+    run_log(report).info(
         "harvest %s run %d: %d pages, %d records so far%s",
         report.link,
         report.run_id,
@@ -455,75 +349,6 @@ def _progress(report: RunReport, deletions: int, size: int | None) -> None:
         done,
         f" (the peer gives {size} in all)" if size else "",
     )
-
-
-async def _backup(ctx: HarvestContext, link: Link, report: RunReport) -> None:
-    """Backup synchronisation between two GISCs that serve one shared set (seed 000 §5).
-
-    Never scheduled: an operator runs it after inspection (``wiscat harvest LINK
-    --backup-sync``). It reads the peer's whole set and takes a record only when there is no live
-    local copy, or the local one is older by oai:datestamp and by gmd:dateStamp; what it takes
-    keeps the peer's oai:datestamp, so downstream harvesters that already passed that time do
-    not pick it up again (no loop). Deleted headers are not applied, and the high-water mark is
-    not moved.
-    """
-    protected = _protected_set(link, ctx.settings.own_set)
-    async for page in ctx.client.list_pages(
-        link.base_url,
-        "ListRecords",
-        metadata_prefix=link.metadata_prefix,
-        set_spec=link.remote_set,
-    ):
-        sorter = PageSorter()
-        stamps: dict[str, datetime] = {}
-        for item in page.items():
-            if isinstance(item, RecordItem) and not item.header.deleted:
-                stamps[item.header.identifier] = item.header.datestamp_parsed
-                sorter.take(item.header, item.metadata)
-            elif isinstance(item, UnreadableItem):
-                sorter.set_aside(item)
-        report.pages += 1
-        report.bytes += page.bytes
-        async with ctx.pool.acquire() as conn, conn.transaction():
-            await _hold_run(conn, link, report)
-            result = await store.backup_records(
-                conn,
-                link.local_set,
-                sorter.batch,
-                [stamps[record.identifier] for record in sorter.batch],
-                protected_set=protected,
-            )
-            counts = result.counts
-            page_counts = PageCounts(
-                bytes=page.bytes,
-                added=counts["taken_new"],
-                updated=counts["taken"],
-                unchanged=counts["same"] + counts["not_newer"],
-                refused=counts["refused_protected"],
-                quarantined=len(sorter.quarantined),
-            )
-            await link_store.record_page(conn, report.run_id, page_counts)
-            await link_store.quarantine(
-                conn, link.name, report.run_id, report.pages, sorter.quarantined
-            )
-        report.counts.update(
-            {
-                "added": page_counts.added,
-                "updated": page_counts.updated,
-                "unchanged": page_counts.unchanged,
-                "refused": page_counts.refused,
-                "quarantined": page_counts.quarantined,
-            }
-        )
-        for outcome in ("taken_new", "taken"):
-            for identifier in result.identifiers(outcome):
-                report.taken.append(identifier)
-                _run_log(report).info(
-                    "backup sync %s: took %s (%s)",
-                    link.name,
-                    identifier,
-                    "missing here" if outcome == "taken_new" else "newer gmd:dateStamp",
-                )
 
 
 GET_RECORD_CONCURRENCY = 4
@@ -563,189 +388,3 @@ async def _get_records(
         sorter.take(header, item.metadata)
 
     await asyncio.gather(*(one(header) for header in headers))
-
-
-def _high_water_mark(
-    greatest: datetime | None, first_response: datetime | None, mode: RunMode
-) -> datetime | None:
-    """The greatest datestamp of the list, never later than its first responseDate (DESIGN §1)."""
-    if mode == "window" or greatest is None:
-        return None
-    if first_response is not None and greatest > first_response:
-        return first_response
-    return greatest
-
-
-async def _store_page(
-    ctx: HarvestContext,
-    link: Link,
-    report: RunReport,
-    batch: list[store.IncomingRecord],
-    quarantined: list[tuple[str | None, str, bytes]],
-    protected: str | None,
-    size: int,
-) -> None:
-    timeout_ms = int(ctx.settings.write_timeout_seconds * 1000)
-    async with ctx.pool.acquire() as conn, conn.transaction():
-        # A write held up (on a lock held elsewhere) fails the run rather than holding back
-        # every list, which stops before the oldest write in progress (invariant 2).
-        await conn.execute(f"set local statement_timeout = {timeout_ms}")
-        await _hold_run(conn, link, report)
-        result = await store.upsert_records(
-            conn,
-            link.local_set,
-            batch,
-            protected_set=protected,
-            refuse_conflicts=True,
-            source=link.name,
-            deletions_hold=True,
-        )
-        counts = result.counts
-        refused = (
-            counts["refused_older"]
-            + counts["refused_protected"]
-            + counts["refused_conflict"]
-            + counts["refused_deleted"]
-        )
-        await link_store.record_page(
-            conn,
-            report.run_id,
-            PageCounts(
-                bytes=size,
-                added=counts["added"],
-                updated=counts["updated"] + counts["joined"],
-                unchanged=counts["unchanged"],
-                refused=refused,
-                quarantined=len(quarantined),
-            ),
-        )
-        await link_store.quarantine(conn, link.name, report.run_id, report.pages, quarantined)
-    ctx.metrics.bytes.labels(link.name).inc(size)
-    page_counts = {
-        "added": counts["added"],
-        "updated": counts["updated"] + counts["joined"],
-        "unchanged": counts["unchanged"],
-        "refused": refused,
-        "quarantined": len(quarantined),
-    }
-    report.counts.update(page_counts)
-    for name, value in page_counts.items():
-        if value:
-            ctx.metrics.records.labels(link.name, name).inc(value)
-    for identifier in result.identifiers("refused_protected"):
-        _run_log(report).warning(
-            "harvest %s: refused %s: it belongs to the own set %s and a link into %s "
-            "may not change it",
-            link.name,
-            identifier,
-            protected,
-            link.local_set,
-        )
-    older = result.identifiers("refused_older")
-    undated = {r.identifier for r in batch if r.md_datestamp is None} if older else set()
-    for identifier in older:
-        _run_log(report).info(
-            "harvest %s: refused %s: %s",
-            link.name,
-            identifier,
-            "no gmd:dateStamp, and the stored copy has one"
-            if identifier in undated
-            else "gmd:dateStamp older than the stored copy's",
-        )
-    for identifier in result.identifiers("refused_deleted"):
-        _run_log(report).info(
-            "harvest %s: refused %s: deleted here, and this copy's gmd:dateStamp is not newer "
-            "than the deleted copy's (a deletion is newer than the copy it deleted)",
-            link.name,
-            identifier,
-        )
-    for identifier in result.identifiers("refused_conflict"):
-        _run_log(report).warning(
-            "harvest %s: refused %s: the copy stored from another link or set has the same "
-            "gmd:dateStamp and other content; it is kept (the peers disagree on this record)",
-            link.name,
-            identifier,
-        )
-    for held, reason, _ in quarantined:
-        _run_log(report).warning("harvest %s: quarantined %s: %s", link.name, held, reason)
-
-
-async def _hold_run(conn: Connection, link: Link, report: RunReport) -> None:
-    """Start a write of the run: stop it, the transaction unwritten, if it no longer runs."""
-    status = await link_store.hold_run(conn, report.run_id)
-    if status is None:
-        raise LinkRemoved(f"link {link.name} was removed during the run")
-    if status != "running":
-        raise RunTakenOver(
-            f"another worker took link {link.name} over during this run, whose lease had run "
-            "out unrenewed (the process held up, or cut off from the database, for longer than "
-            "WISCAT_HARVEST_LEASE_SECONDS); this run stopped, its pages written before are "
-            "kept, and the high-water mark is the other run's to move"
-        )
-
-
-async def _complete(
-    ctx: HarvestContext,
-    link: Link,
-    report: RunReport,
-    deletions: list[str],
-    protected: str | None,
-    allow_mass_delete: bool,
-    *,
-    high_water_mark: datetime | None,
-    next_window_index: int | None,
-) -> None:
-    settings = ctx.settings
-    if deletions and not allow_mass_delete:
-        doomed = await link_store.live_in_set(ctx.pool, link.local_set, deletions)
-        held = await link_store.live_count(ctx.pool, link.local_set)
-        limit = max(settings.mass_delete_share * held, settings.mass_delete_min)
-        if doomed > limit:
-            raise MassDeletion(
-                f"the peer deleted {doomed} of the {held} live records of {link.local_set} "
-                f"(more than {settings.mass_delete_share:.0%}); nothing was deleted and the "
-                f"high-water mark was kept: check the peer, then run "
-                f"`wiscat harvest {link.name} --allow-mass-delete`"
-            )
-    counts: Counter[str] = Counter()
-    timeout_ms = int(ctx.settings.write_timeout_seconds * 1000)
-    async with ctx.pool.acquire() as conn, conn.transaction():
-        await link_store.hold_link(conn, link.name)  # updated last; locked first (see there)
-        await _hold_run(conn, link, report)
-        for start in range(0, len(deletions), DELETE_BATCH):
-            await conn.execute(f"set local statement_timeout = {timeout_ms}")
-            result = await store.delete_records(
-                conn,
-                link.local_set,
-                deletions[start : start + DELETE_BATCH],
-                protected_set=protected,
-                remember_unknown=True,
-            )
-            counts.update(result.counts)
-            for identifier in result.identifiers("refused_protected"):
-                _run_log(report).warning(
-                    "harvest %s: refused the deletion of %s: it belongs to the own set",
-                    link.name,
-                    identifier,
-                )
-        advanced = await link_store.complete_list(
-            conn,
-            link,
-            high_water_mark=high_water_mark,
-            full=report.mode == "full",
-            window_index=next_window_index if next_window_index is not None else link.window_index,
-            run_id=report.run_id,
-        )
-        if not advanced:
-            high_water_mark = None
-            _run_log(report).warning(
-                "harvest %s: the link was pointed elsewhere or removed during run %d: its "
-                "high-water mark is left as it is (reset by a new source: a full harvest next)",
-                link.name,
-                report.run_id,
-            )
-    report.counts["deleted"] += counts["deleted"] + counts["left_set"] + counts["remembered"]
-    report.counts["refused_deletions"] += counts["refused_protected"]
-    if counts["deleted"] + counts["left_set"]:
-        ctx.metrics.records.labels(link.name, "deleted").inc(counts["deleted"] + counts["left_set"])
-    report.high_water_mark = high_water_mark

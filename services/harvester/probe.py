@@ -21,9 +21,10 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Literal
 
-from services.harvester.client import OAIClient, global_addresses_only
+from services.harvester.client import OAIClient
 from services.harvester.errors import HarvestError, reason_of
-from services.harvester.harvest import is_this_node
+from services.harvester.plan import is_this_node
+from services.harvester.transport import global_addresses_only
 from shared.db.links import Link
 from shared.iso19139 import RecordError, record_from_element
 from shared.linkspec import REGISTRY_LINK_PREFIX

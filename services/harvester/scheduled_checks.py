@@ -17,7 +17,7 @@ import time
 from datetime import UTC, datetime, timedelta
 
 from services.harvester.check import CATEGORIES, CheckReport, CheckRequest, run_check
-from services.harvester.harvest import HarvestContext
+from services.harvester.context import HarvestContext
 from services.harvester.scheduler import lease_kept
 from shared.db import checks as check_store
 from shared.db.checks import Check

@@ -15,7 +15,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from urllib.parse import urlsplit
 
-from services.harvester.harvest import HarvestContext, harvest_link
+from services.harvester.context import HarvestContext
+from services.harvester.harvest import harvest_link
 from shared.db import links as link_store
 from shared.db.errors import UNAVAILABLE
 from shared.db.links import Link

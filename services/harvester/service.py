@@ -12,7 +12,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from services.harvester.client import ClientSettings, OAIClient
-from services.harvester.harvest import HarvestContext
+from services.harvester.context import HarvestContext
 from services.harvester.page_records import PageReaders
 from services.harvester.scheduled_checks import export_check_metrics, run_due_checks
 from services.harvester.scheduler import Scheduler

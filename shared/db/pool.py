@@ -26,6 +26,14 @@ async def _init_connection(conn: asyncpg.Connection) -> None:
     await conn.execute("set timezone to 'UTC'; set jit to off")
 
 
+async def limit_statements(conn: Connection, seconds: float) -> None:
+    """Cancel any statement of the rest of ``conn``'s transaction that runs longer than
+    ``seconds`` (``SET LOCAL statement_timeout``)."""
+    await conn.execute(
+        "select set_config('statement_timeout', $1, true)", f"{int(seconds * 1000)}ms"
+    )
+
+
 async def create_pool(url: str, *, min_size: int = 1, max_size: int = 10) -> asyncpg.Pool:
     """An asyncpg pool on ``url`` whose sessions use UTC."""
     try:

@@ -20,7 +20,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from aiohttp import web
 
-from services.harvester.harvest import HarvestContext, RunReport, harvest_link
+from services.harvester.context import HarvestContext, RunReport
+from services.harvester.harvest import harvest_link
 from services.harvester.service import harvest_context
 from shared.db import links as link_store
 from shared.db import records as store

@@ -40,7 +40,7 @@ from tests.registry_network import CountingResolver, canary, make_network
 from tests.servers import identify_document, list_records_page, serving, serving_app
 
 if TYPE_CHECKING:
-    from services.harvester.harvest import RunReport
+    from services.harvester.context import RunReport
 
 
 async def test_list_identifiers_and_get_record_strategy(pair: Pair) -> None:

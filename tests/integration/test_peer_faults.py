@@ -28,7 +28,8 @@ import pytest
 from aiohttp import web
 
 from services.harvester.client import OAIClient
-from services.harvester.harvest import HarvestContext, RunReport, harvest_link
+from services.harvester.context import HarvestContext, RunReport
+from services.harvester.harvest import harvest_link
 from services.harvester.service import harvest_context
 from shared.db import links as link_store
 from shared.db import records as store

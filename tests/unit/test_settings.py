@@ -72,7 +72,7 @@ def test_an_unset_base_url_follows_where_the_provider_listens() -> None:
 
 
 def test_a_peer_is_this_node_by_its_url_or_by_the_base_url_set_here() -> None:
-    from services.harvester.harvest import is_this_node
+    from services.harvester.plan import is_this_node
     from shared.oaipmh.pages import IdentifyInfo
 
     def identify(base_url: str) -> IdentifyInfo:

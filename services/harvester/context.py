@@ -1,0 +1,70 @@
+"""What a harvest run carries: the process's context (settings, database, client, metrics,
+the peers' Identify) and the run's own report."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from services.harvester.client import OAIClient
+from services.harvester.metrics import HarvesterMetrics
+from services.harvester.page_records import PageReaders
+from shared.db.links import RunMode, RunStatus
+from shared.db.pool import Pool
+from shared.oaipmh.pages import IdentifyInfo
+from shared.settings import Settings
+
+log = logging.getLogger("wiscat.harvester")
+
+
+@dataclass
+class HarvestContext:
+    """What every run needs, built once per process."""
+
+    settings: Settings
+    pool: Pool
+    client: OAIClient
+    metrics: HarvesterMetrics = field(default_factory=HarvesterMetrics)
+    worker: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
+    # each peer's Identify (by base URL) and when it was read: see _identify
+    identified: dict[str, tuple[float, IdentifyInfo]] = field(default_factory=dict)
+    # where pages are parsed and hashed (worker processes, or a thread)
+    pages: PageReaders = field(default_factory=lambda: PageReaders(0))
+
+
+@dataclass
+class RunReport:
+    """What one run did (also stored in ``harvest_runs``)."""
+
+    link: str
+    run_id: int
+    mode: RunMode
+    status: RunStatus = "running"
+    from_: datetime | None = None
+    until: datetime | None = None
+    counts: Counter[str] = field(default_factory=Counter)
+    pages: int = 0
+    bytes: int = 0
+    error_kind: str | None = None
+    error: str | None = None
+    high_water_mark: datetime | None = None
+    seconds: float = 0.0
+    taken: list[str] = field(default_factory=list)  # backup synchronisation: what it took
+
+    def summary(self) -> str:
+        parts = ", ".join(f"{k} {self.counts[k]}" for k in sorted(self.counts))
+        text = f"{self.link} {self.mode} run {self.run_id}: {self.status}; pages {self.pages}"
+        if parts:
+            text += f"; {parts}"
+        if self.error:
+            text += f"; {self.error_kind}: {self.error}"
+        return text
+
+
+def run_log(report: RunReport) -> logging.LoggerAdapter[logging.Logger]:
+    # link and run as fields of their own in JSON logs (WISCAT_LOG_FORMAT=json)
+    return logging.LoggerAdapter(log, {"link": report.link, "run": report.run_id})

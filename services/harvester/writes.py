@@ -1,0 +1,194 @@
+"""A run's writes: each page in one transaction with the run's progress, and the list's
+completion (its deletions, behind the mass-deletion breaker, with the high-water mark) in one
+more (DESIGN invariant 3). Each write first checks that the run still holds its link."""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import datetime
+
+from services.harvester.context import HarvestContext, RunReport, run_log
+from services.harvester.errors import LinkRemoved, RunTakenOver
+from shared.db import links as link_store
+from shared.db import records as store
+from shared.db.links import Link, PageCounts
+from shared.db.pool import Connection, limit_statements
+
+DELETE_BATCH = 5000
+
+
+class MassDeletion(Exception):
+    """A run would delete more of a link's records than the circuit breaker allows."""
+
+
+async def store_page(
+    ctx: HarvestContext,
+    link: Link,
+    report: RunReport,
+    batch: list[store.IncomingRecord],
+    quarantined: list[tuple[str | None, str, bytes]],
+    protected: str | None,
+    size: int,
+) -> None:
+    async with ctx.pool.acquire() as conn, conn.transaction():
+        # A write held up (on a lock held elsewhere) fails the run rather than holding back
+        # every list, which stops before the oldest write in progress (invariant 2).
+        await limit_statements(conn, ctx.settings.write_timeout_seconds)
+        await hold_run(conn, link, report)
+        result = await store.upsert_records(
+            conn,
+            link.local_set,
+            batch,
+            protected_set=protected,
+            refuse_conflicts=True,
+            source=link.name,
+            deletions_hold=True,
+        )
+        counts = result.counts
+        refused = (
+            counts["refused_older"]
+            + counts["refused_protected"]
+            + counts["refused_conflict"]
+            + counts["refused_deleted"]
+        )
+        await link_store.record_page(
+            conn,
+            report.run_id,
+            PageCounts(
+                bytes=size,
+                added=counts["added"],
+                updated=counts["updated"] + counts["joined"],
+                unchanged=counts["unchanged"],
+                refused=refused,
+                quarantined=len(quarantined),
+            ),
+        )
+        await link_store.quarantine(conn, link.name, report.run_id, report.pages, quarantined)
+    ctx.metrics.bytes.labels(link.name).inc(size)
+    page_counts = {
+        "added": counts["added"],
+        "updated": counts["updated"] + counts["joined"],
+        "unchanged": counts["unchanged"],
+        "refused": refused,
+        "quarantined": len(quarantined),
+    }
+    report.counts.update(page_counts)
+    for name, value in page_counts.items():
+        if value:
+            ctx.metrics.records.labels(link.name, name).inc(value)
+    for identifier in result.identifiers("refused_protected"):
+        run_log(report).warning(
+            "harvest %s: refused %s: it belongs to the own set %s and a link into %s "
+            "may not change it",
+            link.name,
+            identifier,
+            protected,
+            link.local_set,
+        )
+    older = result.identifiers("refused_older")
+    undated = {r.identifier for r in batch if r.md_datestamp is None} if older else set()
+    for identifier in older:
+        run_log(report).info(
+            "harvest %s: refused %s: %s",
+            link.name,
+            identifier,
+            "no gmd:dateStamp, and the stored copy has one"
+            if identifier in undated
+            else "gmd:dateStamp older than the stored copy's",
+        )
+    for identifier in result.identifiers("refused_deleted"):
+        run_log(report).info(
+            "harvest %s: refused %s: deleted here, and this copy's gmd:dateStamp is not newer "
+            "than the deleted copy's (a deletion is newer than the copy it deleted)",
+            link.name,
+            identifier,
+        )
+    for identifier in result.identifiers("refused_conflict"):
+        run_log(report).warning(
+            "harvest %s: refused %s: the copy stored from another link or set has the same "
+            "gmd:dateStamp and other content; it is kept (the peers disagree on this record)",
+            link.name,
+            identifier,
+        )
+    for held, reason, _ in quarantined:
+        run_log(report).warning("harvest %s: quarantined %s: %s", link.name, held, reason)
+
+
+async def hold_run(conn: Connection, link: Link, report: RunReport) -> None:
+    """Start a write of the run: stop it, the transaction unwritten, if it no longer runs."""
+    status = await link_store.hold_run(conn, report.run_id)
+    if status is None:
+        raise LinkRemoved(f"link {link.name} was removed during the run")
+    if status != "running":
+        raise RunTakenOver(
+            f"another worker took link {link.name} over during this run, whose lease had run "
+            "out unrenewed (the process held up, or cut off from the database, for longer than "
+            "WISCAT_HARVEST_LEASE_SECONDS); this run stopped, its pages written before are "
+            "kept, and the high-water mark is the other run's to move"
+        )
+
+
+async def complete(
+    ctx: HarvestContext,
+    link: Link,
+    report: RunReport,
+    deletions: list[str],
+    protected: str | None,
+    allow_mass_delete: bool,
+    *,
+    high_water_mark: datetime | None,
+    next_window_index: int | None,
+) -> None:
+    settings = ctx.settings
+    if deletions and not allow_mass_delete:
+        doomed = await link_store.live_in_set(ctx.pool, link.local_set, deletions)
+        held = await link_store.live_count(ctx.pool, link.local_set)
+        limit = max(settings.mass_delete_share * held, settings.mass_delete_min)
+        if doomed > limit:
+            raise MassDeletion(
+                f"the peer deleted {doomed} of the {held} live records of {link.local_set} "
+                f"(more than {settings.mass_delete_share:.0%}); nothing was deleted and the "
+                f"high-water mark was kept: check the peer, then run "
+                f"`wiscat harvest {link.name} --allow-mass-delete`"
+            )
+    counts: Counter[str] = Counter()
+    async with ctx.pool.acquire() as conn, conn.transaction():
+        await link_store.hold_link(conn, link.name)  # updated last; locked first (see there)
+        await hold_run(conn, link, report)
+        for start in range(0, len(deletions), DELETE_BATCH):
+            await limit_statements(conn, ctx.settings.write_timeout_seconds)
+            result = await store.delete_records(
+                conn,
+                link.local_set,
+                deletions[start : start + DELETE_BATCH],
+                protected_set=protected,
+                remember_unknown=True,
+            )
+            counts.update(result.counts)
+            for identifier in result.identifiers("refused_protected"):
+                run_log(report).warning(
+                    "harvest %s: refused the deletion of %s: it belongs to the own set",
+                    link.name,
+                    identifier,
+                )
+        advanced = await link_store.complete_list(
+            conn,
+            link,
+            high_water_mark=high_water_mark,
+            full=report.mode == "full",
+            window_index=next_window_index if next_window_index is not None else link.window_index,
+            run_id=report.run_id,
+        )
+        if not advanced:
+            high_water_mark = None
+            run_log(report).warning(
+                "harvest %s: the link was pointed elsewhere or removed during run %d: its "
+                "high-water mark is left as it is (reset by a new source: a full harvest next)",
+                link.name,
+                report.run_id,
+            )
+    report.counts["deleted"] += counts["deleted"] + counts["left_set"] + counts["remembered"]
+    report.counts["refused_deletions"] += counts["refused_protected"]
+    if counts["deleted"] + counts["left_set"]:
+        ctx.metrics.records.labels(link.name, "deleted").inc(counts["deleted"] + counts["left_set"])
+    report.high_water_mark = high_water_mark

@@ -1,0 +1,26 @@
+"""shared/db is the one way to the database: the import-linter contract that keeps asyncpg out
+of everything else names every other module of shared, so that a module added later is covered
+too (`make lint` runs the contracts; this test fails when one is left out)."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_every_module_of_shared_but_db_is_kept_from_asyncpg() -> None:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    contracts = config["tool"]["importlinter"]["contracts"]
+    (contract,) = [c for c in contracts if c["name"] == "only shared.db talks to asyncpg"]
+    assert contract["forbidden_modules"] == ["asyncpg"]
+    shared = ROOT / "shared"
+    modules = {
+        f"shared.{path.stem if path.is_file() else path.name}"
+        for path in shared.iterdir()
+        if (path.suffix == ".py" and path.stem != "__init__")
+        or (path.is_dir() and (path / "__init__.py").exists())
+    }
+    assert modules - {"shared.db"} <= set(contract["source_modules"])
+    assert "services" in contract["source_modules"]
