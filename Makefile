@@ -51,6 +51,7 @@ soak: $(STAMP) ## long trials outside make test, each bounded in time (P17, D01,
 
 lint: $(STAMP) ## ruff, mypy (strict) and the import-linter layer contracts
 	$(BIN)/ruff check shared services tests bench tools
+	$(BIN)/ruff format --check shared services tests bench tools
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
