@@ -44,9 +44,15 @@ test-unit: $(STAMP) ## the fast, pure tests only
 PROPERTY_TESTS := tests/unit/test_dates_properties.py tests/integration/test_text_properties.py \
 	tests/integration/test_sync_properties.py
 
-soak: $(STAMP) ## long trials outside make test, each bounded in time (P17, D01, F01-F03)
+MESH_SEEDS := 1 2 3
+
+soak: $(STAMP) ## long trials outside make test, each bounded in time (P17, D01, H01, F01-F03)
 	WISCAT_LATE_COMMIT_TRIALS=100 timeout 1800 $(BIN)/pytest tests/e2e/test_late_commit.py -k randomised
 	WISCAT_CRASH_TRIALS=50 timeout 1800 $(BIN)/pytest tests/e2e/test_crash_loop.py
+	for seed in $(MESH_SEEDS); do \
+		WISCAT_MESH_SEED=$$seed WISCAT_MESH_FAULT_SECONDS=120 \
+			timeout 600 $(BIN)/pytest --timeout 540 tests/e2e/test_mesh_faults.py || exit 1; \
+	done
 	WISCAT_HYPOTHESIS_PROFILE=soak timeout 3600 $(BIN)/pytest --timeout 1800 $(PROPERTY_TESTS)
 
 lint: $(STAMP) ## ruff, mypy (strict) and the import-linter layer contracts

@@ -121,14 +121,16 @@ class Mesh:
         *,
         into: str | None = None,
         wait: bool = True,
+        url: str | None = None,
         **options: Any,
     ) -> dict[str, Any] | None:
         """A link of ``node`` to ``peer``'s provider (no rolling window, hourly: the harness runs
-        the rounds). A new link is due at once: with ``wait`` this returns that first run, once
-        finished, so that no run of the node's own schedule overlaps the harness's rounds."""
+        the rounds), or to ``url`` (a proxy in front of it, say). A new link is due at once:
+        with ``wait`` this returns that first run, once finished, so that no run of the node's
+        own schedule overlaps the harness's rounds."""
         body = {
             "name": name,
-            "url": self.nodes[peer].oai,
+            "url": url or self.nodes[peer].oai,
             "set": set_spec,
             "into": into,
             "window_slices": 0,
@@ -258,6 +260,15 @@ class Mesh:
             await conn.close()
         return {(row["set_spec"], row["identifier"]): row["datestamp"] for row in rows}
 
+    async def high_water_marks(self, node: str) -> dict[str, datetime | None]:
+        """Each link of ``node``: its high-water mark."""
+        conn = await connect(self.nodes[node].database_url)
+        try:
+            rows = await conn.fetch("select name, high_water_mark from links")
+        finally:
+            await conn.close()
+        return {row["name"]: row["high_water_mark"] for row in rows}
+
     async def catalogues(self) -> dict[str, dict[str, Entry]]:
         return {name: await self.catalogue(name) for name in self.nodes}
 
@@ -269,6 +280,70 @@ class Mesh:
         for name in chosen[1:]:
             assert found[name] == first, _difference(chosen[0], first, name, found[name])
         return first
+
+
+class Writers:
+    """Writers at nodes, each adding, revising and deleting records of its node's centre through
+    the admin API at random, until :attr:`stop` is set; they keep what they wrote, so that
+    :meth:`wanted` says what every node must end with."""
+
+    def __init__(self, mesh: Mesh, rng: random.Random, pause: float = 0.05) -> None:
+        """``pause``: the longest wait between two writes of one writer."""
+        self.mesh, self.rng, self.pause = mesh, rng, pause
+        self.versions: dict[str, dict[int, int]] = {}  # record number -> its latest version
+        self.live: dict[str, list[str]] = {}  # identifiers not deleted
+        self.stop = asyncio.Event()
+
+    async def write(self, name: str) -> None:
+        versions = self.versions.setdefault(name, {})
+        live = self.live.setdefault(name, [])
+        while not self.stop.is_set():
+            choice = self.rng.random()
+            if choice < 0.5 or not versions:
+                n = 100 + len(versions)
+                versions[n] = 0
+                live.append(await self.mesh.put(name, n, name.lower()))
+            elif choice < 0.8 or not live:
+                n = self.rng.choice(list(versions))
+                versions[n] += 1
+                identifier = await self.mesh.put(name, n, name.lower(), version=versions[n])
+                if identifier not in live:
+                    live.append(identifier)  # a revision brings a deleted record back
+            else:
+                await self.mesh.delete(name, live.pop(self.rng.randrange(len(live))))
+            await asyncio.sleep(self.rng.uniform(0, self.pause))
+
+    def wanted(self, name: str, set_spec: str) -> dict[str, Entry]:
+        """The catalogue entries of what the writer at ``name`` wrote, in ``set_spec``."""
+        entries = {}
+        for n, version in self.versions.get(name, {}).items():
+            identifier, entry = expected(n, name.lower(), set_spec, version=version)
+            entries[identifier] = entry if identifier in self.live[name] else TOMBSTONE
+        return entries
+
+
+@dataclass(frozen=True)
+class Drift:
+    """How a node's catalogue differs from the one wanted, by identifier."""
+
+    missing: list[str]  # wanted, absent
+    extra: list[str]  # present, not wanted
+    outdated: list[str]  # present with another content hash, deleted flag or sets
+
+    def __str__(self) -> str:
+        kinds = vars(self).items()
+        counts = ", ".join(f"{len(ids)} {kind}" for kind, ids in kinds)
+        named = [f"{kind} {ids[0]}" for kind, ids in kinds if ids]
+        return counts + (f" (first {', '.join(named)})" if named else "")
+
+
+def drift(wanted: dict[str, Entry], found: dict[str, Entry]) -> Drift:
+    """What ``found`` misses, has over and holds otherwise than ``wanted``."""
+    return Drift(
+        missing=sorted(set(wanted) - set(found)),
+        extra=sorted(set(found) - set(wanted)),
+        outdated=sorted(i for i in set(wanted) & set(found) if wanted[i] != found[i]),
+    )
 
 
 def _difference(a: str, left: dict[str, Entry], b: str, right: dict[str, Entry]) -> str:

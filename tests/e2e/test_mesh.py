@@ -10,7 +10,7 @@ import asyncio
 import random
 from datetime import UTC, datetime, timedelta
 
-from tests.e2e.mesh import TOMBSTONE, Mesh, expected
+from tests.e2e.mesh import TOMBSTONE, Mesh, Writers, expected
 from tests.pg import clone_template, drop_database
 
 MONDAY = datetime(2026, 11, 16, 9, 0, tzinfo=UTC)
@@ -282,41 +282,17 @@ async def test_concurrent_writes_at_every_node_during_rounds(settled_mesh: Mesh)
     names = ["A", "B", "C"]
     await full_mesh(mesh, names, per_node=3)
     rng = random.Random(2026)
-    stop = asyncio.Event()
-    versions: dict[str, dict[int, int]] = {name: {} for name in names}
-    live: dict[str, list[str]] = {name: [] for name in names}
-
-    async def writer(name: str) -> None:
-        # record number -> its latest version (only ever grows); identifiers not deleted
-        versions_here, live_here = versions[name], live[name]
-        while not stop.is_set():
-            choice = rng.random()
-            if choice < 0.5 or not versions_here:
-                n = 100 + len(versions_here)
-                versions_here[n] = 0
-                live_here.append(await mesh.put(name, n, name.lower()))
-            elif choice < 0.8 or not live_here:
-                n = rng.choice(list(versions_here))
-                versions_here[n] += 1
-                identifier = await mesh.put(name, n, name.lower(), version=versions_here[n])
-                if identifier not in live_here:
-                    live_here.append(identifier)  # a revision brings a deleted record back
-            else:
-                await mesh.delete(name, live_here.pop(rng.randrange(len(live_here))))
-            await asyncio.sleep(rng.uniform(0, 0.05))
-
-    writers = [asyncio.create_task(writer(name)) for name in names]
+    writers = Writers(mesh, rng)
+    tasks = [asyncio.create_task(writers.write(name)) for name in names]
     for _ in range(4):
         await mesh.round(concurrent=True, shuffle=rng)
-    stop.set()
-    await asyncio.gather(*writers)
+    writers.stop.set()
+    await asyncio.gather(*tasks)
     for _ in range(2):
         await mesh.round(concurrent=True, shuffle=rng)
     wanted = dict(expected(n, name.lower(), own(name)) for name in names for n in range(3))
     for name in names:
-        for n, version in versions[name].items():
-            identifier, entry = expected(n, name.lower(), own(name), version=version)
-            wanted[identifier] = entry if identifier in live[name] else TOMBSTONE
+        wanted.update(writers.wanted(name, own(name)))
     assert sum(entry is TOMBSTONE for entry in wanted.values()) > 0  # deletions were made
     assert await mesh.assert_converged() == wanted
 
