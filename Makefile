@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 .DEFAULT_GOAL := all
-.PHONY: all help venv run test test-unit test-integration soak lint format bench schema demo chromium clean
+.PHONY: all help venv run test test-unit test-integration soak fuzz lint format bench schema demo chromium clean
 
 all: lint test ## lint, then the whole test suite
 
@@ -42,6 +42,12 @@ soak: $(STAMP) ## long trials outside make test, each bounded in time (P17, D01,
 	WISCAT_LATE_COMMIT_TRIALS=100 timeout 1800 $(BIN)/pytest tests/e2e/test_late_commit.py -k randomised
 	WISCAT_CRASH_TRIALS=50 timeout 1800 $(BIN)/pytest tests/e2e/test_crash_loop.py
 	WISCAT_HYPOTHESIS_PROFILE=soak timeout 3600 $(BIN)/pytest --timeout 1800 $(PROPERTY_TESTS)
+
+FUZZ_SECONDS ?= 600
+
+fuzz: $(STAMP) ## fuzz each parser for FUZZ_SECONDS (600) from a random seed (F04), bounded in time
+	WISCAT_FUZZ_SECONDS=$(FUZZ_SECONDS) WISCAT_FUZZ_SEED=0 timeout $$((4 * $(FUZZ_SECONDS) + 600)) \
+		$(BIN)/pytest -s --timeout $$(($(FUZZ_SECONDS) + 300)) tests/fuzz/test_fuzz.py
 
 lint: $(STAMP) ## ruff, mypy (strict) and the import-linter layer contracts
 	$(BIN)/ruff check shared services tests bench tools
