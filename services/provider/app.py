@@ -19,6 +19,7 @@ from services.provider import admin, monitoring, oai, registry, ui
 from services.provider.limits import BodyCap, BodyLimit
 from services.provider.metrics import ProviderMetrics
 from services.provider.oai import CUT_OFF, ProviderState
+from services.provider.openapi import document_bad_requests
 from shared.db import checks as check_store
 from shared.db import links as link_store
 from shared.db import records as store
@@ -246,6 +247,8 @@ def create_app(settings: Settings, database_url: str) -> FastAPI:
         return PlainTextResponse(
             "Method Not Allowed", status_code=405, headers={"Allow": ", ".join(sorted(allowed))}
         )
+
+    document_bad_requests(app)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
