@@ -31,6 +31,8 @@ SECONDS = int(os.environ.get("WISCAT_FUZZ_SECONDS", "15"))
 SEED = int(os.environ.get("WISCAT_FUZZ_SEED", "1"))
 # the page seed of whole records is 19 KB; room to grow it
 MAX_LEN = {"page": 32768}
+# the page's words (tags, attributes, the refused DOCTYPE), which mutations of bytes seldom make
+DICTIONARY = Path(__file__).parent / "page.dict"
 _UNCAUGHT = "=== Uncaught Python exception: ==="
 _DONE = re.compile(r"#(\d+)\s+DONE\s.*?corp: (\d+)/(\S+) .*?exec/s: (\d+)")
 
@@ -76,6 +78,7 @@ def fuzz(target: str, seconds: int, work: Path, *seeds: Path) -> Outcome:
         "-timeout=20",  # one input that takes this long is a finding (a hang)
         "-rss_limit_mb=2048",
         f"-artifact_prefix={artifacts}/",
+        *([f"-dict={DICTIONARY}"] if target == "page" else []),
         "-print_final_stats=1",
         str(corpus),
         *(str(seed) for seed in seeds),

@@ -17,8 +17,9 @@ import os
 import sys
 from pathlib import Path
 
+from services.provider.app import create_app
 from tests.registry_network import make_network, node_overrides
-from tests.servers import running_provider
+from tests.servers import provider_settings, running_provider
 
 EXAMPLES = int(os.environ.get("WISCAT_SCHEMATHESIS_EXAMPLES", "5"))
 SEED = os.environ.get("WISCAT_SCHEMATHESIS_SEED", "1")
@@ -76,3 +77,24 @@ async def test_f05_admin_and_registry_answers_conform_to_the_schema(
     report = output.decode("utf-8", "replace")
     print(report[-3000:])
     assert process.returncode == 0, report
+
+
+def test_f05_the_schema_documents_400_where_fastapi_would_say_422() -> None:
+    """The app answers a request it cannot validate with 400 (app._validation): the schema says
+    so, and documents every admin route's refusal of a missing or wrong token."""
+    app = create_app(provider_settings(8080), "postgresql://127.0.0.1:9/unused")
+    paths = app.openapi()["paths"]
+    documented = {
+        f"{method.upper()} {path}": set(operation["responses"])
+        for path, operations in paths.items()
+        for method, operation in operations.items()
+    }
+    assert [name for name, codes in documented.items() if "422" in codes] == []
+    assert "400" in documented["GET /admin/runs"]
+    assert "400" in documented["GET /registry/announce"]
+    admin = {name: codes for name, codes in documented.items() if " /admin/" in name}
+    assert len(admin) == 16
+    assert [name for name, codes in admin.items() if not {"401", "403"} <= codes] == []
+    blocks = paths["/registry/blocks"]["get"]["responses"]
+    assert set(blocks["200"]["content"]) == {"application/xml"}
+    assert set(blocks["404"]["content"]) == {"text/plain"}
