@@ -9,7 +9,8 @@ stops, and ``tests/fuzz/test_fuzz.py`` prints the input that raised it.
   run; ``read_identify``; ``announced_token``). Only the harvester's :class:`BadResponse` and the
   OAI-PMH errors a peer sends may escape, and ``announced_token`` never raises.
 - :func:`token`: the provider's resumptionToken decoder, on any text and on any payload signed
-  under its secret (so that the fuzzer gets past the MAC). Only :class:`BadResumptionToken`.
+  under its secret (so that the fuzzer gets past the MAC). Only :class:`BadResumptionToken`, and a
+  position it reads is encoded again into a token that reads back as the same position.
 - :func:`datestamp`: the request's from/until parser (only :class:`BadArgument`, and what it
   reads is written back as given) and the harvester's lenient one (only
   :class:`MalformedResponse`, and the instant is in UTC).
@@ -107,6 +108,8 @@ def token(data: bytes) -> None:
     )
     for moment in moments:
         assert moment is None or moment.utcoffset() == timedelta(0), moment
+    # what the decoder took, the encoder gives back: a list goes on where the token says
+    assert _CODEC.decode(_CODEC.encode(position), now=NOW) == position
 
 
 def _b64(data: bytes) -> str:
