@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 .DEFAULT_GOAL := all
-.PHONY: all help venv run test test-unit test-integration soak lint format bench schema demo chromium promtool clean
+.PHONY: all help venv run test test-unit test-integration soak fuzz lint format bench schema demo chromium promtool clean
 
 all: lint test ## lint, then the whole test suite
 
@@ -54,6 +54,15 @@ soak: $(STAMP) ## long trials outside make test, each bounded in time (P17, D01,
 			timeout 600 $(BIN)/pytest --timeout 540 tests/e2e/test_mesh_faults.py || exit 1; \
 	done
 	WISCAT_HYPOTHESIS_PROFILE=soak timeout 3600 $(BIN)/pytest --timeout 1800 $(PROPERTY_TESTS)
+
+FUZZ_SECONDS ?= 600
+
+fuzz: $(STAMP) ## fuzz the parsers FUZZ_SECONDS (600) each (F04), then the admin/registry API (F05)
+	WISCAT_FUZZ_SECONDS=$(FUZZ_SECONDS) WISCAT_FUZZ_SEED=0 timeout $$((4 * $(FUZZ_SECONDS) + 600)) \
+		$(BIN)/pytest -s --timeout $$(($(FUZZ_SECONDS) + 300)) tests/fuzz/test_fuzz.py
+	WISCAT_SCHEMATHESIS_EXAMPLES=200 WISCAT_SCHEMATHESIS_PHASES=coverage,fuzzing,stateful \
+		WISCAT_SCHEMATHESIS_SEED=random timeout 3600 \
+		$(BIN)/pytest -s --timeout 3000 tests/integration/test_api_schema.py
 
 lint: $(STAMP) ## ruff, mypy (strict) and the import-linter layer contracts
 	$(BIN)/ruff check shared services tests bench tools

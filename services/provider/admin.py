@@ -15,6 +15,7 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, model_validator
 
+from services.provider.openapi import ADMIN, body, json_error
 from services.provider.state import ProviderState, State
 from shared import ingest
 from shared.db import checks as check_store
@@ -48,14 +49,23 @@ def require_admin(request: Request, state: State) -> ProviderState:
     return state
 
 
-router = APIRouter(prefix="/admin")
+router = APIRouter(prefix="/admin", responses=ADMIN)
 
 # A link or a check as JSON is a few hundred bytes; FastAPI reads such a body before the token
 # is checked, so this cap (app.BodyLimit) is what a stranger can make it read.
 MAX_REQUEST_BYTES = 1024 * 1024
 
 
-@router.put("/records/{identifier:path}")
+@router.put(
+    "/records/{identifier:path}",
+    responses={
+        201: {"description": "the record is new", "content": {"application/json": {}}},
+        # Starlette's path parameter holds no line break: such an identifier matches no route
+        404: json_error("no route: the identifier holds a line break"),
+        409: json_error("the record is older than the one stored"),
+    },
+    openapi_extra=body("application/xml", "an ISO 19139 record (gmd:MD_Metadata)"),
+)
 async def put_record(
     identifier: str, request: Request, state: ProviderState = Depends(require_admin)
 ) -> JSONResponse:
@@ -79,7 +89,7 @@ async def put_record(
     return JSONResponse({"identifier": identifier, "outcome": outcome}, status_code=status)
 
 
-@router.delete("/records/{identifier:path}")
+@router.delete("/records/{identifier:path}", responses={404: json_error("no such live record")})
 async def delete_record(
     identifier: str, state: ProviderState = Depends(require_admin)
 ) -> JSONResponse:
@@ -128,7 +138,7 @@ async def list_links(state: ProviderState = Depends(require_admin)) -> JSONRespo
     return JSONResponse([link.as_json() for link in await link_store.all_links(state.pool)])
 
 
-@router.post("/links")
+@router.post("/links", status_code=201, responses={409: json_error("a link of that name exists")})
 async def add_link(body: LinkBody, state: ProviderState = Depends(require_admin)) -> JSONResponse:
     """Add a link; 400 with the reason when it cannot work, 409 when the name is taken."""
     try:
@@ -198,7 +208,7 @@ def _duration(value: Duration | None) -> timedelta | None:
     return None if value is None else duration(value)
 
 
-@router.patch("/links/{name}")
+@router.patch("/links/{name}", responses={404: json_error("no such link")})
 async def change_link(
     name: str, body: LinkChange, state: ProviderState = Depends(require_admin)
 ) -> JSONResponse:
@@ -239,7 +249,7 @@ async def change_link(
     return JSONResponse({**link.as_json(), "changed": changed})
 
 
-@router.delete("/links/{name}")
+@router.delete("/links/{name}", responses={404: json_error("no such link")})
 async def remove_link(name: str, state: ProviderState = Depends(require_admin)) -> JSONResponse:
     if not await link_store.remove_link(state.pool, name):
         raise HTTPException(404, f"no link named {name!r}")
@@ -247,7 +257,11 @@ async def remove_link(name: str, state: ProviderState = Depends(require_admin)) 
     return JSONResponse({"removed": name})
 
 
-@router.post("/links/{name}/harvest")
+@router.post(
+    "/links/{name}/harvest",
+    status_code=202,
+    responses={404: json_error("no such link"), 409: json_error("the link is disabled")},
+)
 async def harvest_now(
     name: str, full: bool = False, state: ProviderState = Depends(require_admin)
 ) -> JSONResponse:
@@ -280,7 +294,14 @@ async def quarantined(
     return JSONResponse(jsonable_encoder(rows))
 
 
-@router.get("/quarantine/{quarantine_id}")
+@router.get(
+    "/quarantine/{quarantine_id}",
+    response_class=Response,
+    responses={
+        200: {"description": "the bytes", "content": {"application/octet-stream": {}}},
+        404: json_error("no such quarantined record"),
+    },
+)
 async def quarantined_bytes(
     quarantine_id: Annotated[int, Path(ge=1, le=2**63 - 1)],
     state: ProviderState = Depends(require_admin),
@@ -351,7 +372,7 @@ async def put_check(
     return JSONResponse(check.as_json())
 
 
-@router.delete("/checks/{name}")
+@router.delete("/checks/{name}", responses={404: json_error("no such check")})
 async def remove_check(name: str, state: ProviderState = Depends(require_admin)) -> JSONResponse:
     if not await check_store.remove_check(state.pool, name):
         raise HTTPException(404, f"no check named {name!r}")
@@ -359,7 +380,11 @@ async def remove_check(name: str, state: ProviderState = Depends(require_admin))
     return JSONResponse({"removed": name})
 
 
-@router.post("/checks/{name}/run")
+@router.post(
+    "/checks/{name}/run",
+    status_code=202,
+    responses={404: json_error("no such check"), 409: json_error("the check is disabled")},
+)
 async def run_check_now(name: str, state: ProviderState = Depends(require_admin)) -> JSONResponse:
     """Ask the harvester to run this check at its next poll."""
     asked = await check_store.request_check(state.pool, name)
@@ -379,7 +404,7 @@ async def check_reports(
     return JSONResponse(jsonable_encoder(rows))
 
 
-@router.get("/check-reports/{report_id}")
+@router.get("/check-reports/{report_id}", responses={404: json_error("no such report")})
 async def check_report(
     report_id: int, state: ProviderState = Depends(require_admin)
 ) -> JSONResponse:

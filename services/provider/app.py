@@ -18,6 +18,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from services.provider import admin, monitoring, oai, registry, ui
 from services.provider.limits import BodyCap, BodyLimit
 from services.provider.metrics import ProviderMetrics
+from services.provider.openapi import document_bad_requests
 from services.provider.responses import (
     CUT_OFF,
     MAX_POST_BYTES,
@@ -243,6 +244,8 @@ def create_app(settings: Settings, database_url: str) -> FastAPI:
         return PlainTextResponse(
             "Method Not Allowed", status_code=405, headers={"Allow": ", ".join(sorted(allowed))}
         )
+
+    document_bad_requests(app)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:

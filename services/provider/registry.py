@@ -24,6 +24,7 @@ from fastapi.responses import HTMLResponse, PlainTextResponse, Response
 from lxml import etree
 
 from services.provider.limits import RateLimiter
+from services.provider.openapi import NO_REGISTRY, XMLResponse, body, form, text
 from services.provider.state import ProviderState
 from shared.db import registry as store
 from shared.db.pool import Pool
@@ -157,7 +158,7 @@ def _over_limit(request: Request, limiter: RateLimiter, what: str) -> Response |
 router = APIRouter()
 
 
-@router.get("/urls")
+@router.get("/urls", response_class=XMLResponse, responses={404: NO_REGISTRY})
 async def get_urls(request: Request) -> Response:
     """Every accepted base URL in order of appearance; ``id`` is the transaction's tx-hash."""
     try:
@@ -171,7 +172,20 @@ async def get_urls(request: Request) -> Response:
     return Response(body, media_type=XML)
 
 
-@router.post("/urls")
+@router.post(
+    "/urls",
+    response_class=PlainTextResponse,
+    responses={
+        400: text("malformed, or not a conforming OAI-PMH 2.0 repository"),
+        404: NO_REGISTRY,
+        409: text("present already"),
+        413: text("a form over 64 KiB"),
+        429: text("too many submissions from this client"),
+        500: text("internal error"),
+        503: text("this node cannot make blocks"),
+    },
+    openapi_extra=form({"baseURL": "the repository's base URL"}, ["baseURL"]),
+)
 async def post_urls(request: Request) -> Response:
     """Submit a base URL (form field ``baseURL``), kept exactly as given."""
     state = _state(request)
@@ -215,7 +229,7 @@ with every node of the network (<a href="{root}/urls">the list</a>).</p>
 """
 
 
-@router.get("/urls/form", response_class=HTMLResponse)
+@router.get("/urls/form", response_class=HTMLResponse, responses={404: NO_REGISTRY})
 async def url_form(request: Request) -> Response:
     """The HTML form of seed 004 ("A simple HTML form")."""
     try:
@@ -234,7 +248,7 @@ async def url_form(request: Request) -> Response:
     )
 
 
-@router.get("/registry/status")
+@router.get("/registry/status", response_class=XMLResponse, responses={404: NO_REGISTRY})
 async def status(request: Request) -> Response:
     """The network, its genesis block and this node's tip."""
     try:
@@ -246,7 +260,11 @@ async def status(request: Request) -> Response:
     return Response(status_xml(node.network, tip, node.public_key), media_type=XML)
 
 
-@router.get("/registry/blocks")
+@router.get(
+    "/registry/blocks",
+    response_class=XMLResponse,
+    responses={404: text("none of these blocks is on this node's chain, or no registry")},
+)
 async def get_blocks(
     request: Request,
     after: list[str] = Query(default=[]),
@@ -266,7 +284,17 @@ async def get_blocks(
     return Response(body, media_type=XML)
 
 
-@router.post("/registry/blocks")
+@router.post(
+    "/registry/blocks",
+    response_class=PlainTextResponse,
+    responses={
+        400: text("an invalid block"),
+        403: text("a block not signed by a member"),
+        404: NO_REGISTRY,
+        409: text("its previous block is unknown here"),
+    },
+    openapi_extra=body("application/xml", "blocks, as GET /registry/blocks gives them"),
+)
 async def post_blocks(request: Request) -> Response:
     """Blocks pushed by a peer: 200 accepted (or known), 400 invalid, 403 not signed by a member,
     409 its previous block is unknown here (this node then pulls from its peers)."""
@@ -294,7 +322,22 @@ async def _members(request: Request, network: str) -> Response:
     return Response(peers_xml(network, urls), media_type=XML)
 
 
-@router.post("/registry/announce")
+@router.post(
+    "/registry/announce",
+    response_class=XMLResponse,
+    responses={
+        400: text("no network name, or no root URL"),
+        429: text("too many announcements from this client"),
+    },
+    openapi_extra=form(
+        {
+            "network": "the network's name",
+            "url": "the node's root URL",
+            "public_key": "the node's public key",
+        },
+        ["network", "url"],
+    ),
+)
 async def announce(request: Request) -> Response:
     """Tracker: register ``url`` as a node of ``network``; answers the network's members."""
     if refusal := _over_limit(request, _state(request).announcements, "announcements"):
@@ -313,7 +356,11 @@ async def announce(request: Request) -> Response:
     return await _members(request, network)
 
 
-@router.get("/registry/announce")
+@router.get(
+    "/registry/announce",
+    response_class=XMLResponse,
+    responses={400: text("not a network name")},
+)
 async def members(request: Request, network: str) -> Response:
     """Tracker: the nodes that announced themselves for ``network`` within the last hour."""
     if not NETWORK_NAME.fullmatch(network):
@@ -321,7 +368,7 @@ async def members(request: Request, network: str) -> Response:
     return await _members(request, network)
 
 
-@router.get("/registry/peers")
+@router.get("/registry/peers", response_class=XMLResponse, responses={404: NO_REGISTRY})
 async def peers(request: Request) -> Response:
     """The peers this node knows, with their health."""
     try:

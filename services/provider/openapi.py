@@ -1,0 +1,104 @@
+"""What the OpenAPI schema (``/openapi.json``) says the admin API and the registry answer.
+
+Every status a route can answer is documented with its content type, so that a client (and
+Schemathesis, RELIABILITY F05) can hold the answers to the schema: an admin error is JSON with a
+``detail``, a registry error is plain text, the registry's lists are XML. FastAPI documents a
+request it cannot validate as 422; this app answers it 400 (``app._validation``), and
+:func:`document_bad_requests` makes the schema say so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.responses import Response
+
+Responses = dict[int | str, dict[str, Any]]
+
+_DETAIL = {
+    "type": "object",
+    "required": ["detail"],
+    "properties": {
+        "detail": {"type": "string"},
+        # a request FastAPI could not validate: what is wrong, and where
+        "errors": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {"loc": {"type": "array"}, "msg": {"type": "string"}},
+            },
+        },
+    },
+}
+
+
+class XMLResponse(Response):
+    """An XML document (the registry's lists and blocks); for the schema's sake."""
+
+    media_type = "application/xml"
+
+
+def json_error(description: str) -> dict[str, Any]:
+    """A documented answer whose body is ``{"detail": "..."}``."""
+    return {"description": description, "content": {"application/json": {"schema": _DETAIL}}}
+
+
+def text(description: str) -> dict[str, Any]:
+    """A documented answer whose body is a line of plain text."""
+    return {"description": description, "content": {"text/plain": {"schema": {"type": "string"}}}}
+
+
+def body(media_type: str, description: str) -> dict[str, Any]:
+    """``openapi_extra`` for a route that reads its body itself (FastAPI cannot see it)."""
+    return {
+        "requestBody": {
+            "required": True,
+            "description": description,
+            "content": {media_type: {"schema": {"type": "string"}}},
+        }
+    }
+
+
+def form(fields: dict[str, str], required: list[str]) -> dict[str, Any]:
+    """``openapi_extra`` for a route that reads a form itself; ``fields``: name -> description."""
+    properties = {name: {"type": "string", "description": said} for name, said in fields.items()}
+    schema = {"type": "object", "properties": properties, "required": required}
+    return {
+        "requestBody": {
+            "required": True,
+            "content": {"application/x-www-form-urlencoded": {"schema": schema}},
+        }
+    }
+
+
+#: What every admin route may answer besides its own statuses.
+ADMIN: Responses = {
+    400: json_error("bad request: a parameter or the body is not valid, or refused (the reason)"),
+    401: json_error("missing or wrong bearer token"),
+    403: json_error("the admin API is disabled (no WISCAT_ADMIN_TOKEN)"),
+    503: json_error("the database is unavailable; retry later"),
+}
+
+#: The registry's answer when this node is in no registry network.
+NO_REGISTRY = text("this node is not in a registry network (no WISCAT_REGISTRY_KEY_FILE)")
+
+
+def document_bad_requests(app: FastAPI) -> None:
+    """Make ``app``'s schema document the 400 this app answers where FastAPI says 422."""
+    generate: Callable[[], dict[str, Any]] = app.openapi
+
+    def schema() -> dict[str, Any]:
+        document = generate()  # FastAPI's, made once and kept: rewritten in place, once
+        for operations in document.get("paths", {}).values():
+            for operation in operations.values():
+                responses = operation.get("responses", {})
+                invalid = responses.pop("422", None)
+                if invalid is None:
+                    continue
+                bad = responses.setdefault("400", json_error("bad request"))
+                bad.setdefault("content", {})["application/json"] = {"schema": _DETAIL}
+        return document
+
+    app.openapi = schema  # type: ignore[method-assign]
