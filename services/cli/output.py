@@ -15,6 +15,11 @@ def when(value: datetime | None) -> str:
     return "-" if value is None else format_datestamp(value)
 
 
+def said(exc: BaseException) -> str:
+    """An exception's message, or its kind when it has none (a connection reset says nothing)."""
+    return str(exc) or type(exc).__name__
+
+
 def jsonable(row: dict[str, Any]) -> dict[str, Any]:
     return {k: v.isoformat() if hasattr(v, "isoformat") else v for k, v in row.items()}
 
