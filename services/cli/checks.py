@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from services.cli.arguments import DURATIONS, argument, command, count, group
 from services.cli.database import migrated_pool
@@ -28,6 +28,9 @@ from shared.linkspec import (
 )
 from shared.settings import Settings
 from shared.text import clipped
+
+if TYPE_CHECKING:
+    from services.harvester.check import CheckReport
 
 _url = argument(check_base_url)
 _set = argument(functools.partial(check_set_spec, option="set"))
@@ -204,7 +207,7 @@ def _refused_peers(args: argparse.Namespace) -> int:
 
 async def cmd_check(settings: Settings, args: argparse.Namespace) -> int:
     from services.harvester.check import CheckRequest, run_check
-    from services.harvester.check_output import json_target_problem, table_lines, write_json
+    from services.harvester.check_output import json_target_problem, write_json
     from services.harvester.client import OAIClient
     from services.harvester.service import client_settings
 
@@ -228,12 +231,57 @@ async def cmd_check(settings: Settings, args: argparse.Namespace) -> int:
     async with OAIClient.session(config) as session:
         report, checker = await run_check(OAIClient(session, config), request)
     with checker:
-        for line in table_lines(report, details=args.details):
+        for line in _check_lines(report, details=args.details):
             print(line)
         if args.json:
             write_json(report, args.json)
             print(f"report written to {args.json}")
     return report.exit_code
+
+
+# The summary's column of each category.
+_COLUMNS = {
+    "missing": "MISSING",
+    "extra": "EXTRA",
+    "outdated": "OUTDATED",
+    "copied_datestamp": "COPIED",
+    "duplicates": "DUPL.",
+    "altered": "ALTERED",
+    "datestamp_only": "DS-ONLY",
+}
+
+
+def _check_lines(report: CheckReport, *, details: bool) -> Iterator[str]:
+    """The source's line, a row per peer with a column per category, the outcome; with
+    ``details``, every item."""
+    from services.harvester.check import DATESTAMP_CATEGORIES, SAMPLE_CATEGORIES
+    from services.harvester.check_output import detail_lines, source_line
+
+    source = report.source
+    yield f"set {report.set_spec}, source {source.url}: " + source_line(source)
+    categories = DATESTAMP_CATEGORIES + (SAMPLE_CATEGORIES if report.sample else ())
+    rows = []
+    for peer in report.peers:
+        listing = peer.listing
+        if not peer.checked:
+            status = f"could not check: {listing.reason}"
+        elif source.status != "ok":
+            status = "not compared (the source could not be listed)"
+        else:
+            status = "consistent" if peer.consistent else "INCONSISTENT"
+        if peer.checked and source.status == "ok":
+            counts = [f"{listing.identifiers:,}"]
+            counts += [f"{peer.findings[name].count:,}" for name in categories]
+        else:
+            counts = ["-"] * (1 + len(categories))
+        rows.append([listing.url, *counts, status])
+    headers = ["PEER", "LISTED", *(_COLUMNS[name] for name in categories), "STATUS"]
+    yield from table(headers, rows, right=range(1, 2 + len(categories)))
+    if report.sample:
+        yield f"content compared for a sample of {report.sample} live identifier(s)"
+    yield f"outcome: {report.outcome}"
+    if details:
+        yield from detail_lines(report)
 
 
 async def cmd_checks_add(settings: Settings, args: argparse.Namespace) -> int:

@@ -444,6 +444,6 @@ async def cmd_link_test(settings: Settings, args: argparse.Namespace) -> int:
             f"link {link.name}: {safe_url(link.base_url)} set={link.remote_set or '(all)'} "
             f"prefix={link.metadata_prefix}"
         )
-        for finding in findings:
-            print(f"  {finding.step:<15} {MARKS[finding.outcome]:<8} {finding.text}")
+        rows = [[finding.step, MARKS[finding.outcome], finding.text] for finding in findings]
+        print("\n".join(table(["STEP", "RESULT", "FINDING"], rows)))
     return 1 if any(finding.outcome == "problem" for finding in findings) else 0
