@@ -9,9 +9,10 @@ from typing import Any
 
 from services.cli.arguments import command
 from services.cli.database import migrated_database
-from services.cli.output import said
+from services.cli.output import said, when
 from shared.db import links as link_store
 from shared.db.errors import UNAVAILABLE, DatabaseError
+from shared.db.links import Link
 from shared.settings import Settings
 
 
@@ -64,6 +65,18 @@ async def cmd_harvest(settings: Settings, args: argparse.Namespace) -> int:
         ) from exc
 
 
+def _taken(link: Link) -> str:
+    """Who runs ``link`` now, and where its run shows: an operator who asked for a run sees why
+    not (the node's own scheduler may have started the run a moment before)."""
+    who = "another worker"
+    if link.lease_owner is not None:  # None: the run ended between the two reads
+        who += f" ({link.lease_owner}, its lease until {when(link.lease_expires)})"
+    return (
+        f"link {link.name} is being harvested by {who}; "
+        f"its run shows in `wiscat link runs {link.name}`"
+    )
+
+
 async def _harvest_once(settings: Settings, args: argparse.Namespace) -> int:
     from services.harvester.harvest import harvest_link, run_list
     from services.harvester.scheduler import lease_kept
@@ -74,10 +87,11 @@ async def _harvest_once(settings: Settings, args: argparse.Namespace) -> int:
         lease = timedelta(seconds=settings.harvest_lease_seconds)
         link = await link_store.lease_link(ctx.pool, args.name, owner, lease)
         if link is None:
-            if await link_store.get_link(ctx.pool, args.name) is None:
+            taken = await link_store.get_link(ctx.pool, args.name)
+            if taken is None:
                 print(f"wiscat: no link named {args.name!r}", file=sys.stderr)
                 return 2
-            print(f"wiscat: link {args.name} is being harvested by another worker", file=sys.stderr)
+            print(f"wiscat: {_taken(taken)}", file=sys.stderr)
             return 1
         try:
             # renewed while the run lasts: a long run must not be taken over by a harvester
