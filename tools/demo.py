@@ -28,7 +28,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 
-from services.cli import stop_signals
+from services.cli.signals import stop_signals
 from shared.db.embedded import EmbeddedPostgres
 from shared.db.pool import connect
 from shared.generator import generate_record

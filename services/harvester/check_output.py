@@ -1,5 +1,6 @@
-"""What a consistency check prints and writes: the summary table, the detailed lists and the
-JSON report, read back from the check's spools so that a report of any size costs little memory."""
+"""What a consistency check prints and writes: the source's line, the detailed lists and the
+JSON report (the summary table is the ``wiscat check`` command's), read back from the check's
+spools so that a report of any size costs little memory."""
 
 from __future__ import annotations
 
@@ -9,69 +10,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from services.harvester.check import (
-    DATESTAMP_CATEGORIES,
-    SAMPLE_CATEGORIES,
-    CheckReport,
-    ListResult,
-)
-
-_COLUMNS = {
-    "missing": "missing",
-    "extra": "extra",
-    "outdated": "outdated",
-    "copied_datestamp": "copied",
-    "duplicates": "dupl.",
-    "altered": "altered",
-    "datestamp_only": "ds-only",
-}
+from services.harvester.check import CheckReport, ListResult
 
 
-def table_lines(report: CheckReport, *, details: bool = False) -> Iterator[str]:
-    """The summary: a row per peer, a column per category; with ``details``, every item (read
-    back from the spools as the lines are written)."""
-    source = report.source
-    lines = [f"set {report.set_spec}, source {source.url}: " + _source_line(source)]
-    categories = DATESTAMP_CATEGORIES + (SAMPLE_CATEGORIES if report.sample else ())
-    width = max([len("peer"), *(len(peer.listing.url) for peer in report.peers)])
-    header = f"{'peer':<{width}}  {'listed':>9}  " + "  ".join(
-        f"{_COLUMNS[name]:>8}" for name in categories
-    )
-    lines += [header + "  status", "-" * (len(header) + 8)]
-    for peer in report.peers:
-        listing = peer.listing
-        if not peer.checked:
-            status = f"could not check: {listing.reason}"
-        elif source.status != "ok":
-            status = "not compared (the source could not be listed)"
-        else:
-            status = "consistent" if peer.consistent else "INCONSISTENT"
-        if peer.checked and source.status == "ok":
-            cells = [f"{peer.findings[name].count:>8,}" for name in categories]
-            listed = f"{listing.identifiers:>9,}"
-        else:
-            cells = [f"{'-':>8}" for _ in categories]
-            listed = f"{'-':>9}"
-        lines.append(f"{listing.url:<{width}}  {listed}  " + "  ".join(cells) + f"  {status}")
-    if report.sample:
-        lines.append(f"content compared for a sample of {report.sample} live identifier(s)")
-    lines.append(f"outcome: {report.outcome}")
-    yield from lines
-    if details:
-        for peer in report.peers:
-            for name, found in peer.findings.items():
-                if not found.count:
-                    continue
-                yield f"\n{peer.listing.url}: {name} ({found.count:,})"
-                for item in found.items():
-                    yield "  " + _describe(item)
-        if source.duplicates:
-            yield f"\nsource: duplicates ({len(source.duplicates):,})"
-            for identifier in source.duplicates:
-                yield "  " + identifier
-
-
-def _source_line(source: ListResult) -> str:
+def source_line(source: ListResult) -> str:
+    """What the source's listing found, or why it could not be listed."""
     if source.status != "ok":
         return f"could not be listed: {source.reason}"
     line = (
@@ -80,6 +23,23 @@ def _source_line(source: ListResult) -> str:
     if source.duplicates:
         line += f", {len(source.duplicates):,} listed more than once"
     return line
+
+
+def detail_lines(report: CheckReport) -> Iterator[str]:
+    """Every item of every category of every peer, read back from the spools as the lines are
+    written, then the source's duplicates."""
+    source = report.source
+    for peer in report.peers:
+        for name, found in peer.findings.items():
+            if not found.count:
+                continue
+            yield f"\n{peer.listing.url}: {name} ({found.count:,})"
+            for item in found.items():
+                yield "  " + _describe(item)
+    if source.duplicates:
+        yield f"\nsource: duplicates ({len(source.duplicates):,})"
+        for identifier in source.duplicates:
+            yield "  " + identifier
 
 
 def _describe(item: dict[str, Any]) -> str:

@@ -5,6 +5,7 @@ records its run and gives the link back, as one stopped with Ctrl-C does."""
 from __future__ import annotations
 
 import asyncio
+import re
 import signal
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
@@ -96,7 +97,13 @@ async def test_a_run_longer_than_its_lease_keeps_its_link(
 
     code, _, err = await node.wiscat("harvest", "slow", check=False)
     assert code == 1
-    assert "link slow is being harvested by another worker" in err
+    # who runs it, and where to look: the first command's worker (host:pid), its lease
+    assert re.fullmatch(
+        rf"wiscat: link slow is being harvested by another worker \([^ ]+:{first.pid}, its "
+        r"lease until \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ\); its run shows in "
+        r"`wiscat link runs slow`",
+        err.splitlines()[-1],
+    ), err
 
     out, err = await first.communicate()
     assert first.returncode == 0, err.decode()

@@ -38,11 +38,14 @@ def redirecting_to(url: str) -> web.Application:
 
 
 def lines(out: str) -> dict[str, list[str]]:
-    """The findings by step: 'Identify' -> ['ok ...', 'note ...']."""
+    """The findings by step, read from the table's columns: 'Identify' -> ['ok ...', 'note ...']."""
+    head, *rows = out.splitlines()[1:]
+    result, finding = head.index("RESULT"), head.index("FINDING")
+    assert head[:result].rstrip() == "STEP", head
     steps: dict[str, list[str]] = {}
-    for line in out.splitlines()[1:]:
-        step, rest = line[2:17].strip(), line[17:].strip()
-        steps.setdefault(step, []).append(rest)
+    for line in rows:
+        step, mark, text = line[:result].strip(), line[result:finding].strip(), line[finding:]
+        steps.setdefault(step, []).append(f"{mark} {text}")
     return steps
 
 
@@ -65,11 +68,11 @@ async def test_a_good_link_is_ok_at_every_step(make_node: NodeFactory, tmp_path:
     assert code == 0, out + err
     steps = lines(out)
     assert steps["Identify"] == [steps["Identify"][0]] and steps["Identify"][0].startswith("ok")
-    assert steps["metadataPrefix"] == ["ok       iso19139 offered"]
-    assert steps["set"] == [f"ok       {b.own_set} listed by the peer"]
-    assert steps["first page"][0].startswith(f"ok       {RECORDS} headers (1 deleted)")
+    assert steps["metadataPrefix"] == ["ok iso19139 offered"]
+    assert steps["set"] == [f"ok {b.own_set} listed by the peer"]
+    assert steps["first page"][0].startswith(f"ok {RECORDS} headers (1 deleted)")
     [record] = steps["a record"]
-    assert record.startswith("ok       urn:x-wmo:md:") and record.endswith("would be stored")
+    assert record.startswith("ok urn:x-wmo:md:") and record.endswith("would be stored")
     assert await records_at(a) == 0  # a probe stores nothing
     # a peer that moved: followed, and the new URL named
     async with serving_app(redirecting_to(b.oai)) as old:
@@ -79,7 +82,7 @@ async def test_a_good_link_is_ok_at_every_step(make_node: NodeFactory, tmp_path:
     assert code == 0, out + err
     shown = old.replace("http://", "http://probe:***@")
     assert lines(out)["Identify"][1] == (
-        f"note     {shown}/oai moved permanently to {b.oai}: change the link with "
+        f"note {shown}/oai moved permanently to {b.oai}: change the link with "
         f"`wiscat link set old --url {b.oai}`"
     )
     assert "s3cret" not in out + err
@@ -89,8 +92,8 @@ async def test_a_good_link_is_ok_at_every_step(make_node: NodeFactory, tmp_path:
     await a.wiscat("link", "add", "c", "--url", empty.oai, "--into", "WIS-GISC-C", "--disabled")
     code, out, err = await a.wiscat("link", "test", "c", check=False)
     assert code == 0, out + err
-    assert lines(out)["set"] == ["ok       none: the link harvests the whole catalogue"]
-    assert lines(out)["first page"] == ["note     the list is empty (noRecordsMatch)"]
+    assert lines(out)["set"] == ["ok none: the link harvests the whole catalogue"]
+    assert lines(out)["first page"] == ["note the list is empty (noRecordsMatch)"]
 
 
 async def test_a_mistyped_link_is_told_what_the_peer_has(
@@ -114,10 +117,10 @@ async def test_a_mistyped_link_is_told_what_the_peer_has(
     assert code == 1, out + err
     steps = lines(out)
     assert steps["metadataPrefix"] == [
-        "PROBLEM  iso19193 is not offered (offered: iso19139, oai_dc); change it with "
+        "PROBLEM iso19193 is not offered (offered: iso19139, oai_dc); change it with "
         "`wiscat link set b --prefix P`"
     ]
-    assert steps["set"][0].startswith("PROBLEM  WIS-GISC-BB is not among the peer's ")
+    assert steps["set"][0].startswith("PROBLEM WIS-GISC-BB is not among the peer's ")
     assert "cannotDisseminateFormat" in steps["first page"][0]
     assert "a record" not in steps  # no page, no record to ask for
     # a format the peer has but that is not ISO 19139: every record would be quarantined
@@ -125,8 +128,8 @@ async def test_a_mistyped_link_is_told_what_the_peer_has(
     code, out, err = await a.wiscat("link", "test", "b", check=False)
     assert code == 1, out + err
     steps = lines(out)
-    assert steps["metadataPrefix"] == ["ok       oai_dc offered"]
-    assert steps["a record"][0].startswith("PROBLEM  urn:x-wmo:md:")
+    assert steps["metadataPrefix"] == ["ok oai_dc offered"]
+    assert steps["a record"][0].startswith("PROBLEM urn:x-wmo:md:")
     assert "would be quarantined: root element is" in steps["a record"][0]
     # the same findings for a script
     code, out, err = await a.wiscat("link", "test", "b", "--json", check=False)
@@ -149,7 +152,7 @@ async def test_a_peer_that_cannot_be_reached_ends_the_probe(make_node: NodeFacto
     code, out, err = await a.wiscat("link", "test", "gone", check=False)
     assert code == 1, out + err
     assert list(lines(out)) == ["Identify"]
-    assert f"PROBLEM  cannot reach {closed}" in out
+    assert lines(out)["Identify"][0].startswith(f"PROBLEM cannot reach {closed}")
     assert err.count("retrying in") == 1
     code, _, err = await a.wiscat("link", "test", "nothing", check=False)
     assert code == 1 and "no link named 'nothing'" in err
@@ -186,7 +189,7 @@ async def test_a_list_answered_with_another_verb_is_a_problem(
         code, out, err = await a.wiscat("link", "test", "b", check=False)
     assert code == 1, out + err
     assert lines(out)["first page"] == [
-        "PROBLEM  ListIdentifiers: the answer is 'ListRecords', not ListIdentifiers"
+        "PROBLEM ListIdentifiers: the answer is 'ListRecords', not ListIdentifiers"
     ]
 
 
@@ -201,9 +204,9 @@ async def test_a_list_of_identifiers_holding_records_is_told(
         code, out, err = await a.wiscat("link", "test", "b", check=False)
     assert code == 0, out + err
     [first] = lines(out)["first page"]
-    assert first.startswith(f"note     {RECORDS} headers (1 deleted)"), first
+    assert first.startswith(f"note {RECORDS} headers (1 deleted)"), first
     assert first.endswith(
         f"; {RECORDS} of them sent as whole records, where ListIdentifiers has headers"
     )
     [record] = lines(out)["a record"]
-    assert record.startswith("ok       urn:x-wmo:md:") and record.endswith("would be stored")
+    assert record.startswith("ok urn:x-wmo:md:") and record.endswith("would be stored")

@@ -81,3 +81,10 @@ async def test_keys_network_submission_and_sync_from_the_command_line(
     assert (link["base_url"], link["enabled"]) == (a.oai, False)
     _, peers, _ = await b.wiscat("registry", "peers", "--json")
     assert a_root in {peer["url"] for peer in json.loads(peers)}
+    # as a table: a row a peer under URL, SOURCE, LAST OK and LAST ERROR
+    _, table, _ = await b.wiscat("registry", "peers")
+    head, *rows = table.splitlines()
+    assert head.split() == ["URL", "SOURCE", "LAST", "OK", "LAST", "ERROR"]
+    by_url = {row.split()[0]: row for row in rows}
+    peer = next(p for p in json.loads(peers) if p["url"] == a_root)
+    assert by_url[a_root][head.index("SOURCE") :].split()[0] == peer["source"]

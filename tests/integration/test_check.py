@@ -419,6 +419,16 @@ async def test_the_command_prints_a_table_writes_json_and_exits_by_outcome(
     code, out, _ = await wiscat("check", "--set", SET, "--source", mesh.source.oai, mesh.good.oai)
     assert code == 0
     assert "outcome: consistent" in out
+    # the table every list of the command line prints: columns two spaces apart, counts right
+    head, row = out.splitlines()[1:3]
+    assert head.split() == [
+        "PEER", "LISTED", "MISSING", "EXTRA", "OUTDATED", "COPIED", "DUPL.", "STATUS"
+    ]  # fmt: skip
+    url, listed, *counts = row.split()
+    assert (url, counts) == (mesh.good.oai, ["0", "0", "0", "0", "0", "consistent"])
+    # LISTED ends where its number ends; STATUS starts where its text starts
+    end = row.index(listed, len(url)) + len(listed)
+    assert (end, row.index("consistent")) == (head.index("LISTED") + 6, head.index("STATUS"))
 
     code, out, _ = await wiscat(
         "check", "--set", SET, "--source", mesh.failing, mesh.good.oai, "--retries", "0"

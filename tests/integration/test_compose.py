@@ -328,7 +328,7 @@ def port_problems(compose: dict[str, Any], env_text: str, dockerfile: str) -> li
         if error:
             problems.append(f"{name}: {error}")
             continue
-        # As services/cli.py does: --port, else the setting; the harvester has no --host.
+        # As services/cli/serve.py does: --port, else the setting; the harvester has no --host.
         port = args.port or configured
         host = getattr(args, "host", None) or settings.provider_host
         if port != configured:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from services.cli_output import table
+from services.cli.output import table
 
 
 def test_columns_are_as_wide_as_their_widest_cell() -> None:
@@ -26,3 +26,19 @@ def test_columns_are_as_wide_as_their_widest_cell() -> None:
 
 def test_headers_alone() -> None:
     assert table(["NAME", "SET", "PEERS"], []) == ["NAME  SET  PEERS"]
+
+
+def test_counts_align_right_and_no_line_ends_in_blanks() -> None:
+    lines = table(
+        ["PEER", "LISTED", "MISSING", "STATUS"],
+        [
+            ["http://a.example/oai", "1,234,567", "0", "consistent"],
+            ["http://b.example/oai", "-", "-", ""],
+        ],
+        right=range(1, 3),
+    )
+    assert lines == [
+        "PEER                     LISTED  MISSING  STATUS",
+        "http://a.example/oai  1,234,567        0  consistent",
+        "http://b.example/oai          -        -",
+    ]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from services.cli_settings import settings_rows
+from services.cli.settings import settings_rows
 from shared.settings import Settings, explain, unknown
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Container, Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -13,6 +13,11 @@ from shared.oaipmh.dates import format_datestamp
 def when(value: datetime | None) -> str:
     """A time as the list commands show it (UTC, to the second), or "-" for none."""
     return "-" if value is None else format_datestamp(value)
+
+
+def said(exc: BaseException) -> str:
+    """An exception's message, or its kind when it has none (a connection reset says nothing)."""
+    return str(exc) or type(exc).__name__
 
 
 def jsonable(row: dict[str, Any]) -> dict[str, Any]:
@@ -36,14 +41,20 @@ def show(
     return 0
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+def table(
+    headers: Sequence[str], rows: Sequence[Sequence[str]], *, right: Container[int] = ()
+) -> list[str]:
     """``headers`` and ``rows`` as lines of columns two spaces apart, each as wide as its widest
-    cell (a long link or set name no longer pushes the columns after it out of line); the last
-    column, free text, is not padded."""
+    cell (a long link or set name no longer pushes the columns after it out of line), the
+    columns numbered in ``right`` (counts) aligned right; the last column, free text, is not
+    padded. Every list of the ``wiscat`` commands is printed by this one function."""
     widths = [max(len(row[i]) for row in [headers, *rows]) for i in range(len(headers) - 1)]
-    return [
-        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False))
-        + "  "
-        + row[-1]
-        for row in [headers, *rows]
-    ]
+
+    def line(row: Sequence[str]) -> str:
+        cells = [
+            cell.rjust(width) if i in right else cell.ljust(width)
+            for i, (cell, width) in enumerate(zip(row, widths, strict=False))
+        ]
+        return "  ".join([*cells, row[-1]]).rstrip()
+
+    return [line(row) for row in [headers, *rows]]

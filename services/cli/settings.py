@@ -18,7 +18,8 @@ from typing import Any
 from dotenv import dotenv_values
 from pydantic import SecretStr
 
-from services.cli_output import table
+from services.cli.arguments import command
+from services.cli.output import table
 from shared.settings import Settings
 from shared.urls import safe_url
 
@@ -26,12 +27,19 @@ ENV_FILE = Path(".env")  # where Settings reads it: the working folder
 
 
 def add_parsers(sub: Any) -> None:
-    p = sub.add_parser(
+    p = command(
+        sub,
         "settings",
         help="every WISCAT_ setting as this node reads it, and where it comes from "
         "(environment, .env, default); secrets not shown",
+        handler=cmd_settings,
+        examples=[
+            "wiscat settings",
+            "wiscat settings --json | jq '.[] | select(.from != \"default\")'",
+        ],
+        exits={0: "shown", 2: "a setting is bad (each named, with its reason)"},
     )
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="the settings as a JSON list")
 
 
 def _shown(name: str, value: object) -> str:
@@ -78,6 +86,3 @@ async def cmd_settings(settings: Settings, args: argparse.Namespace) -> int:
     ):
         print(line)
     return 0
-
-
-COMMANDS = {"settings": cmd_settings}

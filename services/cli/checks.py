@@ -7,13 +7,15 @@ import functools
 import json
 import math
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
-from services.cli_output import jsonable, show, table, when
+from services.cli.arguments import DURATIONS, argument, command, count, group
+from services.cli.database import migrated_pool
+from services.cli.output import jsonable, show, table, when
 from shared.db import checks as check_store
 from shared.durations import format_duration, parse_duration
 from shared.linkspec import (
@@ -27,30 +29,11 @@ from shared.linkspec import (
 from shared.settings import Settings
 from shared.text import clipped
 
-T = TypeVar("T")
-
-
-def argument(check: Callable[[str], T]) -> Callable[[str], T]:
-    """``check`` as an argparse type: its ValueError's message becomes the argument's error
-    (argparse would otherwise say only "invalid value")."""
-
-    def convert(value: str) -> T:
-        try:
-            return check(value)
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from exc
-
-    return convert
-
+if TYPE_CHECKING:
+    from services.harvester.check import CheckReport
 
 _url = argument(check_base_url)
 _set = argument(functools.partial(check_set_spec, option="set"))
-
-
-def _count(value: str) -> int:
-    if not value.isdigit() or len(value) > 9:
-        raise argparse.ArgumentTypeError(f"{value!r}: a whole number, 0 to 999999999")
-    return int(value)
 
 
 def _seconds(value: str) -> float:
@@ -64,10 +47,10 @@ def _seconds(value: str) -> float:
 
 
 def _sample(value: str) -> int:
-    count = _count(value)
-    if count > check_store.MAX_SAMPLE:
+    sample = count(value)
+    if sample > check_store.MAX_SAMPLE:
         raise argparse.ArgumentTypeError(f"{value!r}: at most {check_store.MAX_SAMPLE}")
-    return count
+    return sample
 
 
 @argument
@@ -88,12 +71,28 @@ def _name(value: str) -> str:
 
 PEERS_HELP = "the OAI-PMH base URL of each node that harvests the set"
 
+# The addresses in the examples.
+_SOURCE = "https://offenbach.example.org/oai"
+_PEER = "https://gisc.example.org/oai"
+
 
 def add_parsers(sub: Any) -> None:
-    p = sub.add_parser(
+    p = command(
+        sub,
         "check",
         help="compare a set between its source and peers (ListIdentifiers); exit 0 consistent, "
         "1 inconsistent, 2 could not check",
+        handler=cmd_check,
+        examples=[
+            f"wiscat check --set WIS-GISC-Offenbach --source {_SOURCE} {_PEER}",
+            f"wiscat check --set WIS-GISC-Offenbach --source {_SOURCE} {_PEER} --sample 100 "
+            "--json report.json",
+        ],
+        exits={
+            0: "consistent: every peer holds what the source lists",
+            1: "inconsistent: a peer misses, keeps or differs on records (see the table)",
+            2: "could not check: bad arguments, or the source or a peer could not be listed",
+        },
     )
     p.add_argument(
         "--set",
@@ -129,29 +128,71 @@ def add_parsers(sub: Any) -> None:
     )
     p.add_argument(
         "--retries",
-        type=_count,
+        type=count,
         help="retries of a failing request (default WISCAT_HARVEST_MAX_RETRIES, 5)",
     )
 
-    checks = sub.add_parser("checks", help="manage scheduled consistency checks").add_subparsers(
-        dest="checks_command", required=True, metavar="ACTION"
+    checks = group(
+        sub,
+        "checks",
+        help="manage scheduled consistency checks",
+        examples=[
+            f"wiscat checks add offenbach --set WIS-GISC-Offenbach --source {_SOURCE} {_PEER}",
+            "wiscat checks reports offenbach",
+        ],
     )
-    p = checks.add_parser("add", help="add (or replace) a check the harvester runs on a schedule")
-    p.add_argument("name", type=_name)
+    p = command(
+        checks,
+        "add",
+        help="add (or replace) a check the harvester runs on a schedule",
+        handler=cmd_checks_add,
+        examples=[
+            f"wiscat checks add offenbach --set WIS-GISC-Offenbach --source {_SOURCE} {_PEER} "
+            "--every 6h"
+        ],
+        exits={0: "the check was saved", 2: "bad arguments, or the database could not be used"},
+    )
+    p.add_argument("name", type=_name, help="the check's name")
     p.add_argument("--set", required=True, dest="set_spec", type=_set, metavar="SET")
     p.add_argument("--source", required=True, type=_url, metavar="URL")
     p.add_argument("peers", nargs="+", type=_url, metavar="PEER_URL", help=PEERS_HELP)
-    p.add_argument("--every", type=_every, default="1d", help="interval (default 1d, at least 1m)")
+    p.add_argument(
+        "--every",
+        type=_every,
+        default="1d",
+        help=f"interval, {DURATIONS} (default 1d, at least 1m)",
+    )
     p.add_argument("--sample", type=_sample, default=0, metavar="N")
     p.add_argument("--disabled", action="store_true")
-    p = checks.add_parser("list", help="list scheduled checks and their latest outcome")
-    p.add_argument("--json", action="store_true")
-    p = checks.add_parser("remove", help="remove a scheduled check (its reports stay)")
-    p.add_argument("name")
-    p = checks.add_parser("reports", help="the latest stored reports")
-    p.add_argument("name", nargs="?")
-    p.add_argument("--limit", type=_count, default=10)
-    p.add_argument("--json", action="store_true")
+    p = command(
+        checks,
+        "list",
+        help="list scheduled checks and their latest outcome",
+        handler=cmd_checks_list,
+        examples=["wiscat checks list", "wiscat checks list --json"],
+        exits={0: "listed (none is not an error)"},
+    )
+    p.add_argument("--json", action="store_true", help="the checks as a JSON list")
+    p = command(
+        checks,
+        "remove",
+        help="remove a scheduled check (its reports stay)",
+        handler=cmd_checks_remove,
+        examples=["wiscat checks remove offenbach"],
+        exits={0: "the check was removed", 1: "no check of that name"},
+    )
+    p.add_argument("name", help="the check's name")
+    p = command(
+        checks,
+        "reports",
+        help="the latest stored reports",
+        handler=cmd_checks_reports,
+        examples=["wiscat checks reports", "wiscat checks reports offenbach --limit 3 --json"],
+        exits={0: "listed (none is not an error)"},
+    )
+    p.add_argument("name", nargs="?", help="the check's name (default: every check)")
+    p.add_argument("--limit", type=count, default=10, help="how many (default 10)")
+    p.add_argument("--json", action="store_true", help="the reports as a JSON list")
 
 
 def _refused_peers(args: argparse.Namespace) -> int:
@@ -166,7 +207,7 @@ def _refused_peers(args: argparse.Namespace) -> int:
 
 async def cmd_check(settings: Settings, args: argparse.Namespace) -> int:
     from services.harvester.check import CheckRequest, run_check
-    from services.harvester.check_output import json_target_problem, table_lines, write_json
+    from services.harvester.check_output import json_target_problem, write_json
     from services.harvester.client import OAIClient
     from services.harvester.service import client_settings
 
@@ -190,7 +231,7 @@ async def cmd_check(settings: Settings, args: argparse.Namespace) -> int:
     async with OAIClient.session(config) as session:
         report, checker = await run_check(OAIClient(session, config), request)
     with checker:
-        for line in table_lines(report, details=args.details):
+        for line in _check_lines(report, details=args.details):
             print(line)
         if args.json:
             write_json(report, args.json)
@@ -198,9 +239,52 @@ async def cmd_check(settings: Settings, args: argparse.Namespace) -> int:
     return report.exit_code
 
 
-async def cmd_checks_add(settings: Settings, args: argparse.Namespace) -> int:
-    from services.cli import migrated_pool
+# The summary's column of each category.
+_COLUMNS = {
+    "missing": "MISSING",
+    "extra": "EXTRA",
+    "outdated": "OUTDATED",
+    "copied_datestamp": "COPIED",
+    "duplicates": "DUPL.",
+    "altered": "ALTERED",
+    "datestamp_only": "DS-ONLY",
+}
 
+
+def _check_lines(report: CheckReport, *, details: bool) -> Iterator[str]:
+    """The source's line, a row per peer with a column per category, the outcome; with
+    ``details``, every item."""
+    from services.harvester.check import DATESTAMP_CATEGORIES, SAMPLE_CATEGORIES
+    from services.harvester.check_output import detail_lines, source_line
+
+    source = report.source
+    yield f"set {report.set_spec}, source {source.url}: " + source_line(source)
+    categories = DATESTAMP_CATEGORIES + (SAMPLE_CATEGORIES if report.sample else ())
+    rows = []
+    for peer in report.peers:
+        listing = peer.listing
+        if not peer.checked:
+            status = f"could not check: {listing.reason}"
+        elif source.status != "ok":
+            status = "not compared (the source could not be listed)"
+        else:
+            status = "consistent" if peer.consistent else "INCONSISTENT"
+        if peer.checked and source.status == "ok":
+            counts = [f"{listing.identifiers:,}"]
+            counts += [f"{peer.findings[name].count:,}" for name in categories]
+        else:
+            counts = ["-"] * (1 + len(categories))
+        rows.append([listing.url, *counts, status])
+    headers = ["PEER", "LISTED", *(_COLUMNS[name] for name in categories), "STATUS"]
+    yield from table(headers, rows, right=range(1, 2 + len(categories)))
+    if report.sample:
+        yield f"content compared for a sample of {report.sample} live identifier(s)"
+    yield f"outcome: {report.outcome}"
+    if details:
+        yield from detail_lines(report)
+
+
+async def cmd_checks_add(settings: Settings, args: argparse.Namespace) -> int:
     if refused := _refused_peers(args):
         return refused
     async with migrated_pool(settings) as pool:
@@ -222,8 +306,6 @@ async def cmd_checks_add(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def cmd_checks_list(settings: Settings, args: argparse.Namespace) -> int:
-    from services.cli import migrated_pool
-
     async with migrated_pool(settings) as pool:
         found = await check_store.all_checks(pool)
     if args.json:
@@ -250,8 +332,6 @@ async def cmd_checks_list(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def cmd_checks_remove(settings: Settings, args: argparse.Namespace) -> int:
-    from services.cli import migrated_pool
-
     async with migrated_pool(settings) as pool:
         removed = await check_store.remove_check(pool, args.name)
     if not removed:
@@ -262,8 +342,6 @@ async def cmd_checks_remove(settings: Settings, args: argparse.Namespace) -> int
 
 
 async def cmd_checks_reports(settings: Settings, args: argparse.Namespace) -> int:
-    from services.cli import migrated_pool
-
     async with migrated_pool(settings) as pool:
         reports = await check_store.recent_reports(pool, args.name, args.limit)
     return show(reports, args.json, "no reports", _report_lines)
@@ -278,12 +356,3 @@ def _report_lines(row: dict[str, Any]) -> Iterator[str]:
         counts = ", ".join(f"{k} {v}" for k, v in peer["counts"].items() if v)
         state = peer["reason"] if peer["status"] != "ok" else (counts or "consistent")
         yield f"    {peer['url']}: {state}"
-
-
-COMMANDS = {
-    "check": cmd_check,
-    "checks add": cmd_checks_add,
-    "checks list": cmd_checks_list,
-    "checks remove": cmd_checks_remove,
-    "checks reports": cmd_checks_reports,
-}

@@ -10,6 +10,9 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from services.cli.arguments import command, group
+from services.cli.database import migrated_pool
+from services.cli.output import table, when
 from shared.db import registry as registry_store
 from shared.registry.chain import load_public_key, public_key_text
 from shared.registry.keyfile import (
@@ -26,15 +29,37 @@ from shared.settings import Settings
 
 
 def add_parsers(sub: Any) -> None:
-    registry = sub.add_parser(
-        "registry", help="the distributed registry of OAI-PMH base URLs (seed 004)"
-    ).add_subparsers(dest="registry_command", required=True, metavar="ACTION")
-    p = registry.add_parser("keygen", help="make this node's Ed25519 key; prints the public key")
-    p.add_argument("--out", type=Path, required=True, metavar="PRIVATE_KEY_FILE")
-    p = registry.add_parser(
-        "init-network", help="found a network: mine its genesis block, write its key file"
+    registry = group(
+        sub,
+        "registry",
+        help="the distributed registry of OAI-PMH base URLs (seed 004)",
+        examples=[
+            "wiscat registry keygen --out node.key",
+            "wiscat registry init-network wis --key node.key --out wis.network",
+            "wiscat registry status",
+        ],
     )
-    p.add_argument("name")
+    p = command(
+        registry,
+        "keygen",
+        help="make this node's Ed25519 key; prints the public key",
+        handler=cmd_keygen,
+        examples=["wiscat registry keygen --out node.key"],
+        exits={0: "the key was written", 1: "the file exists; not overwritten"},
+    )
+    p.add_argument("--out", type=Path, required=True, metavar="PRIVATE_KEY_FILE")
+    p = command(
+        registry,
+        "init-network",
+        help="found a network: mine its genesis block, write its key file",
+        handler=cmd_init_network,
+        examples=[
+            "wiscat registry init-network wis --key node.key --out wis.network "
+            "--tracker https://gisc.example.org/registry/announce"
+        ],
+        exits={0: "the key file was written", 2: "a key or public key cannot be used"},
+    )
+    p.add_argument("name", help="the network's name")
     p.add_argument("--difficulty", type=int, default=16, help="proof-of-work bits (default 16)")
     p.add_argument("--out", type=Path, required=True, metavar="KEYFILE")
     p.add_argument(
@@ -47,14 +72,42 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--tracker", help="a tracker's announce URL (any node's /registry/announce)")
     p.add_argument("--peer", action="append", default=[], help="a static peer's root URL")
     p.add_argument("--member", action="append", default=[], help="another member's public key")
-    p = registry.add_parser("add-member", help="list another member's public key in a key file")
-    p.add_argument("keyfile", type=Path)
-    p.add_argument("public_key")
+    p = command(
+        registry,
+        "add-member",
+        help="list another member's public key in a key file",
+        handler=cmd_add_member,
+        examples=['wiscat registry add-member wis.network "$(cat tokyo.pub)" --name tokyo'],
+        exits={0: "the key file was rewritten", 2: "the key file or public key cannot be used"},
+    )
+    p.add_argument("keyfile", type=Path, help="the network's key file")
+    p.add_argument("public_key", help="the member's public key, as keygen prints it")
     p.add_argument("--name", default="")
-    p = registry.add_parser("peers", help="the peers this node knows")
-    p.add_argument("--json", action="store_true")
-    registry.add_parser("sync", help="announce to the tracker and pull from every peer now")
-    registry.add_parser("status", help="this node's chain: height, tip, URLs, pool")
+    p = command(
+        registry,
+        "peers",
+        help="the peers this node knows",
+        handler=cmd_peers,
+        examples=["wiscat registry peers", "wiscat registry peers --json"],
+        exits={0: "listed (none is not an error)"},
+    )
+    p.add_argument("--json", action="store_true", help="the peers as a JSON list")
+    command(
+        registry,
+        "sync",
+        help="announce to the tracker and pull from every peer now",
+        handler=cmd_sync,
+        examples=["WISCAT_REGISTRY_KEY_FILE=wis.network wiscat registry sync"],
+        exits={0: "synchronised", 2: "WISCAT_REGISTRY_KEY_FILE is unset or cannot be used"},
+    )
+    command(
+        registry,
+        "status",
+        help="this node's chain: height, tip, URLs, pool",
+        handler=cmd_status,
+        examples=["wiscat registry status"],
+        exits={0: "shown", 1: "no registry chain in this database"},
+    )
 
 
 async def cmd_keygen(settings: Settings, args: argparse.Namespace) -> int:
@@ -111,8 +164,6 @@ async def cmd_add_member(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def cmd_peers(settings: Settings, args: argparse.Namespace) -> int:
-    from services.cli import migrated_pool
-
     async with migrated_pool(settings) as pool:
         peers = await registry_store.all_peers(pool)
     if args.json:
@@ -128,9 +179,14 @@ async def cmd_peers(settings: Settings, args: argparse.Namespace) -> int:
         ]
         print(json.dumps(rows, indent=2))
         return 0
-    for p in peers:
-        ok = p.last_ok_at.strftime("%Y-%m-%dT%H:%M:%SZ") if p.last_ok_at else "-"
-        print(f"{p.url:<40} {p.source:<8} {ok:<20} {p.last_error or ''}")
+    if not peers:
+        print("no peers")
+        return 0
+    lines = table(
+        ["URL", "SOURCE", "LAST OK", "LAST ERROR"],
+        [[p.url, p.source, when(p.last_ok_at), p.last_error or ""] for p in peers],
+    )
+    print("\n".join(lines))
     return 0
 
 
@@ -146,8 +202,6 @@ def _network_or_none(settings: Settings) -> Any:
 
 
 async def cmd_sync(settings: Settings, args: argparse.Namespace) -> int:
-    from services.cli import migrated_pool
-
     network = _network_or_none(settings)
     if network is None:
         return 2
@@ -179,8 +233,6 @@ async def cmd_sync(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
-    from services.cli import migrated_pool
-
     async with migrated_pool(settings) as pool:
         tip = await registry_store.chain_tip(pool)
         urls = await registry_store.accepted_urls(pool)
@@ -190,13 +242,3 @@ async def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
         return 1
     print(f"height {tip.height}, tip {tip.hash[:16]}..., {len(urls)} URL(s), {waiting} waiting")
     return 0
-
-
-COMMANDS = {
-    "registry keygen": cmd_keygen,
-    "registry init-network": cmd_init_network,
-    "registry add-member": cmd_add_member,
-    "registry peers": cmd_peers,
-    "registry sync": cmd_sync,
-    "registry status": cmd_status,
-}
