@@ -34,7 +34,8 @@ UNAVAILABLE_RETRY_AFTER = 30
 OVERLOADED_RETRY_AFTER = 10
 
 
-def _pairs(raw: str) -> list[tuple[str, str]]:
+def query_pairs(raw: str) -> list[tuple[str, str]]:
+    """The arguments of a query string (or a form body), in order, repeats kept."""
     try:
         return parse_qsl(raw, keep_blank_values=True, strict_parsing=False, errors="strict")
     except UnicodeDecodeError as exc:
@@ -49,10 +50,10 @@ async def request_pairs(request: Request) -> list[tuple[str, str]]:
             raise BadArgument("POST requests must be application/x-www-form-urlencoded (§3.1.1.2)")
         body = await request.body()  # at most MAX_POST_BYTES
         try:
-            return _pairs(body.decode("utf-8"))
+            return query_pairs(body.decode("utf-8"))
         except UnicodeDecodeError as exc:
             raise BadArgument("the request is not valid UTF-8") from exc
-    return _pairs(request.url.query)
+    return query_pairs(request.url.query)
 
 
 def log_unavailable(what: str, exc: Exception) -> None:

@@ -14,7 +14,7 @@ stops, and ``tests/fuzz/test_fuzz.py`` prints the input that raised it.
 - :func:`datestamp`: the request's from/until parser (only :class:`BadArgument`, and what it
   reads is written back as given) and the harvester's lenient one (only
   :class:`MalformedResponse`, and the instant is in UTC).
-- :func:`arguments`: a query string as the provider takes it (``oai._pairs``, then
+- :func:`arguments`: a query string as the provider takes it (``responses.query_pairs``, then
   ``parse_request``). Only OAI-PMH errors, and the answer the provider would render for either
   outcome is well-formed XML (an argument accepted must be one the ``request`` element can echo).
 
@@ -33,7 +33,7 @@ from lxml import etree
 
 from services.harvester.errors import BadResponse
 from services.harvester.page_records import read_copy
-from services.provider import oai
+from services.provider import oai, responses
 from shared.oaipmh import render
 from shared.oaipmh.arguments import echo_allowed, parse_request
 from shared.oaipmh.dates import (
@@ -141,7 +141,7 @@ def arguments(data: bytes) -> None:
     raw = data.decode("latin-1")  # what arrives is bytes; percent escapes carry the rest
     pairs: list[tuple[str, str]] = []
     try:
-        pairs = oai._pairs(raw)
+        pairs = responses.query_pairs(raw)
         asked = parse_request(pairs, formats=oai.FORMATS)
     except OAIError as error:
         echo = dict(pairs) if echo_allowed(error) else None

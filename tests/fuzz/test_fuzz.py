@@ -1,11 +1,12 @@
 """RELIABILITY F04: the parsers that take hostile input, fuzzed with atheris (libFuzzer).
 
 Each target of :mod:`tests.fuzz.targets` runs in a process of its own for
-``WISCAT_FUZZ_SECONDS`` (15 in ``make test``: the four take a minute together; 600 in
-``make fuzz``), from its seed corpus in ``tests/fuzz/corpus/<target>/``. The inputs it adds go to
-a temporary folder, never to the kept corpus. A finding (an exception the contract does not
-allow) fails the test with the input that raised it, as a Python literal, and the traceback;
-the input then goes into the corpus as ``regression-<what>`` and the defect is fixed at its root.
+``WISCAT_FUZZ_SECONDS`` (15 in ``make test``, the four side by side: a minute of fuzzing in
+about 20 s; 600 in ``make fuzz``), from its seed corpus in ``tests/fuzz/corpus/<target>/``.
+The inputs it adds go to a temporary folder, never to the kept corpus. A finding (an exception
+the contract does not allow) fails the test with the input that raised it, as a Python literal,
+and the traceback; the input then goes into the corpus as ``regression-<what>`` and the defect
+is fixed at its root.
 
 ``make test`` fuzzes from a fixed seed (``WISCAT_FUZZ_SEED``, 1), so that a run is as repeatable
 as a time bound allows; ``make fuzz`` takes a random one (0). Every test prints the runs,
@@ -18,6 +19,7 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -62,47 +64,82 @@ class Outcome:
         return f"{found}fuzzer exited {self.returncode}; its output ends:\n{tail}"
 
 
+class Fuzzing:
+    """``target`` fuzzed for ``seconds`` in a process of its own, new inputs into ``work``,
+    from the ``seeds`` folders; :meth:`outcome` waits for its end."""
+
+    def __init__(self, target: str, seconds: int, work: Path, *seeds: Path) -> None:
+        corpus, self.artifacts = work / "corpus", work / "artifacts"
+        corpus.mkdir()
+        self.artifacts.mkdir()
+        self.seconds = seconds
+        command = [
+            sys.executable,
+            "-m",
+            "tests.fuzz.run",
+            target,
+            f"-max_total_time={seconds}",
+            f"-seed={SEED}",
+            f"-max_len={MAX_LEN.get(target, 4096)}",
+            "-timeout=20",  # one input that takes this long is a finding (a hang)
+            "-rss_limit_mb=2048",
+            f"-artifact_prefix={self.artifacts}/",
+            *([f"-dict={DICTIONARY}"] if target == "page" else []),
+            "-print_final_stats=1",
+            str(corpus),
+            *(str(seed) for seed in seeds),
+        ]
+        self.process = subprocess.Popen(
+            command,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,  # atheris prints the traceback on one, libFuzzer on the other
+            text=True,
+            errors="replace",
+        )
+
+    def outcome(self) -> Outcome:
+        try:
+            stdout, _ = self.process.communicate(timeout=self.seconds + 120)
+        finally:
+            if self.process.poll() is None:
+                self.process.kill()
+                self.process.communicate()
+        # the list of modules instrumented says nothing about the run
+        output = "".join(
+            line for line in stdout.splitlines(keepends=True) if "INFO: Instrumenting" not in line
+        )
+        found = sorted(self.artifacts.iterdir())
+        outcome = Outcome(self.process.returncode, output, found[0].read_bytes() if found else None)
+        if (figures := _DONE.search(output)) is not None:
+            outcome.runs, outcome.corpus_files = int(figures[1]), int(figures[2])
+            outcome.corpus_size, outcome.exec_per_second = figures[3], int(figures[4])
+        return outcome
+
+
 def fuzz(target: str, seconds: int, work: Path, *seeds: Path) -> Outcome:
-    """Run ``target`` for ``seconds``, new inputs into ``work``, from the ``seeds`` folders."""
-    corpus, artifacts = work / "corpus", work / "artifacts"
-    corpus.mkdir()
-    artifacts.mkdir()
-    command = [
-        sys.executable,
-        "-m",
-        "tests.fuzz.run",
-        target,
-        f"-max_total_time={seconds}",
-        f"-seed={SEED}",
-        f"-max_len={MAX_LEN.get(target, 4096)}",
-        "-timeout=20",  # one input that takes this long is a finding (a hang)
-        "-rss_limit_mb=2048",
-        f"-artifact_prefix={artifacts}/",
-        *([f"-dict={DICTIONARY}"] if target == "page" else []),
-        "-print_final_stats=1",
-        str(corpus),
-        *(str(seed) for seed in seeds),
-    ]
-    done = subprocess.run(
-        command,
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,  # atheris prints the traceback on one, libFuzzer on the other
-        text=True,
-        errors="replace",
-        timeout=seconds + 120,
-        check=False,
-    )
-    # the list of modules instrumented says nothing about the run
-    output = "".join(
-        line for line in done.stdout.splitlines(keepends=True) if "INFO: Instrumenting" not in line
-    )
-    found = sorted(artifacts.iterdir())
-    outcome = Outcome(done.returncode, output, found[0].read_bytes() if found else None)
-    if (figures := _DONE.search(output)) is not None:
-        outcome.runs, outcome.corpus_files = int(figures[1]), int(figures[2])
-        outcome.corpus_size, outcome.exec_per_second = figures[3], int(figures[4])
-    return outcome
+    """Run ``target`` for ``seconds`` and wait for its outcome."""
+    return Fuzzing(target, seconds, work, *seeds).outcome()
+
+
+FUZZED = ["page", "token", "datestamp", "arguments"]
+
+
+@pytest.fixture(scope="module")
+def fuzzing(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Fuzzing]]:
+    """The four targets fuzzed at once, each in its process (their seconds run side by side,
+    not one after the other)."""
+    runs = {
+        target: Fuzzing(target, SECONDS, tmp_path_factory.mktemp(target), CORPUS / target)
+        for target in FUZZED
+    }
+    try:
+        yield runs
+    finally:
+        for run in runs.values():
+            if run.process.poll() is None:
+                run.process.kill()
+                run.process.communicate()
 
 
 @pytest.mark.parametrize("target", sorted(targets.TARGETS))
@@ -115,11 +152,13 @@ def test_f04_every_seed_keeps_the_contract(target: str) -> None:
         targets.TARGETS[target](seed.read_bytes())
 
 
-@pytest.mark.parametrize("target", ["page", "token", "datestamp", "arguments"])
-def test_f04_fuzzing_raises_nothing_outside_the_contract(target: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("target", FUZZED)
+def test_f04_fuzzing_raises_nothing_outside_the_contract(
+    target: str, fuzzing: dict[str, Fuzzing]
+) -> None:
     """RELIABILITY F04: ``WISCAT_FUZZ_SECONDS`` of atheris on one target, from its seed corpus:
     no input raises an exception its contract does not allow."""
-    outcome = fuzz(target, SECONDS, tmp_path, CORPUS / target)
+    outcome = fuzzing[target].outcome()
     print(f"F04 {target}: {outcome.figures()}")
     assert outcome.returncode == 0 and outcome.finding is None, outcome.report()
     assert outcome.runs > 0, outcome.report()
