@@ -11,12 +11,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Generic, TypeVar
+from typing import TypeVar
 
 import aiohttp
 from aiohttp.abc import AbstractResolver
@@ -27,18 +26,17 @@ from services.harvester.errors import (
     BadResponse,
     MalformedRecord,
     PeerHTTPError,
-    PeerTimeout,
     PeerUnreachable,
-    RepeatedResumptionToken,
     ResponseTooLarge,
-    TooManyEmptyPages,
-    TooManyRequests,
 )
 from services.harvester.page_records import Page, answered_otherwise
+from services.harvester.pager import Pager
 from services.harvester.transport import (
+    CLASSIFIED,
     RETRYABLE,
-    RefusedAddress,
+    Failure,
     answered_by,
+    classify,
     followed,
     guarded,
     http_error_detail,
@@ -47,10 +45,8 @@ from services.harvester.transport import (
     retry_after,
     socket_for,
     window_bits,
-    with_token,
 )
-from shared.oaipmh.dates import format_datestamp, format_day
-from shared.oaipmh.errors import BadArgument, NoRecordsMatch
+from shared.oaipmh.errors import NoRecordsMatch
 from shared.oaipmh.pages import (
     IdentifyInfo,
     MalformedResponse,
@@ -58,16 +54,12 @@ from shared.oaipmh.pages import (
     RecordItem,
     ResponseError,
     UnreadableItem,
-    announced_token,
     read_errors,
     read_identify,
 )
 from shared.oaipmh.sets import read_sets_page
 from shared.proxy import Proxy
-from shared.registry.safe_fetch import parser_message
-from shared.tasks import abandon
-from shared.text import clipped
-from shared.tls import client_context, refusal
+from shared.tls import client_context
 from shared.urls import safe_url
 from shared.version import VERSION
 
@@ -105,21 +97,6 @@ class ClientSettings:
     from_address: str | None = None
     ca_file: Path | None = None  # certificates trusted besides the system's (shared.tls)
     proxy: Proxy | None = None  # the outbound proxy (shared.proxy); None: directly
-
-
-# An OAI-PMH error answer is well under this; a page this small is cheap to read twice.
-_SMALL_PAGE = 16 * 1024
-
-
-class _Slot(Generic[T]):
-    """One request of a list under way: the token it was made with, the token its page
-    announces (once fetched), and the task that fetches and reads the page."""
-
-    def __init__(self, asked_with: str | None) -> None:
-        self.asked_with = asked_with
-        self.announced: str | None = None
-        self.fetched = False
-        self.task: asyncio.Task[tuple[Page, T]]
 
 
 async def _left_to_caller(page: Page) -> None:
@@ -240,85 +217,19 @@ class OAIClient:
         attempt = 0
         while True:
             attempt += 1
-            delay: float | None = None
             try:
-                async with self.http.get(
-                    base_url,
-                    params=params,
-                    headers=headers,
-                    allow_redirects=True,
-                    max_redirects=settings.max_redirects,
-                    proxy=proxy_url,
-                    proxy_headers=proxy.headers if proxy and proxy_url else None,
-                ) as response:
-                    if followed(response):
-                        refuse_downgrade(base_url, shown, response)
-                        self._note_moved(base_url, shown, response)
-                    if response.status == 200:
-                        return await self._read(response)
-                    body = await self._read(response)
-                    errors = read_errors(body)
-                    if errors and isinstance(errors[0], NoRecordsMatch):
-                        # some peers send noRecordsMatch with 404: it is still an empty list
-                        return body
-                    if errors:
-                        # e.g. an OAI-PMH error sent with HTTP 422: the OAI error is the answer
-                        raise errors[0]
-                    if response.status == 407 and proxy_url:
-                        raise PeerUnreachable(proxy_refused(proxy_url, shown, response.status))
-                    if response.status not in RETRYABLE or attempt > settings.max_retries:
-                        raise PeerHTTPError(
-                            response.status,
-                            answered_by(response, shown),
-                            http_error_detail(params, response, attempt),
-                        )
-                    delay = retry_after(
-                        response.headers.get("Retry-After"), settings.retry_after_cap
-                    )
-                    problem = f"HTTP {response.status}"
-            except TimeoutError as exc:
-                if attempt > settings.max_retries:
-                    raise PeerTimeout(
-                        f"no answer from {shown} in time (after {attempt} attempts)"
-                    ) from exc
-                problem = "timeout"
-            except aiohttp.ClientPayloadError as exc:
-                if attempt > settings.max_retries:
-                    raise BadResponse(f"broken response from {shown}: {exc}") from exc
-                problem = f"broken payload: {exc}"
-            except aiohttp.TooManyRedirects as exc:
-                raise BadResponse(
-                    f"{shown} redirected {len(exc.history)} times without an answer"
-                ) from exc
-            except (aiohttp.RedirectClientError, aiohttp.InvalidURL) as exc:
-                target = safe_url(str(getattr(exc, "url", exc)))
-                raise BadResponse(
-                    f"{shown} redirected to {target!r}, which is not a valid http(s) URL"
-                ) from exc
-            except aiohttp.ClientHttpProxyError as exc:  # CONNECT (https) not answered 200
-                if exc.status not in RETRYABLE or attempt > settings.max_retries:
-                    raise PeerUnreachable(proxy_refused(proxy_url, shown, exc.status)) from exc
-                problem = f"the proxy {proxy_url} answered CONNECT with HTTP {exc.status}"
-            except aiohttp.ClientResponseError as exc:
-                # not HTTP (a bad status line, Content-Length or chunk, headers past 8 KB)
-                broken = parser_message(exc.message)
-                if attempt > settings.max_retries:
-                    raise BadResponse(f"broken HTTP response from {shown}: {broken}") from exc
-                problem = f"broken HTTP response: {broken}"
-            except aiohttp.ClientSSLError as exc:  # no retry will change a certificate
-                raise PeerUnreachable(f"cannot reach {shown}: {refusal(exc)}") from exc
-            except aiohttp.ClientProxyConnectionError as exc:
-                why = f"cannot connect to the proxy {proxy_url}: {exc.os_error}"
-                if attempt > settings.max_retries:
-                    raise PeerUnreachable(f"cannot reach {shown}: {why}") from exc
-                problem = why
-            except aiohttp.ClientConnectionError as exc:
-                refused = getattr(exc, "os_error", None)
-                if isinstance(refused, RefusedAddress):  # no retry will change that
-                    raise PeerUnreachable(f"cannot reach {shown}: {refused}") from exc
-                if attempt > settings.max_retries:
-                    raise PeerUnreachable(f"cannot reach {shown}: {exc}") from exc
-                problem = f"connection: {exc}"
+                outcome = await self._attempt(base_url, shown, params, headers, proxy, proxy_url)
+            except CLASSIFIED as exc:
+                failure = classify(exc, shown, proxy_url)
+                if failure.final or attempt > settings.max_retries:
+                    raise failure.error(attempt) from exc
+            else:
+                if isinstance(outcome, bytes):
+                    return outcome
+                failure = outcome
+                if failure.final or attempt > settings.max_retries:
+                    raise failure.error(attempt)
+            delay = failure.delay
             if delay is None:
                 # full jitter: uniform in [0, min(cap, base * 2^attempt)]
                 delay = random.uniform(
@@ -326,13 +237,59 @@ class OAIClient:
                 )
             log.warning(
                 "%s from %s (attempt %d of %d): retrying in %.1f s",
-                problem,
+                failure.problem,
                 shown,
                 attempt,
                 settings.max_retries + 1,
                 delay,
             )
             await asyncio.sleep(delay)
+
+    async def _attempt(
+        self,
+        base_url: str,
+        shown: str,
+        params: dict[str, str],
+        headers: dict[str, str],
+        proxy: Proxy | None,
+        proxy_url: str | None,
+    ) -> bytes | Failure:
+        """One GET: the body of a 200 (or of an OAI-PMH answer sent with another status), or
+        the failure a status is; what the connection fails with is raised."""
+        async with self.http.get(
+            base_url,
+            params=params,
+            headers=headers,
+            allow_redirects=True,
+            max_redirects=self.settings.max_redirects,
+            proxy=proxy_url,
+            proxy_headers=proxy.headers if proxy and proxy_url else None,
+        ) as response:
+            if followed(response):
+                refuse_downgrade(base_url, shown, response)
+                self._note_moved(base_url, shown, response)
+            if response.status == 200:
+                return await self._read(response)
+            body = await self._read(response)
+        errors = read_errors(body)
+        if errors and isinstance(errors[0], NoRecordsMatch):
+            # some peers send noRecordsMatch with 404: it is still an empty list
+            return body
+        if errors:
+            # e.g. an OAI-PMH error sent with HTTP 422: the OAI error is the answer
+            raise errors[0]
+        status = response.status
+        if status == 407 and proxy_url:
+            reason = proxy_refused(proxy_url, shown, status)
+            return Failure(lambda attempts: PeerUnreachable(reason), reason, final=True)
+        return Failure(
+            lambda attempts: PeerHTTPError(
+                status, answered_by(response, shown), http_error_detail(params, response, attempts)
+            ),
+            f"HTTP {status}",
+            final=status not in RETRYABLE,
+            delay=retry_after(response.headers.get("Retry-After"), self.settings.retry_after_cap),
+        )
 
     async def identify(self, base_url: str) -> IdentifyInfo:
         """The peer's Identify: granularity, earliestDatestamp, deletedRecord, compression."""
@@ -341,12 +298,6 @@ class OAIClient:
             return read_identify(body)
         except ResponseError as exc:
             raise BadIdentify(f"{exc} (Identify of {safe_url(base_url)})") from exc
-
-    @staticmethod
-    def _format(moment: datetime, day_granularity: bool) -> str:
-        # A day-granularity peer gets days: from rounds down to its day (nothing is missed) and
-        # until keeps its day (inclusive, so that whole day is asked for).
-        return format_day(moment) if day_granularity else format_datestamp(moment)
 
     async def list_pages(
         self,
@@ -378,7 +329,7 @@ class OAIClient:
         ):
             yield page
 
-    async def read_pages(
+    def read_pages(
         self,
         base_url: str,
         verb: str,
@@ -391,125 +342,21 @@ class OAIClient:
         day_granularity: bool = False,
         ahead: int = 1,
     ) -> AsyncIterator[tuple[Page, T]]:
-        """Every page of a list with what ``read`` made of it, in list order.
-
-        Up to ``ahead`` pages are asked for and read ahead of the one the caller holds: as soon
-        as a page arrives, the next is asked for with the token the page's tail announces
-        (:func:`announced_token`), and the page is read (``read`` may run it in another process,
-        so several pages are read at once). Each such guess is checked against the token the
-        page's reading found before the next page is handed over; a request made with a wrong
-        guess is dropped with all that came after it, and its outcome, failure included, is
-        never seen. ``read`` must leave the page consumed (:meth:`Page.adopt`, or its items
-        read), or leave its items to the caller, which reads them before asking for the next.
-        """
-        params = {"verb": verb, "metadataPrefix": metadata_prefix}
-        if set_spec:
-            params["set"] = set_spec
-
-        def ask_in(days: bool) -> None:
-            if from_ is not None:
-                params["from"] = self._format(from_, days)
-            if until is not None:
-                params["until"] = self._format(until, days)
-
-        ask_in(day_granularity)
-        # a peer whose Identify says seconds, yet which takes days only, refuses the list's
-        # first request with badArgument: it is asked again in days, once (RELIABILITY H15)
-        may_ask_in_days = not day_granularity and (from_ is not None or until is not None)
-        shown = safe_url(base_url)
-        limit = self.settings.max_requests_per_list
-        seen_tokens: set[str] = set()
-        empty_pages = 0
-        requests = 0
-        # requests under way, in list order: the first is the next page the caller gets
-        slots: deque[_Slot[T]] = deque()
-        newest: _Slot[T] | None = None  # the last request sent (it may be handed over already)
-
-        def send(asked_with: str | None, query: dict[str, str]) -> None:
-            nonlocal requests, newest
-            requests += 1
-            if requests > limit:
-                raise TooManyRequests(
-                    f"the list from {shown} needed more than {limit} requests (the cap is "
-                    "WISCAT_HARVEST_MAX_REQUESTS_PER_LIST)"
-                )
-            newest = _Slot(asked_with)
-            newest.task = asyncio.create_task(fetch_and_read(newest, query))
-            slots.append(newest)
-
-        def go_ahead() -> None:
-            # the newest page fetched announced its successor: ask for it if there is room
-            # (at the request limit none goes ahead: the list may be done)
-            if newest is None or not newest.fetched or len(slots) >= ahead or requests >= limit:
-                return
-            guess = newest.announced
-            if guess is None or guess in seen_tokens or any(s.asked_with == guess for s in slots):
-                return
-            send(guess, {"verb": verb, "resumptionToken": guess})
-
-        async def fetch_and_read(slot: _Slot[T], query: dict[str, str]) -> tuple[Page, T]:
-            body = await self.fetch(base_url, query)
-            if may_ask_in_days and slot.asked_with is None and len(body) < _SMALL_PAGE:
-                # an error answer is small: read here, whoever reads the page's items
-                refused = read_errors(body)
-                if refused and isinstance(refused[0], BadArgument):
-                    raise refused[0]
-            slot.announced = announced_token(body)
-            slot.fetched = True
-            if slot is newest:
-                go_ahead()
-            # a broken page's reason names the token it was asked with, to ask for it again
-            where = shown if slot.asked_with is None else with_token(shown, slot.asked_with)
-            page = Page(where, len(body), PageReader(body), verb=verb)
-            return page, await read(page)
-
-        try:
-            send(None, params)
-            while slots:
-                try:
-                    page, result = await slots[0].task
-                except BadArgument as exc:
-                    if not may_ask_in_days or slots[0].asked_with is not None:
-                        raise
-                    may_ask_in_days = False
-                    log.warning(
-                        "%s refused from and until in seconds (badArgument: %s), though its "
-                        "Identify says seconds: asking again in days",
-                        shown,
-                        clipped(" ".join(exc.message.split()), 200),
-                    )
-                    while slots:
-                        abandon(slots.pop().task)
-                    ask_in(True)
-                    send(None, params)
-                    continue
-                slots.popleft()
-                go_ahead()
-                yield page, result
-                for _ in page.items():  # whatever the caller left unread
-                    pass
-                token = page.summary.resumption_token
-                if token is None:
-                    return
-                if token in seen_tokens:
-                    raise RepeatedResumptionToken(
-                        f"{shown} sent the resumptionToken {token!r} twice in one list"
-                    )
-                seen_tokens.add(token)
-                empty_pages = empty_pages + 1 if page.reader.items_seen == 0 else 0
-                if empty_pages > self.settings.max_empty_pages:
-                    raise TooManyEmptyPages(
-                        f"{shown} sent {empty_pages} pages in a row with a token and no item "
-                        "(the cap is WISCAT_HARVEST_MAX_EMPTY_PAGES)"
-                    )
-                if slots and slots[0].asked_with == token:
-                    continue  # the request sent ahead was the right one
-                while slots:  # sent ahead, and no longer wanted
-                    abandon(slots.pop().task)
-                send(token, {"verb": verb, "resumptionToken": token})
-        finally:
-            while slots:
-                abandon(slots.pop().task)
+        """Every page of a list with what ``read`` made of it, in list order, up to ``ahead``
+        pages asked for and read ahead of the caller (:class:`services.harvester.pager.Pager`)."""
+        pager = Pager(
+            self,
+            base_url,
+            verb,
+            read,
+            metadata_prefix=metadata_prefix,
+            set_spec=set_spec,
+            from_=from_,
+            until=until,
+            day_granularity=day_granularity,
+            ahead=ahead,
+        )
+        return pager.pages()
 
     async def find_set(self, base_url: str, wanted: str, max_pages: int) -> tuple[bool | None, int]:
         """Whether the ListSets of ``base_url`` names ``wanted`` (None: not within ``max_pages``

@@ -9,16 +9,20 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
+from typing import Any
 
 import aiohttp
 from aiohappyeyeballs import AddrInfoType
 
-from services.harvester.errors import BadResponse
+from services.harvester.errors import BadResponse, HarvestError, PeerTimeout, PeerUnreachable
 from shared.registry.addresses import address_allowed
+from shared.registry.safe_fetch import parser_message
 from shared.text import clipped
+from shared.tls import refusal
 from shared.urls import safe_url
 
 #: Statuses retried (with backoff, or the peer's Retry-After); any other is final.
@@ -137,3 +141,109 @@ def refuse_downgrade(base_url: str, shown: str, response: aiohttp.ClientResponse
 
 def with_token(shown: str, token: str) -> str:
     return f"{shown}, resumptionToken {clipped(token, 200)!r}"
+
+
+@dataclass(frozen=True)
+class Failure:
+    """One failed attempt of a request, classified. ``error(attempts)`` is what the request
+    fails with: at once when it is ``final`` (no retry can change it), else once no attempt is
+    left; until then ``problem`` is logged and the request made again, after ``delay`` seconds
+    when the peer asked for a wait (Retry-After), else after the client's backoff."""
+
+    error: Callable[[int], HarvestError]
+    problem: str
+    final: bool = False
+    delay: float | None = None
+
+
+def _timeout(exc: TimeoutError, shown: str, proxy_url: str | None) -> Failure:
+    return Failure(
+        lambda attempts: PeerTimeout(f"no answer from {shown} in time (after {attempts} attempts)"),
+        "timeout",
+    )
+
+
+def _payload(exc: aiohttp.ClientPayloadError, shown: str, proxy_url: str | None) -> Failure:
+    return Failure(
+        lambda attempts: BadResponse(f"broken response from {shown}: {exc}"),
+        f"broken payload: {exc}",
+    )
+
+
+def _redirects(exc: aiohttp.TooManyRedirects, shown: str, proxy_url: str | None) -> Failure:
+    reason = f"{shown} redirected {len(exc.history)} times without an answer"
+    return Failure(lambda attempts: BadResponse(reason), reason, final=True)
+
+
+def _bad_redirect(exc: aiohttp.ClientError, shown: str, proxy_url: str | None) -> Failure:
+    target = safe_url(str(getattr(exc, "url", exc)))
+    reason = f"{shown} redirected to {target!r}, which is not a valid http(s) URL"
+    return Failure(lambda attempts: BadResponse(reason), reason, final=True)
+
+
+def _proxy_status(exc: aiohttp.ClientHttpProxyError, shown: str, proxy_url: str | None) -> Failure:
+    # CONNECT (https) not answered 200
+    return Failure(
+        lambda attempts: PeerUnreachable(proxy_refused(proxy_url, shown, exc.status)),
+        f"the proxy {proxy_url} answered CONNECT with HTTP {exc.status}",
+        final=exc.status not in RETRYABLE,
+    )
+
+
+def _not_http(exc: aiohttp.ClientResponseError, shown: str, proxy_url: str | None) -> Failure:
+    # not HTTP (a bad status line, Content-Length or chunk, headers past 8 KB)
+    broken = parser_message(exc.message)
+    return Failure(
+        lambda attempts: BadResponse(f"broken HTTP response from {shown}: {broken}"),
+        f"broken HTTP response: {broken}",
+    )
+
+
+def _tls(exc: aiohttp.ClientSSLError, shown: str, proxy_url: str | None) -> Failure:
+    # no retry will change a certificate
+    reason = f"cannot reach {shown}: {refusal(exc)}"
+    return Failure(lambda attempts: PeerUnreachable(reason), reason, final=True)
+
+
+def _proxy_down(
+    exc: aiohttp.ClientProxyConnectionError, shown: str, proxy_url: str | None
+) -> Failure:
+    why = f"cannot connect to the proxy {proxy_url}: {exc.os_error}"
+    return Failure(lambda attempts: PeerUnreachable(f"cannot reach {shown}: {why}"), why)
+
+
+def _connection(exc: aiohttp.ClientConnectionError, shown: str, proxy_url: str | None) -> Failure:
+    refused = getattr(exc, "os_error", None)
+    if isinstance(refused, RefusedAddress):  # no retry will change that
+        reason = f"cannot reach {shown}: {refused}"
+        return Failure(lambda attempts: PeerUnreachable(reason), reason, final=True)
+    return Failure(
+        lambda attempts: PeerUnreachable(f"cannot reach {shown}: {exc}"), f"connection: {exc}"
+    )
+
+
+# How each way an attempt can fail is taken, the first match in this order (subclasses before
+# their bases: aiohttp's proxy and TLS errors are connection errors too).
+_CLASSIFIED: tuple[tuple[type[Exception], Callable[[Any, str, str | None], Failure]], ...] = (
+    (TimeoutError, _timeout),
+    (aiohttp.ClientPayloadError, _payload),
+    (aiohttp.TooManyRedirects, _redirects),
+    (aiohttp.RedirectClientError, _bad_redirect),
+    (aiohttp.InvalidURL, _bad_redirect),
+    (aiohttp.ClientHttpProxyError, _proxy_status),
+    (aiohttp.ClientResponseError, _not_http),
+    (aiohttp.ClientSSLError, _tls),
+    (aiohttp.ClientProxyConnectionError, _proxy_down),
+    (aiohttp.ClientConnectionError, _connection),
+)
+
+#: What an attempt may fail with that :func:`classify` takes; anything else is raised as it is.
+CLASSIFIED: tuple[type[Exception], ...] = tuple(kind for kind, _ in _CLASSIFIED)
+
+
+def classify(exc: Exception, shown: str, proxy_url: str | None) -> Failure:
+    """``exc``, raised by an attempt at ``shown``, as a :class:`Failure`."""
+    for kind, failure in _CLASSIFIED:
+        if isinstance(exc, kind):
+            return failure(exc, shown, proxy_url)
+    raise TypeError(f"{type(exc).__name__} is not one of the failures classified") from exc
