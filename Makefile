@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 .DEFAULT_GOAL := all
-.PHONY: all help venv run test test-unit test-integration soak fuzz lint format bench schema demo chromium promtool clean
+.PHONY: all help venv run test test-unit test-integration soak fuzz lint format bench schema settings-doc demo chromium promtool clean
 
 all: lint test ## lint, then the whole test suite
 
@@ -79,6 +79,9 @@ bench: $(STAMP) ## benchmarks; figures go to docs/benchmarks.md (BENCH_RECORDS s
 
 schema: $(STAMP) ## rewrite shared/db/schema.sql from the migrations (after adding one)
 	$(BIN)/python -m tools.schema
+
+settings-doc: $(STAMP) ## rewrite docs/settings.md from the Settings field descriptions
+	$(BIN)/python -m tools.settings_doc
 
 demo: $(STAMP) ## a local mesh of three nodes harvesting each other (Ctrl-C stops it)
 	$(BIN)/python -m tools.demo

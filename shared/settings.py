@@ -1,7 +1,8 @@
 """Node settings, read from the environment (prefix ``WISCAT_``) or a ``.env`` file.
 
 Settings are built once at start-up by the command that starts a service and passed down; nothing
-reads them at import time. Names follow the interface contract (DESIGN §8).
+reads them at import time. Each field's description is its row in docs/settings.md, which
+``python -m tools.settings_doc`` writes.
 """
 
 from __future__ import annotations
@@ -58,19 +59,47 @@ class Settings(BaseSettings):
         default=None,
         description="libpq URL of the database; unset starts an embedded PostgreSQL in DATA_DIR",
     )
-    data_dir: Path = Path("./var")
-    gisc_name: str = "LOCAL"
+    data_dir: Path = Field(
+        default=Path("./var"),
+        description="folder of the embedded PostgreSQL (DATA_DIR/postgres); not used when "
+        "DATABASE_URL is set",
+    )
+    gisc_name: str = Field(
+        default="LOCAL",
+        description="the node's name: its own set is WIS-GISC-<GISC_NAME>; letters, digits and "
+        "-_.!~*'() (a setSpec); a database holds one node",
+    )
     base_url: str = Field(
         default="",
-        description="the /oai URL as peers reach it; unset: http://127.0.0.1:PROVIDER_PORT/oai "
-        "(PROVIDER_HOST's address when it names one)",
+        description="the /oai URL as peers reach it, echoed in every response; unset, it "
+        "follows PROVIDER_PORT (and PROVIDER_HOST when that names one address)",
+        json_schema_extra={"documented_default": "`http://127.0.0.1:PROVIDER_PORT/oai`"},
     )
-    repository_name: str = "wiscat catalogue node"
-    admin_email: str = "wis-admin@example.org"
-    admin_token: SecretStr | None = None
-    page_size: int = Field(default=500, ge=1, le=10_000)
-    token_secret: SecretStr | None = None
-    token_lifetime_hours: float = Field(default=24.0, gt=0, le=24 * 366)
+    repository_name: str = Field(
+        default="wiscat catalogue node", description="the repository name Identify shows"
+    )
+    admin_email: str = Field(
+        default="wis-admin@example.org",
+        description="shown by Identify and sent as the From header of every harvest request",
+    )
+    admin_token: SecretStr | None = Field(
+        default=None,
+        description="bearer token of /admin/...; unset or empty: the admin API answers 403",
+    )
+    page_size: int = Field(
+        default=500,
+        ge=1,
+        le=10_000,
+        description="records or headers per ListRecords or ListIdentifiers page",
+    )
+    token_secret: SecretStr | None = Field(
+        default=None,
+        description="key that signs resumptionTokens; unset: a random key kept in the "
+        "database, made on first use",
+    )
+    token_lifetime_hours: float = Field(
+        default=24.0, gt=0, le=24 * 366, description="how long a resumptionToken stays valid"
+    )
     deleted_retention_days: float = Field(
         default=90,
         ge=0,
@@ -84,11 +113,32 @@ class Settings(BaseSettings):
         description="days harvest runs, quarantined records and check reports are kept (each "
         "link's last run and each check's latest report always); 0: forever",
     )
-    settle_seconds: float = Field(default=5.0, ge=0, le=3600)
-    provider_host: str = "127.0.0.1"
-    provider_port: int = Field(default=8080, ge=1, le=65535)
-    harvester_port: int = Field(default=8081, ge=1, le=65535)
-    allow_private_fetch: bool = False
+    settle_seconds: float = Field(
+        default=5.0,
+        ge=0,
+        le=3600,
+        description="a fresh write stays out of lists this long and until its whole second has "
+        "passed; the same value in every process of a node, 0 for tests only",
+    )
+    provider_host: str = Field(
+        default="127.0.0.1",
+        description="address the provider and the harvester's health port bind to; 0.0.0.0 "
+        "in containers",
+    )
+    provider_port: int = Field(
+        default=8080, ge=1, le=65535, description="the provider's port (provider --port wins)"
+    )
+    harvester_port: int = Field(
+        default=8081,
+        ge=1,
+        le=65535,
+        description="the harvester's health and metrics port (harvester --port wins)",
+    )
+    allow_private_fetch: bool = Field(
+        default=False,
+        description="let the registry fetch private, loopback and other non-global addresses "
+        "(a closed network, tests)",
+    )
     proxy_url: SecretStr | None = Field(
         default=None,
         description="http://[user:password@]host:port of the proxy harvests and checks go "
@@ -102,7 +152,12 @@ class Settings(BaseSettings):
         default=None,
         description="PEM certificates trusted for https peers besides the system's (a private CA)",
     )
-    max_concurrent_lists: int = Field(default=16, ge=1, le=10_000)
+    max_concurrent_lists: int = Field(
+        default=16,
+        ge=1,
+        le=10_000,
+        description="list pages one provider process serves at once; more get 503 with Retry-After",
+    )
     database_timeout_seconds: float = Field(
         default=30,
         gt=0,
@@ -134,11 +189,35 @@ class Settings(BaseSettings):
     harvest_per_host: int = Field(
         default=2, ge=1, le=1000, description="links at once per peer host"
     )
-    harvest_lease_seconds: float = Field(default=300, gt=0, le=_DAY)
-    harvest_poll_seconds: float = Field(default=2.0, gt=0, le=3600)
-    harvest_timeout_seconds: float = Field(default=120, gt=0, le=_DAY, description="per response")
-    harvest_max_retries: int = Field(default=5, ge=0, le=100)
-    harvest_max_page_bytes: int = Field(default=64 * 1024 * 1024, gt=0, le=2**31)
+    harvest_lease_seconds: float = Field(
+        default=300,
+        gt=0,
+        le=_DAY,
+        description="lease of a running link or scheduled check, renewed every third of it",
+    )
+    harvest_poll_seconds: float = Field(
+        default=2.0, gt=0, le=3600, description="how often the harvester looks for due links"
+    )
+    harvest_timeout_seconds: float = Field(
+        default=120,
+        gt=0,
+        le=_DAY,
+        description="how long a peer may send nothing within a response; a whole response "
+        "takes at most 15 minutes, or this if longer",
+    )
+    harvest_max_retries: int = Field(
+        default=5,
+        ge=0,
+        le=100,
+        description="retries of a request after a connection error, timeout, 408, 429 or 5xx",
+    )
+    harvest_max_page_bytes: int = Field(
+        default=64 * 1024 * 1024,
+        gt=0,
+        le=2**31,
+        description="largest response accepted, after decompression (gzip bombs)",
+        json_schema_extra={"documented_default": "`67108864` (64 MiB)"},
+    )
     harvest_max_empty_pages: int = Field(
         default=5,
         ge=0,
@@ -162,9 +241,21 @@ class Settings(BaseSettings):
         ge=0,
         le=256,
         description="processes that parse and hash harvested pages; 0: a thread",
+        json_schema_extra={"documented_default": "the number of cores, at most 4"},
     )
-    mass_delete_share: float = Field(default=0.10, ge=0, le=1)
-    mass_delete_min: int = Field(default=50, ge=0, le=10**9)
+    mass_delete_share: float = Field(
+        default=0.10,
+        ge=0,
+        le=1,
+        description="share of a link's live records one run may delete (mass-deletion breaker)",
+    )
+    mass_delete_min: int = Field(
+        default=50,
+        ge=0,
+        le=10**9,
+        description="records a run may always delete; a run stops when it would delete more "
+        "than both limits",
+    )
     registry_key_file: Path | None = Field(
         default=None, description="the registry network key file; unset: no registry network"
     )
@@ -174,8 +265,13 @@ class Settings(BaseSettings):
     registry_node_url: str | None = Field(
         default=None, description="this node's root URL as peers reach it (default: BASE_URL's)"
     )
-    registry_auto_enable_links: bool = False
-    registry_sync_seconds: float = Field(default=60.0, gt=0, le=_DAY)
+    registry_auto_enable_links: bool = Field(
+        default=False,
+        description="add accepted registry URLs as enabled links, not disabled candidates",
+    )
+    registry_sync_seconds: float = Field(
+        default=60.0, gt=0, le=_DAY, description="interval between syncs with registry peers"
+    )
     registry_rate_limit_per_minute: int = Field(
         default=10, ge=1, le=1000, description="POST /urls per client address and minute"
     )
@@ -186,7 +282,9 @@ class Settings(BaseSettings):
         description="POST /registry/announce per client address and minute (a node announces "
         "itself every REGISTRY_SYNC_SECONDS)",
     )
-    registry_fetch_timeout_seconds: float = Field(default=10.0, gt=0, le=3600)
+    registry_fetch_timeout_seconds: float = Field(
+        default=10.0, gt=0, le=3600, description="timeout of the registry's outbound fetches"
+    )
     registry_fetch_ports: Annotated[tuple[int, ...], NoDecode] = Field(
         default=(80, 443, 8080, 8443),
         description="the only ports the registry connects to (comma-separated): submitted URLs, "
@@ -195,8 +293,10 @@ class Settings(BaseSettings):
     registry_submit_wait_seconds: float = Field(
         default=5.0, ge=0, le=600, description="how long POST /urls waits for the URL's block"
     )
-    log_level: str = "INFO"
-    log_format: Literal["text", "json"] = "text"
+    log_level: str = Field(default="INFO", description="DEBUG, INFO, WARNING, ERROR or CRITICAL")
+    log_format: Literal["text", "json"] = Field(
+        default="text", description="text, or json for one JSON object per line"
+    )
 
     @field_validator("gisc_name")
     @classmethod
@@ -343,7 +443,7 @@ class Settings(BaseSettings):
 
     @property
     def own_set(self) -> str:
-        """The node's own set, ``WIS-GISC-<NAME>`` (seed 002)."""
+        """The node's own set, ``WIS-GISC-<NAME>``: the records of its own area."""
         return f"WIS-GISC-{self.gisc_name}"
 
     @property

@@ -618,7 +618,7 @@ async def test_d11_drift_is_reported_exactly_and_a_full_reharvest_repairs_what_i
     (H19) brings back the lost records and applies the missed deletion; the stale identifiers
     stay and the check still names them, and only them. Rule: wiscat deletes a harvested record
     only on a deleted header of its source, never because a list did not name it (docs/
-    operations.md, "Consistency checks")."""
+    checks.md)."""
     ids = await factories.load_records(pair.source, SOURCE_SET, range(200), centre="dr")
     for table in ("records", "set_members"):  # written an hour ago: no datestamp is "copied"
         await factories.backdate(

@@ -1035,7 +1035,7 @@ async def test_h04_a_503_without_retry_after_is_retried_after_the_usual_backoff(
     serve: Serve, client_for: ClientFactory, caplog: pytest.LogCaptureFixture
 ) -> None:
     """H04. Rule: a 503 without Retry-After is retried after the usual full-jitter backoff
-    (README "Harvest peers": "retried with backoff (honouring Retry-After)"), not after a fixed
+    (docs/harvesting.md: "retried with backoff (honouring Retry-After)"), not after a fixed
     60 s: WISCAT_HARVEST_MAX_RETRIES bounds how often."""
 
     async def handler(request: web.Request, peer: Peer) -> web.Response:

@@ -189,7 +189,7 @@ async def test_d06_a_full_reharvest_of_a_peer_that_restored_an_old_backup(pair: 
 
 async def test_a_local_ingest_revives_a_deleted_record_whatever_its_date(pair: Pair) -> None:
     """The operator's own set, an explicit act: ingest of a deleted identifier revives it, as
-    README says."""
+    docs/harvesting.md says."""
     from shared.ingest import put_record
 
     own = "WIS-GISC-TEST"
@@ -282,7 +282,7 @@ async def test_d07_100_shuffled_replays_of_a_deletion_and_a_copy_at_one_datestam
     """D07: 100 identifiers, each with a deletion and a copy (two to four events in all) at one
     header datestamp, their events in a random order (a fixed seed), the whole list shuffled
     and cut into pages of random sizes: after one full run each identifier is in the state of
-    its last event in list order, the Rule of README "Harvest peers" (the last event wins;
+    its last event in list order, the Rule of docs/harvesting.md (the last event wins;
     within a page, an identifier listed twice is taken at its newest datestamp, the last item on
     a tie). A second link replaying the same events in another shuffle ends each one as its own
     order says."""

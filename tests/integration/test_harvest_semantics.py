@@ -942,7 +942,7 @@ create trigger d04_mark after update on links
 async def test_d04_the_mark_is_written_once_after_every_page_with_the_deletions(
     pair: Pair,
 ) -> None:
-    """D04, as the Rule says (README "Harvest peers"): each page's records are committed in one
+    """D04, as the Rule says (docs/harvesting.md): each page's records are committed in one
     transaction with the run's page count; the high-water mark is written once, in a later
     transaction of its own that holds the list's deletions and no other record."""
     ids = await factories.load_records(pair.source, SOURCE_SET, range(60))

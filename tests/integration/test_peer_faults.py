@@ -458,7 +458,7 @@ async def test_h12_the_run_after_an_expired_token_converges_and_rewrites_nothing
 
 async def test_h19_a_full_run_answered_no_records_match_deletes_nothing(pair: Pair) -> None:
     """H19: a full run whose peer answers noRecordsMatch (an empty set) deletes nothing: a
-    record is deleted only by a deleted header (README "Harvest peers"), never for being
+    record is deleted only by a deleted header (docs/harvesting.md), never for being
     absent from a list. The run is ok, as the list is; the high-water mark is kept."""
     await factories.load_records(pair.source, SOURCE_SET, range(150))
     async with relaying(pair.provider.oai) as relay:
@@ -599,7 +599,7 @@ async def test_h14_a_header_datestamp_years_ahead_does_not_move_the_mark_past_th
     pair: Pair,
 ) -> None:
     """H14: a record listed with a header datestamp 10 years ahead. Rule: it is stored (the
-    datestamp a harvester keeps is its own time of arrival, README "Harvest peers": nothing to
+    datestamp a harvester keeps is its own time of arrival, docs/harvesting.md: nothing to
     clamp) and the high-water mark is cut to the page's responseDate (DESIGN §1), so the
     next run still asks from today: the record, updated at a normal datestamp, is taken."""
     peer = ClockPeer(timedelta(0))
