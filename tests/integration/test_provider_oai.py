@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import gzip
 import logging
 import warnings
@@ -11,8 +13,11 @@ from datetime import UTC, datetime, timedelta
 
 import aiohttp
 import pytest
+from lxml import etree
 
+from services.provider.oai import XML_TYPE
 from shared.db.pool import Pool
+from shared.oaipmh.errors import BadResumptionToken
 from shared.oaipmh.tokens import ListPosition, TokenCodec
 from tests import factories
 from tests.oai_client import OAI, list_all, oai_get, oai_post, oai_raw
@@ -84,48 +89,49 @@ async def test_get_record_in_both_formats(provider: RunningProvider, db: Pool) -
     assert stored.encode() in iso.body
 
 
-@pytest.mark.parametrize(
-    ("query", "code", "echo_attributes"),
-    [
-        ("", "badVerb", False),
-        ("verb=Frobnicate", "badVerb", False),
-        ("verb=Identify&verb=Identify", "badVerb", False),
-        ("verb=Identify&extra=1", "badArgument", False),
-        ("verb=ListRecords", "badArgument", False),
-        ("verb=ListRecords&metadataPrefix=iso19139&metadataPrefix=iso19139", "badArgument", False),
-        ("verb=ListRecords&metadataPrefix=iso19139&from=2024-13-01", "badArgument", False),
-        ("verb=ListRecords&metadataPrefix=iso19139&from=2024-01-01T00:00:00", "badArgument", False),
-        (
-            "verb=ListRecords&metadataPrefix=iso19139&from=2024-01-01&until=2024-02-01T00:00:00Z",
-            "badArgument",
-            False,
-        ),
-        (
-            "verb=ListRecords&metadataPrefix=iso19139&from=2024-02-01&until=2024-01-01",
-            "badArgument",
-            False,
-        ),
-        ("verb=ListRecords&metadataPrefix=iso19139&resumptionToken=x", "badArgument", False),
-        ("verb=GetRecord&metadataPrefix=iso19139", "badArgument", False),
-        ("verb=ListRecords&metadataPrefix=marc21", "cannotDisseminateFormat", True),
-        ("verb=GetRecord&metadataPrefix=iso19139&identifier=unknown", "idDoesNotExist", True),
-        # characters no identifier can hold (the database's text cannot, nor XML): no URI
-        ("verb=GetRecord&metadataPrefix=iso19139&identifier=%00", "badArgument", False),
-        ("verb=GetRecord&metadataPrefix=iso19139&identifier=a%00b%01", "badArgument", False),
-        ("verb=ListMetadataFormats&identifier=%00", "badArgument", False),
-        # no xs:anyURI: echoed in the request element, they made the answer invalid (P01, P02)
-        ("verb=GetRecord&metadataPrefix=iso19139&identifier=a%5Bb%5D", "badArgument", False),
-        ("verb=GetRecord&metadataPrefix=iso19139&identifier=a%23b%23c", "badArgument", False),
-        ("verb=ListMetadataFormats&identifier=a%25zz", "badArgument", False),
-        ("verb=ListMetadataFormats&identifier=1a:b", "badArgument", False),
-        # a URI, if an odd one: looked up
-        ("verb=ListMetadataFormats&identifier=a%20b%23c%5B1%5D", "idDoesNotExist", True),
-        ("verb=ListIdentifiers&metadataPrefix=iso19139&from=2999-01-01", "noRecordsMatch", True),
-        ("verb=ListIdentifiers&metadataPrefix=iso19139&set=no-such-set", "noRecordsMatch", True),
-        ("verb=ListRecords&resumptionToken=garbage", "badResumptionToken", True),
-        ("verb=ListSets&resumptionToken=anything", "badResumptionToken", True),
-    ],
-)
+#: RELIABILITY P02's error matrix: (query, the error code, whether ``request`` echoes it).
+ERRORS = [
+    ("", "badVerb", False),
+    ("verb=Frobnicate", "badVerb", False),
+    ("verb=Identify&verb=Identify", "badVerb", False),
+    ("verb=Identify&extra=1", "badArgument", False),
+    ("verb=ListRecords", "badArgument", False),
+    ("verb=ListRecords&metadataPrefix=iso19139&metadataPrefix=iso19139", "badArgument", False),
+    ("verb=ListRecords&metadataPrefix=iso19139&from=2024-13-01", "badArgument", False),
+    ("verb=ListRecords&metadataPrefix=iso19139&from=2024-01-01T00:00:00", "badArgument", False),
+    (
+        "verb=ListRecords&metadataPrefix=iso19139&from=2024-01-01&until=2024-02-01T00:00:00Z",
+        "badArgument",
+        False,
+    ),
+    (
+        "verb=ListRecords&metadataPrefix=iso19139&from=2024-02-01&until=2024-01-01",
+        "badArgument",
+        False,
+    ),
+    ("verb=ListRecords&metadataPrefix=iso19139&resumptionToken=x", "badArgument", False),
+    ("verb=GetRecord&metadataPrefix=iso19139", "badArgument", False),
+    ("verb=ListRecords&metadataPrefix=marc21", "cannotDisseminateFormat", True),
+    ("verb=GetRecord&metadataPrefix=iso19139&identifier=unknown", "idDoesNotExist", True),
+    # characters no identifier can hold (the database's text cannot, nor XML): no URI
+    ("verb=GetRecord&metadataPrefix=iso19139&identifier=%00", "badArgument", False),
+    ("verb=GetRecord&metadataPrefix=iso19139&identifier=a%00b%01", "badArgument", False),
+    ("verb=ListMetadataFormats&identifier=%00", "badArgument", False),
+    # no xs:anyURI: echoed in the request element, they made the answer invalid (P01, P02)
+    ("verb=GetRecord&metadataPrefix=iso19139&identifier=a%5Bb%5D", "badArgument", False),
+    ("verb=GetRecord&metadataPrefix=iso19139&identifier=a%23b%23c", "badArgument", False),
+    ("verb=ListMetadataFormats&identifier=a%25zz", "badArgument", False),
+    ("verb=ListMetadataFormats&identifier=1a:b", "badArgument", False),
+    # a URI, if an odd one: looked up
+    ("verb=ListMetadataFormats&identifier=a%20b%23c%5B1%5D", "idDoesNotExist", True),
+    ("verb=ListIdentifiers&metadataPrefix=iso19139&from=2999-01-01", "noRecordsMatch", True),
+    ("verb=ListIdentifiers&metadataPrefix=iso19139&set=no-such-set", "noRecordsMatch", True),
+    ("verb=ListRecords&resumptionToken=garbage", "badResumptionToken", True),
+    ("verb=ListSets&resumptionToken=anything", "badResumptionToken", True),
+]
+
+
+@pytest.mark.parametrize(("query", "code", "echo_attributes"), ERRORS)
 async def test_errors(
     provider: RunningProvider, query: str, code: str, echo_attributes: bool
 ) -> None:
@@ -555,3 +561,286 @@ async def test_an_identifier_that_is_no_uri_is_a_bad_argument(provider: RunningP
     ]
     request = answer.tree.find(f"{OAI}request")
     assert request is not None and request.attrib == {}
+
+
+# ---- RELIABILITY P02 to P15: the rest of each criterion ------------------------------------
+
+#: Requests of RELIABILITY P02 that test_errors lacked, with the code each must get.
+MORE_ERRORS = [
+    ("verb=ListIdentifiers&metadataPrefix=iso19139&until=junk", "badArgument", False),
+    ("verb=ListIdentifiers&metadataPrefix=iso19139&from=junk", "badArgument", False),
+    ("verb=GetRecord&identifier=urn:x-wmo:md:int.wmo.wis::xx.0", "badArgument", False),
+    ("verb=ListIdentifiers&resumptionToken=junk&until=2000-02-05", "badArgument", False),
+    ("verb=ListRecords&resumptionToken=junk", "badResumptionToken", True),
+    (
+        "verb=ListIdentifiers&metadataPrefix=iso19139&from=2002-02-05&until=2002-02-06T05:35:00Z",
+        "badArgument",
+        False,
+    ),
+    # Rule: an xs:anyURI (OAI-PMH.xsd's type for identifiers, README "Put records in") is
+    # looked up; §3.6 gives idDoesNotExist for an identifier "unknown or illegal"
+    ('verb=GetRecord&metadataPrefix=iso19139&identifier=invalid"id', "idDoesNotExist", True),
+    ("verb=ListRecords&metadataPrefix=iso19139&until=2000-02-05", "noRecordsMatch", True),
+]
+
+
+@pytest.mark.parametrize(("query", "code", "echo_attributes"), MORE_ERRORS)
+async def test_p02_the_rest_of_the_error_matrix(
+    provider: RunningProvider, query: str, code: str, echo_attributes: bool
+) -> None:
+    """P02: until=junk, from=junk, GetRecord without metadataPrefix, a token with until,
+    ``identifier=invalid"id``, mixed granularity: each HTTP 200, text/xml, XSD-valid, its code."""
+    answer = await oai_raw(provider.oai, query)
+    assert answer.status == 200
+    assert answer.headers["Content-Type"] == "text/xml; charset=utf-8"
+    check(answer.body)
+    assert answer.errors() == [code]
+    request = answer.tree.find(f"{OAI}request")
+    assert request is not None and request.text == provider.settings.base_url
+    assert bool(request.attrib) is echo_attributes
+
+
+async def test_p02_until_a_year_before_the_earliest_datestamp_matches_nothing(
+    provider: RunningProvider,
+) -> None:
+    """P02: ``until`` one year before Identify's earliestDatestamp is noRecordsMatch, echoed."""
+    identify = await oai_get(provider.oai, verb="Identify")
+    earliest = datetime.strptime(
+        identify.tree.findtext(f"{OAI}Identify/{OAI}earliestDatestamp") or "",
+        "%Y-%m-%dT%H:%M:%SZ",
+    )
+    until = (earliest - timedelta(days=365)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    for verb in ("ListIdentifiers", "ListRecords"):
+        answer = await oai_get(provider.oai, verb=verb, metadataPrefix="oai_dc", until=until)
+        check(answer.body)
+        assert answer.errors() == ["noRecordsMatch"]
+        request = answer.tree.find(f"{OAI}request")
+        assert request is not None
+        assert dict(request.attrib) == {"verb": verb, "metadataPrefix": "oai_dc", "until": until}
+
+
+async def test_p02_the_granularity_is_seconds_so_a_seconds_from_is_legal(
+    provider: RunningProvider,
+) -> None:
+    """P02: Rule: wiscat's granularity is always seconds (Identify; README "What the provider
+    serves": datestamps are ``YYYY-MM-DDThh:mm:ssZ``), so the matrix's "seconds from against a
+    day-granularity repository" cannot arise: such a from is legal, and so is a day one (§3.3.1).
+    Nor can "no sets": WIS-CATALOGUE is always a set, so ListSets is never noSetHierarchy."""
+    identify = await oai_get(provider.oai, verb="Identify")
+    assert identify.tree.findtext(f"{OAI}Identify/{OAI}granularity") == "YYYY-MM-DDThh:mm:ssZ"
+    for since in ("2000-01-01T00:00:00Z", "2000-01-01"):
+        headers = await list_all(provider.oai, metadataPrefix="iso19139", **{"from": since})
+        assert len(headers) == 250
+    sets = await oai_get(provider.oai, verb="ListSets")
+    check(sets.body)
+    assert sets.errors() == []
+    assert "WIS-CATALOGUE" in sets.xpath("//oai:setSpec/text()")
+
+
+def _normalised(body: bytes, codec: TokenCodec) -> bytes:
+    """``body`` less what names the moment it was made: its responseDate, and in its
+    resumptionToken the expiry and the list's frozen upper bound (the token is replaced by the
+    rest of its position, decoded)."""
+    tree = etree.fromstring(body)
+    for date in tree.findall(f"{OAI}responseDate"):
+        date.text = "-"
+
+    def timeless(token: str) -> str:
+        position = codec.decode(token, now=datetime.now(UTC))
+        return repr(dataclasses.replace(position, expires=_EPOCH, upper_bound=_EPOCH))
+
+    for token in tree.iter(f"{OAI}resumptionToken"):
+        token.attrib.pop("expirationDate", None)
+        if token.text:
+            token.text = timeless(token.text)
+    for request in tree.findall(f"{OAI}request"):
+        echoed = request.get("resumptionToken")
+        if echoed and request.get("verb") in ("ListIdentifiers", "ListRecords"):
+            with contextlib.suppress(BadResumptionToken):  # not one of ours: kept as it is
+                request.set("resumptionToken", timeless(echoed))
+    return etree.tostring(tree)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _codec(running: RunningProvider) -> TokenCodec:
+    secret = running.settings.token_secret
+    assert secret is not None
+    return TokenCodec(secret.get_secret_value().encode(), lifetime=timedelta(hours=1))
+
+
+async def _fetch(
+    session: aiohttp.ClientSession, url: str, query: str, *, post: bool, encoding: str = "identity"
+) -> tuple[int, dict[str, str], bytes]:
+    headers = {"Accept-Encoding": encoding}
+    if post:
+        headers["Content-Type"] = "application/x-www-form-urlencoded"
+        request = session.post(url, data=query.encode(), headers=headers)
+    else:
+        request = session.get(url + "?" + query if query else url, headers=headers)
+    async with request as response:
+        return response.status, dict(response.headers), await response.read()
+
+
+async def test_p03_every_request_by_post_is_answered_as_by_get(
+    provider: RunningProvider, db: Pool
+) -> None:
+    """P03: every verb and the whole error matrix, by GET and by POST (form-encoded): the same
+    status and the same body less responseDate (and the tokens' expiry and frozen bound, which
+    name the moment of the request); a list followed by POST to its end gives the GET's pages."""
+    identifier = await db.fetchval("select min(identifier) from records")
+    queries = [q for q, _, _ in (*ERRORS, *MORE_ERRORS)] + [
+        "verb=Identify",
+        "verb=ListSets",
+        "verb=ListMetadataFormats",
+        f"verb=ListMetadataFormats&identifier={identifier}",
+        f"verb=GetRecord&metadataPrefix=iso19139&identifier={identifier}",
+        f"verb=GetRecord&metadataPrefix=oai_dc&identifier={identifier}",
+        "verb=ListRecords&metadataPrefix=oai_dc&set=WIS-GISC-TEST",
+        "verb=ListIdentifiers&metadataPrefix=iso19139&from=2000-01-01&until=2999-01-01",
+    ]
+    codec = _codec(provider)
+    async with aiohttp.ClientSession(auto_decompress=False) as session:
+        for query in queries:
+            got = await _fetch(session, provider.oai, query, post=False)
+            posted = await _fetch(session, provider.oai, query, post=True)
+            assert got[0] == posted[0] == 200, query
+            assert got[1]["Content-Type"] == posted[1]["Content-Type"] == XML_TYPE
+            assert _normalised(got[2], codec) == _normalised(posted[2], codec), query
+        # a whole list, page by page, by each method
+        pages: dict[bool, list[bytes]] = {}
+        for post in (False, True):
+            query = "verb=ListRecords&metadataPrefix=iso19139"
+            pages[post] = []
+            while query:
+                status, _, body = await _fetch(session, provider.oai, query, post=post)
+                assert status == 200
+                pages[post].append(_normalised(body, codec))
+                token = etree.fromstring(body).findtext(f".//{OAI}resumptionToken")
+                query = f"verb=ListRecords&resumptionToken={token}" if token else ""
+        assert len(pages[False]) == 3
+        assert pages[False] == pages[True]
+
+
+async def test_p04_bounds_at_the_second_and_at_the_day(db: Pool, database_url: str) -> None:
+    """P04: records at T-1 s, T, T+1 s and about the edges of day D: ``from=T`` includes T and
+    not T-1 s, ``until=T`` includes T and not T+1 s, ``until=D`` includes D 23:59:59 (not the
+    next day's 00:00:00), ``from=D`` includes D 00:00:00 (not the day before's 23:59:59); in
+    the whole catalogue and in a set."""
+    ids = await factories.load_records(db, OWN, range(7))
+    stamps = dict(
+        zip(
+            ids,
+            [
+                "2024-03-10T11:59:59Z",  # T - 1 s
+                "2024-03-10T12:00:00Z",  # T
+                "2024-03-10T12:00:01Z",  # T + 1 s
+                "2024-03-19T23:59:59Z",  # the second before D
+                "2024-03-20T00:00:00Z",  # D's first second
+                "2024-03-20T23:59:59Z",  # D's last second
+                "2024-03-21T00:00:00Z",  # the second after D
+            ],
+            strict=True,
+        )
+    )
+    for table in ("records", "set_members"):
+        await factories.backdate(
+            db,
+            f"update {table} t set datestamp = s.stamp::timestamptz "
+            "from unnest($1::text[], $2::text[]) as s(identifier, stamp) "
+            "where t.identifier = s.identifier",
+            list(stamps),
+            list(stamps.values()),
+        )
+    t_minus, t, t_plus, before_d, d_first, d_last, after_d = ids
+    cases = [
+        ({"from": "2024-03-10T12:00:00Z"}, set(ids) - {t_minus}),
+        ({"until": "2024-03-10T12:00:00Z"}, {t_minus, t}),
+        ({"from": "2024-03-10T12:00:00Z", "until": "2024-03-10T12:00:00Z"}, {t}),
+        ({"from": "2024-03-10T12:00:01Z", "until": "2024-03-10T12:00:01Z"}, {t_plus}),
+        ({"until": "2024-03-20"}, set(ids) - {after_d}),
+        ({"from": "2024-03-20"}, {d_first, d_last, after_d}),
+        ({"from": "2024-03-20", "until": "2024-03-20"}, {d_first, d_last}),
+        ({"from": "2024-03-19T23:59:59Z", "until": "2024-03-20T00:00:00Z"}, {before_d, d_first}),
+    ]
+    async with running_provider(database_url) as running:
+        for in_set in ({}, {"set": OWN}):
+            for bounds, expected in cases:
+                for verb in ("ListIdentifiers", "ListRecords"):
+                    answer = await oai_get(
+                        running.oai, verb=verb, metadataPrefix="oai_dc", **bounds, **in_set
+                    )
+                    check(answer.body)
+                    listed = answer.xpath("//oai:header/oai:identifier/text()")
+                    assert sorted(listed) == sorted(expected), (bounds, in_set, verb)
+                    assert {
+                        i: s
+                        for i, s in zip(listed, answer.xpath("//oai:datestamp/text()"), strict=True)
+                    } == {i: stamps[i] for i in expected}
+
+
+async def test_p05_identify_names_the_configured_url_whatever_host_is_asked(
+    provider: RunningProvider,
+) -> None:
+    """P05: a request naming another host (``Host``, ``X-Forwarded-Host``, ``Forwarded``) gets
+    the configured baseURL, in Identify and in the request element, and so does any answer."""
+    spoofed = {
+        "Host": "evil.example",
+        "X-Forwarded-Host": "evil.example",
+        "X-Forwarded-Proto": "https",
+        "X-Forwarded-For": "203.0.113.9",
+        "Forwarded": "host=evil.example;proto=https",
+    }
+    async with aiohttp.ClientSession() as session:
+        for query in ("verb=Identify", "verb=ListSets", "verb=Nope"):
+            async with session.get(provider.oai + "?" + query, headers=spoofed) as response:
+                assert response.status == 200
+                body = await response.read()
+            check(body)
+            tree = etree.fromstring(body)
+            assert tree.findtext(f"{OAI}request") == provider.settings.base_url
+            assert b"evil.example" not in body
+    identify = etree.fromstring(await _identify(provider.oai, spoofed))
+    assert identify.findtext(f"{OAI}Identify/{OAI}baseURL") == provider.settings.base_url
+
+
+async def _identify(url: str, headers: dict[str, str]) -> bytes:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(url, params={"verb": "Identify"}, headers=headers) as response,
+    ):
+        return await response.read()
+
+
+async def test_p05_earliest_datestamp_is_no_later_than_any_datestamp_served(
+    db: Pool, database_url: str
+) -> None:
+    """P05: Identify's earliestDatestamp is at or before every datestamp a list can serve:
+    the records', the tombstones' and the set memberships' (a record's membership of a set
+    keeps its datestamp when the record later joins another set, which restamps the record)."""
+    first = await factories.load_records(db, OWN, [0, 1])
+    await asyncio.sleep(1.1)  # the next writes a second later at least
+    await factories.load_records(db, "shared01", [0], kind="shared")  # record 0 joins shared01
+    await factories.delete(db, OWN, [first[1]])  # record 1: a tombstone
+    async with running_provider(database_url) as running:
+        identify = await oai_get(running.oai, verb="Identify")
+        check(identify.body)
+        earliest = identify.tree.findtext(f"{OAI}Identify/{OAI}earliestDatestamp") or ""
+        served = [
+            h.findtext(f"{OAI}datestamp") or ""
+            for in_set in ({}, {"set": OWN}, {"set": "shared01"})
+            for h in await list_all(running.oai, metadataPrefix="iso19139", **in_set)
+        ]
+        assert len(served) == 5
+        assert earliest <= min(served), (earliest, sorted(served))
+        # and no list from earliestDatestamp misses anything
+        since = await list_all(
+            running.oai, metadataPrefix="iso19139", set=OWN, **{"from": earliest}
+        )
+        assert sorted(h.findtext(f"{OAI}identifier") for h in since) == sorted(first)
+    oldest = await db.fetchval(
+        "select min(d) from (select datestamp d from records "
+        "union all select datestamp from set_members) s"
+    )
+    assert earliest == oldest.strftime("%Y-%m-%dT%H:%M:%SZ")
