@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import dataclasses
 import gzip
 import logging
+import os
 import warnings
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -20,7 +22,7 @@ from shared.db.pool import Pool
 from shared.oaipmh.errors import BadResumptionToken
 from shared.oaipmh.tokens import ListPosition, TokenCodec
 from tests import factories
-from tests.oai_client import OAI, list_all, oai_get, oai_post, oai_raw
+from tests.oai_client import OAI, Answer, list_all, oai_get, oai_post, oai_raw
 from tests.oai_validation import strict_checks, validate_oai
 from tests.servers import RunningProvider, running_provider
 
@@ -844,3 +846,198 @@ async def test_p05_earliest_datestamp_is_no_later_than_any_datestamp_served(
         "union all select datestamp from set_members) s"
     )
     assert earliest == oldest.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+async def _pages(url: str, verb: str, **params: str) -> list[tuple[str | None, Answer]]:
+    """Every page of a list, each with the token that asked for it (None: the first)."""
+    pages: list[tuple[str | None, Answer]] = []
+    asked: str | None = None
+    answer = await oai_get(url, verb=verb, **params)
+    while True:
+        assert answer.status == 200 and not answer.errors(), answer.body[:300]
+        pages.append((asked, answer))
+        asked = answer.tree.findtext(f".//{OAI}resumptionToken")
+        if not asked:
+            return pages
+        answer = await oai_get(url, verb=verb, resumptionToken=asked)
+
+
+async def test_p07_a_token_issued_again_gives_its_page_again(provider: RunningProvider) -> None:
+    """P07: once a list is done, its last token and then the one before it are issued again:
+    each gives the page it gave (the same records, in the same order, the same body less
+    responseDate and token times), no badResumptionToken."""
+    codec = _codec(provider)
+    for verb in ("ListRecords", "ListIdentifiers"):
+        pages = await _pages(provider.oai, verb, metadataPrefix="iso19139")
+        assert len(pages) == 3
+        for token, first in (pages[2], pages[1], pages[2]):
+            assert token is not None
+            again = await oai_get(provider.oai, verb=verb, resumptionToken=token)
+            check(again.body)
+            assert again.errors() == []
+            ids = "//oai:header/oai:identifier/text()"
+            assert again.xpath(ids) == first.xpath(ids) and len(again.xpath(ids)) >= 50
+            assert _normalised(again.body, codec) == _normalised(first.body, codec)
+
+
+async def test_p09_tampered_tokens_are_bad_resumption_tokens_and_nothing_worse(
+    provider: RunningProvider, caplog: pytest.LogCaptureFixture
+) -> None:
+    """P09: a token truncated, base64 of garbage, SQL, 10 KB long, one byte flipped, signed
+    elsewhere or of the other list verb: badResumptionToken, HTTP 200, XSD-valid, for both list
+    verbs; not one 5xx, and nothing in the log (no database error, no warning)."""
+    caplog.set_level(logging.DEBUG)
+    first = await oai_get(provider.oai, verb="ListIdentifiers", metadataPrefix="iso19139")
+    token = first.tree.findtext(f".//{OAI}resumptionToken") or ""
+    assert len(token) > 40
+    flipped = bytearray(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+    flipped[len(flipped) // 2] ^= 0x01
+    tampered = [
+        token[: len(token) // 2],  # truncated
+        token[:-1],  # one character short
+        base64.urlsafe_b64encode(b"\x01" + os.urandom(80)).decode().rstrip("="),  # garbage
+        base64.b64encode(b"' OR 1=1 --; drop table records").decode(),
+        "' OR 1=1 --",
+        "1' UNION SELECT xml FROM records --",
+        "A" * 10_240,  # 10 KB, of the token alphabet
+        base64.urlsafe_b64encode(bytes(flipped)).decode().rstrip("="),
+        "%00",
+        "\u00e9\u20ac",
+    ]
+    for verb in ("ListIdentifiers", "ListRecords"):
+        for bad in [*tampered, token if verb == "ListRecords" else ""]:
+            if not bad:
+                continue
+            answer = await oai_get(provider.oai, verb=verb, resumptionToken=bad)
+            assert answer.status == 200, (verb, bad)
+            check(answer.body)
+            assert answer.errors() == ["badResumptionToken"], (verb, bad)
+    # the untampered token still continues its own list
+    assert (
+        await oai_get(provider.oai, verb="ListIdentifiers", resumptionToken=token)
+    ).errors() == []
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+    text = caplog.text.lower()
+    for trace in ("asyncpg", "postgres", "sql", "syntax error", "traceback"):
+        assert trace not in text
+
+
+async def test_p10_tokens_expire_a_day_after_they_are_issued(provider: RunningProvider) -> None:
+    """P10: a token's expirationDate is at least now + 24 h (WISCAT_TOKEN_LIFETIME_HOURS, 24 by
+    default); the provider takes a token until its expiry and refuses it after (the token's
+    expiry, set by the node's own key, stands for a clock moved on)."""
+    assert provider.settings.token_lifetime_hours == 24
+    asked_at = datetime.now(UTC).replace(microsecond=0)
+    first = await oai_get(provider.oai, verb="ListRecords", metadataPrefix="iso19139")
+    element = first.tree.find(f".//{OAI}resumptionToken")
+    assert element is not None and element.text
+    expires = datetime.strptime(element.get("expirationDate") or "", "%Y-%m-%dT%H:%M:%SZ")
+    assert expires.replace(tzinfo=UTC) >= asked_at + timedelta(hours=24)
+    assert expires.replace(tzinfo=UTC) <= datetime.now(UTC) + timedelta(hours=24)
+    codec = _codec(provider)
+    position = codec.decode(element.text, now=datetime.now(UTC))
+    assert position.expires.replace(microsecond=0) == expires.replace(tzinfo=UTC)
+    page_two = await oai_get(provider.oai, verb="ListRecords", resumptionToken=element.text)
+    assert page_two.errors() == []
+    soon = codec.encode(
+        dataclasses.replace(position, expires=datetime.now(UTC) + timedelta(minutes=10))
+    )
+    before = await oai_get(provider.oai, verb="ListRecords", resumptionToken=soon)
+    check(before.body)
+    assert before.errors() == []
+    assert _normalised(before.body, codec) == _normalised(page_two.body, codec)
+    for past in (timedelta(seconds=1), timedelta(days=2)):
+        expired = codec.encode(dataclasses.replace(position, expires=datetime.now(UTC) - past))
+        after = await oai_get(provider.oai, verb="ListRecords", resumptionToken=expired)
+        check(after.body)
+        assert after.errors() == ["badResumptionToken"]
+        assert after.xpath("//oai:error/text()") == [
+            "this resumptionToken has expired; start the list again"
+        ]
+
+
+async def test_p11_a_tombstone_is_stamped_when_deleted_and_a_record_made_again_is_live(
+    provider: RunningProvider, db: Pool
+) -> None:
+    """P11: delete X, then re-create it. A list from before the deletion gives X's deleted
+    header, stamped at the deletion, with no metadata; GetRecord X gives that header; once X is
+    made again, ListIdentifiers and GetRecord give it live, once, at a newer datestamp."""
+    (x,) = await factories.load_records(db, OWN, [7])
+    await asyncio.sleep(1.1)  # the deletion a second after anything else
+    since = datetime.now(UTC).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
+    await asyncio.sleep(0.1)
+    deleting = datetime.now(UTC)
+    await factories.delete(db, OWN, [x])
+    deleted = datetime.now(UTC)
+    stamp = await db.fetchval("select datestamp from records where identifier = $1", x)
+    assert deleting <= stamp <= deleted
+    stamped = stamp.strftime("%Y-%m-%dT%H:%M:%SZ")
+    for verb in ("ListRecords", "ListIdentifiers"):
+        for in_set in ({}, {"set": OWN}):
+            answer = await oai_get(
+                provider.oai, verb=verb, metadataPrefix="iso19139", **{"from": since}, **in_set
+            )
+            check(answer.body)
+            assert answer.xpath("//oai:header/oai:identifier/text()") == [x]
+            assert answer.xpath("//oai:header/@status") == ["deleted"]
+            assert answer.xpath("//oai:header/oai:datestamp/text()") == [stamped]
+            assert answer.xpath("//oai:metadata | //oai:about") == []
+    got = await oai_get(provider.oai, verb="GetRecord", identifier=x, metadataPrefix="iso19139")
+    check(got.body)
+    assert got.errors() == []
+    assert got.xpath("//oai:header/@status") == ["deleted"]
+    assert got.xpath("//oai:header/oai:datestamp/text()") == [stamped]
+    assert got.xpath("//oai:metadata") == []
+    await factories.load_records(db, OWN, [7])  # made again
+    for in_set in ({}, {"set": OWN}):
+        headers = [
+            h
+            for h in await list_all(provider.oai, metadataPrefix="iso19139", **in_set)
+            if h.findtext(f"{OAI}identifier") == x
+        ]
+        assert len(headers) == 1 and headers[0].get("status") is None
+        assert (headers[0].findtext(f"{OAI}datestamp") or "") >= stamped
+    got = await oai_get(provider.oai, verb="GetRecord", identifier=x, metadataPrefix="iso19139")
+    check(got.body)
+    assert got.xpath("//oai:header/@status") == []
+    assert len(got.xpath("//oai:metadata")) == 1
+
+
+@pytest.mark.parametrize(
+    ("accept", "gzipped"),
+    [
+        (None, False),
+        ("gzip", True),
+        ("gzip;q=1.0, identity;q=0.5", True),
+        ("identity", False),
+        ("gzip;q=0", False),
+    ],
+)
+async def test_p13_a_gzipped_body_is_the_identity_body(
+    provider: RunningProvider, db: Pool, accept: str | None, gzipped: bool
+) -> None:
+    """P13: for each Accept-Encoding (none at all included), gzip exactly when acceptable, and
+    the body, decompressed, is the identity body (less responseDate and token times), for
+    Identify, GetRecord, a ListRecords page and an error."""
+    identifier = await db.fetchval("select min(identifier) from records")
+    codec = _codec(provider)
+    queries = [
+        "verb=Identify",
+        f"verb=GetRecord&metadataPrefix=oai_dc&identifier={identifier}",
+        "verb=ListRecords&metadataPrefix=iso19139",
+        "verb=ListRecords&metadataPrefix=nope",
+    ]
+    async with (
+        aiohttp.ClientSession(auto_decompress=False) as session,
+        aiohttp.ClientSession(auto_decompress=False, skip_auto_headers=["Accept-Encoding"]) as bare,
+    ):
+        for query in queries:
+            _, _, plain = await _fetch(session, provider.oai, query, post=False)
+            headers = {} if accept is None else {"Accept-Encoding": accept}
+            async with bare.get(provider.oai + "?" + query, headers=headers) as response:
+                assert response.status == 200
+                raw = await response.read()
+                assert response.headers.get("Content-Encoding") == ("gzip" if gzipped else None)
+            body = gzip.decompress(raw) if gzipped else raw
+            check(body)
+            assert _normalised(body, codec) == _normalised(plain, codec), query
