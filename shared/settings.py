@@ -103,6 +103,13 @@ class Settings(BaseSettings):
         description="PEM certificates trusted for https peers besides the system's (a private CA)",
     )
     max_concurrent_lists: int = Field(default=16, ge=1, le=10_000)
+    overload_retry_after_seconds: int = Field(
+        default=10,
+        ge=1,
+        le=300,
+        description="the Retry-After of a list request refused because MAX_CONCURRENT_LISTS "
+        "lists are in progress",
+    )
     database_timeout_seconds: float = Field(
         default=30,
         gt=0,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import collections
 import contextlib
 import dataclasses
 import gzip
@@ -1041,3 +1042,59 @@ async def test_p13_a_gzipped_body_is_the_identity_body(
             body = gzip.decompress(raw) if gzipped else raw
             check(body)
             assert _normalised(body, codec) == _normalised(plain, codec), query
+
+
+async def test_p15_forty_clients_against_four_list_slots_all_complete(
+    db: Pool, database_url: str
+) -> None:
+    """P15: 40 clients list at once while the 4 list slots are taken: each answer is 200 or
+    503 with an integer Retry-After of 1 to 300 (WISCAT_OVERLOAD_RETRY_AFTER_SECONDS), never
+    another 5xx nor a client timeout, and every client, waiting as told, gets its whole list."""
+    await factories.load_records(db, OWN, range(1000))
+    overrides = {"max_concurrent_lists": 4, "page_size": 1000, "overload_retry_after_seconds": 1}
+    statuses: collections.Counter[int] = collections.Counter()
+    retry_afters: set[str] = set()
+    turned_away = asyncio.Event()
+
+    async def harvester() -> int:
+        timeout = aiohttp.ClientTimeout(total=60)
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            for _ in range(120):
+                params = {"verb": "ListIdentifiers", "metadataPrefix": "iso19139"}
+                async with session.get(running.oai, params=params) as response:
+                    body = await response.read()
+                    statuses[response.status] += 1
+                    if response.status == 200:
+                        check(body)
+                        return body.count(b"<header>")
+                    assert response.status == 503, body[:200]
+                    retry_after = response.headers["Retry-After"]
+                    retry_afters.add(retry_after)
+                    if statuses[503] >= 40:
+                        turned_away.set()
+                await asyncio.sleep(int(retry_after))
+            raise AssertionError("no list after 120 attempts")
+
+    async with running_provider(database_url, **overrides) as running:
+        port = int(running.root.rsplit(":", 1)[1])
+        holders = []
+        for _ in range(4):  # slow readers hold the slots: 1,000 records (9 MB) fit in no buffer
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(
+                b"GET /oai?verb=ListRecords&metadataPrefix=iso19139 HTTP/1.1\r\n"
+                b"Host: 127.0.0.1\r\n\r\n"
+            )
+            await writer.drain()
+            await reader.readuntil(b"\r\n\r\n")
+            holders.append(writer)
+        clients = [asyncio.create_task(harvester()) for _ in range(40)]
+        await asyncio.wait_for(turned_away.wait(), 30)
+        for writer in holders:
+            writer.close()
+            await writer.wait_closed()
+        listed = await asyncio.gather(*clients)
+    assert listed == [1000] * 40
+    assert set(statuses) == {200, 503}
+    assert statuses[200] == 40 and statuses[503] >= 40
+    assert retry_afters == {"1"}
+    assert all(1 <= int(value) <= 300 for value in retry_afters)
