@@ -1098,3 +1098,43 @@ async def test_p15_forty_clients_against_four_list_slots_all_complete(
     assert statuses[200] == 40 and statuses[503] >= 40
     assert retry_afters == {"1"}
     assert all(1 <= int(value) <= 300 for value in retry_afters)
+
+
+async def test_p01_every_answer_is_utf8_text_xml_and_valid(
+    provider: RunningProvider, db: Pool
+) -> None:
+    """P01: every verb, by its normal path, through a whole list and with tombstones and a set:
+    HTTP 200, ``Content-Type: text/xml; charset=utf-8``, an XML declaration naming UTF-8, valid
+    against OAI-PMH.xsd (oai_dc and the gmd stand-in loaded offline) and every strict check
+    (dates, bounds, deleted headers without metadata or about, identifiers once a page); the
+    error paths are test_errors' and test_p02_the_rest_of_the_error_matrix's."""
+    ids = sorted(await factories.catalogue(db))
+    await factories.delete(db, OWN, ids[:3])
+    queries = [
+        "verb=Identify",
+        "verb=ListSets",
+        "verb=ListMetadataFormats",
+        f"verb=ListMetadataFormats&identifier={ids[5]}",
+        f"verb=GetRecord&metadataPrefix=iso19139&identifier={ids[5]}",
+        f"verb=GetRecord&metadataPrefix=oai_dc&identifier={ids[5]}",
+        f"verb=GetRecord&metadataPrefix=iso19139&identifier={ids[0]}",  # a tombstone
+        f"verb=GetRecord&metadataPrefix=oai_dc&identifier={ids[0]}",
+        "verb=ListIdentifiers&metadataPrefix=iso19139&from=2000-01-01&until=2999-12-31",
+        f"verb=ListRecords&metadataPrefix=oai_dc&set={OWN}",
+        "verb=ListRecords&metadataPrefix=iso19139",
+    ]
+    seen_deleted = 0
+    async with aiohttp.ClientSession() as session:
+        for query in queries:
+            while query:
+                status, headers, body = await _fetch(session, provider.oai, query, post=False)
+                assert status == 200, query
+                assert headers["Content-Type"] == "text/xml; charset=utf-8", query
+                check(body)
+                tree = etree.fromstring(body)
+                assert tree.find(f"{OAI}error") is None, query
+                seen_deleted += len(tree.findall(f".//{OAI}header[@status='deleted']"))
+                token = tree.findtext(f".//{OAI}resumptionToken")
+                verb = query.split("&")[0]
+                query = f"{verb}&resumptionToken={token}" if token else ""
+    assert seen_deleted == 2 + 3 * 3  # two GetRecords, three lists
