@@ -19,7 +19,11 @@ import pytest
 from lxml import etree
 
 from services.provider.oai import XML_TYPE
+from shared.db import records as store
 from shared.db.pool import Pool
+from shared.generator import generate_record
+from shared.ingest import incoming
+from shared.iso19139 import parse_record
 from shared.oaipmh.errors import BadResumptionToken
 from shared.oaipmh.tokens import ListPosition, TokenCodec
 from tests import factories
@@ -1138,3 +1142,63 @@ async def test_p01_every_answer_is_utf8_text_xml_and_valid(
                 verb = query.split("&")[0]
                 query = f"{verb}&resumptionToken={token}" if token else ""
     assert seen_deleted == 2 + 3 * 3  # two GetRecords, three lists
+
+
+#: identifiers holding XPath's metacharacters, each a legal xs:anyURI (RELIABILITY X09)
+XPATH_METACHARACTERS = [
+    "urn:x-wmo:md:int.wmo.wis::q'uote",
+    'urn:x-wmo:md:int.wmo.wis::d"quote',
+    "urn:x-wmo:md:int.wmo.wis::paren)or(1",
+    "urn:x-wmo:md:int.wmo.wis::x'%20or%20'1'='1",
+    "urn:x-wmo:md:int.wmo.wis::a/b|c*@d",
+    "urn:x-wmo:md:int.wmo.wis::e#frag]ment[1]",
+]
+
+
+async def test_x09_identifiers_and_sets_with_xpath_metacharacters_find_their_own_records(
+    db: Pool, database_url: str
+) -> None:
+    """X09: records whose identifiers hold ``'``, ``"``, ``)``, ``]``, ``|``, ``*``, ``@``, and a
+    set named ``x'(y)*``: GetRecord and ListMetadataFormats of each find exactly that record, the
+    set lists exactly its records, and look-alike arguments (``x' or '1'='1``) match nothing."""
+    template = generate_record(1, centre="xx").decode()
+    original = parse_record(template).identifier
+    records = [
+        parse_record(template.replace(original, identifier.replace('"', "&quot;")))
+        for identifier in XPATH_METACHARACTERS
+    ]
+    assert [r.identifier for r in records] == XPATH_METACHARACTERS
+    odd_set = "x'(y)*"
+    await factories.load_records(db, OWN, range(20))
+    await store.ensure_set(db, odd_set, "a set named with XPath's characters", "shared")
+    async with db.acquire() as conn, conn.transaction():
+        await store.upsert_records(conn, odd_set, [incoming(r) for r in records])
+    async with running_provider(database_url) as running:
+        for identifier in XPATH_METACHARACTERS:
+            got = await oai_get(
+                running.oai, verb="GetRecord", identifier=identifier, metadataPrefix="iso19139"
+            )
+            check(got.body)
+            assert got.errors() == []
+            assert got.xpath("//oai:header/oai:identifier/text()") == [identifier]
+            assert parse_record(etree.tostring(got.xpath("//oai:metadata/*")[0])).identifier == (
+                identifier
+            )
+            formats = await oai_get(running.oai, verb="ListMetadataFormats", identifier=identifier)
+            assert formats.errors() == []
+        in_set = await list_all(running.oai, metadataPrefix="iso19139", set=odd_set)
+        assert sorted(h.findtext(f"{OAI}identifier") for h in in_set) == sorted(
+            XPATH_METACHARACTERS
+        )
+        for identifier in ("urn:x' or '1'='1", "urn:x') or ('1'='1", "urn:x-wmo:md:int.wmo.wis::*"):
+            got = await oai_get(
+                running.oai, verb="GetRecord", identifier=identifier, metadataPrefix="iso19139"
+            )
+            check(got.body)
+            assert got.errors() == ["idDoesNotExist"]
+        for spec, code in (("x')or('1", "noRecordsMatch"), ("x' or '1'='1", "badArgument")):
+            listed = await oai_get(
+                running.oai, verb="ListIdentifiers", metadataPrefix="iso19139", set=spec
+            )
+            check(listed.body)
+            assert listed.errors() == [code]
