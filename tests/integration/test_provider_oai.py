@@ -18,7 +18,7 @@ import aiohttp
 import pytest
 from lxml import etree
 
-from services.provider.oai import XML_TYPE
+from services.provider.responses import XML_TYPE
 from shared.db import records as store
 from shared.db.pool import Pool
 from shared.generator import generate_record
