@@ -158,6 +158,13 @@ class Settings(BaseSettings):
         le=10_000,
         description="list pages one provider process serves at once; more get 503 with Retry-After",
     )
+    overload_retry_after_seconds: int = Field(
+        default=10,
+        ge=1,
+        le=300,
+        description="the Retry-After, in seconds, of a list request refused because "
+        "MAX_CONCURRENT_LISTS lists are in progress (1 to 300, the range harvesters honour)",
+    )
     database_timeout_seconds: float = Field(
         default=30,
         gt=0,

@@ -11,6 +11,7 @@ from lxml import etree
 SCHEMAS = Path(__file__).parent / "data" / "schemas"
 OAI = "{http://www.openarchives.org/OAI/2.0/}"
 _DATESTAMP = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z")
+_DECLARATION = re.compile(rb"""<\?xml version=(['"])1\.0\1 encoding=(['"])UTF-8\2\?>""")
 
 
 @cache
@@ -30,9 +31,17 @@ def validate_oai(xml: bytes) -> None:
 
 
 def strict_checks(xml: bytes) -> None:
-    """Every date is ``YYYY-MM-DDThh:mm:ssZ``; datestamps lie within the request's from/until;
-    identifiers are unique within a list."""
+    """The XML declaration names UTF-8; every date is ``YYYY-MM-DDThh:mm:ssZ``; datestamps lie
+    within the request's from/until; a deleted header has no metadata nor about; identifiers
+    are unique within a list (RELIABILITY P01)."""
+    assert _DECLARATION.match(xml), xml[:60]
     root = etree.fromstring(xml)
+    for header in root.iter(f"{OAI}header"):
+        if header.get("status") == "deleted":
+            record = header.getparent()
+            assert record is not None
+            assert record.find(f"{OAI}metadata") is None, "a deleted record with metadata"
+            assert record.find(f"{OAI}about") is None, "a deleted record with about"
     response_date = root.findtext(f"{OAI}responseDate") or ""
     assert _DATESTAMP.fullmatch(response_date), response_date
     request = root.find(f"{OAI}request")

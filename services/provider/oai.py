@@ -73,7 +73,7 @@ async def oai_endpoint(request: Request, state: State) -> Response:
     except Overloaded:
         state.metrics.overloaded.inc()
         state.metrics.requests.labels(verb_label, "overloaded").inc()
-        return overloaded_text()
+        return overloaded_text(state.settings.overload_retry_after_seconds)
     except UNAVAILABLE as exc:
         state.metrics.requests.labels(verb_label, "unavailable").inc()
         log_unavailable(verb_label, exc)

@@ -30,8 +30,6 @@ XML_TYPE = "text/xml; charset=utf-8"
 MAX_POST_BYTES = 64 * 1024
 # seconds a harvester is asked to wait while the database is unavailable
 UNAVAILABLE_RETRY_AFTER = 30
-# seconds a harvester is asked to wait while every list slot is taken
-OVERLOADED_RETRY_AFTER = 10
 
 
 def query_pairs(raw: str) -> list[tuple[str, str]]:
@@ -84,12 +82,13 @@ def unavailable_json() -> JSONResponse:
     )
 
 
-def overloaded_text() -> Response:
+def overloaded_text(retry_after: int) -> Response:
     """/oai's answer to a list asked for while every list slot is taken (§3.1.2.2 allows a 503
-    for flow control)."""
+    for flow control): come back in ``retry_after`` seconds
+    (:attr:`Settings.overload_retry_after_seconds`)."""
     return Response(
         status_code=503,
-        headers={"Retry-After": str(OVERLOADED_RETRY_AFTER)},
+        headers={"Retry-After": str(retry_after)},
         content="Too many list requests in progress; retry later.\n",
         media_type="text/plain",
     )

@@ -355,6 +355,8 @@ async def list_sets(db: Executor) -> list[SetInfo]:
 
 
 async def earliest_datestamp(db: Executor) -> datetime | None:
+    """The oldest datestamp any list can serve (Identify's earliestDatestamp, OAI-PMH 2.0
+    §4.2): records', tombstones' and set memberships'; None for an empty catalogue."""
     value: datetime | None = await db.fetchval(_SQL["earliest_datestamp"])
     return value
 

@@ -1338,3 +1338,81 @@ async def test_h15_a_bad_argument_without_dates_is_not_asked_again(
     with pytest.raises(errors.BadArgument):
         await identifiers(client, peer.url)
     assert peer.count == 1
+
+
+@pytest.mark.parametrize("declared", [False, True], ids=["chunked", "content-length"])
+async def test_x08_a_300_mib_plain_body_is_stopped_at_the_cap(
+    serve: Serve, client_for: ClientFactory, declared: bool
+) -> None:
+    """X08: a plain (not compressed) 300 MiB answer, streamed by the peer chunked or with its
+    length declared, is stopped at the 8 MiB cap, not retried, the process's peak memory
+    growing less than the cap + 64 MiB."""
+    megabyte = b" " * (1 << 20)
+    size = len(BOMB_PREFIX) + 300 * len(megabyte) + len(BOMB_SUFFIX)
+
+    async def handler(request: web.Request, peer: Peer) -> web.StreamResponse:
+        headers = {"Content-Type": "text/xml"}
+        if declared:
+            headers["Content-Length"] = str(size)
+        response = web.StreamResponse(headers=headers)
+        await response.prepare(request)
+        try:
+            await response.write(BOMB_PREFIX)
+            for _ in range(300):
+                await response.write(megabyte)
+            await response.write(BOMB_SUFFIX)
+            await response.write_eof()
+        except (ConnectionResetError, ConnectionError):
+            pass  # the client hung up, as it should
+        return response
+
+    peer = await serve(handler)
+    cap = 8 * 1024 * 1024
+    client = client_for(max_decompressed_bytes=cap)
+    peak_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    with pytest.raises(ResponseTooLarge) as caught:
+        await identifiers(client, peer.url)
+    assert peer.count == 1
+    assert caught.value.reason == (
+        f"response from 127.0.0.1 exceeds {cap} bytes (the cap is WISCAT_HARVEST_MAX_PAGE_BYTES)"
+    )
+    grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak_before
+    assert grown < (cap >> 10) + 64 * 1024, f"peak memory grew by {grown} KiB"
+
+
+@pytest.mark.parametrize("where", ["after", "before"])
+async def test_x08_many_concatenated_empty_gzip_members_cost_little_cpu(
+    serve: Serve, client: OAIClient, where: str
+) -> None:
+    """X08: a page gzipped as one member beside 200,000 empty gzip members (4 MB on the wire):
+    the page is read, or refused as a bad response, within 2 s of the process's CPU (aiohttp
+    before 3.14.4 took unbounded CPU on such a stream)."""
+    import gzip
+
+    page = gzip.compress(fixture("ListRecords-page2.xml"))
+    empty = gzip.compress(b"")
+    members = empty * 200_000
+    body = page + members if where == "after" else members + page
+
+    async def handler(request: web.Request, peer: Peer) -> web.Response:
+        return web.Response(
+            body=body, headers={"Content-Type": "text/xml", "Content-Encoding": "gzip"}
+        )
+
+    peer = await serve(handler)
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    cpu_before = usage.ru_utime + usage.ru_stime
+    try:
+        outcome: object = await identifiers(client, peer.url)
+    except BadResponse as refused:
+        outcome = refused
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    assert usage.ru_utime + usage.ru_stime - cpu_before < 2.0
+    assert peer.count == 1
+    # aiohttp decodes the first member alone: the members after the page are never inflated,
+    # and members before it leave an empty body
+    if where == "after":
+        assert outcome == ["urn:x-wmo:md:int.wmo.wis::C"]
+    else:
+        assert isinstance(outcome, BadResponse), outcome
+        assert outcome.reason == f"the response body is empty (from {peer.url})"

@@ -3,19 +3,31 @@
 from __future__ import annotations
 
 import asyncio
+import base64
+import collections
+import contextlib
+import dataclasses
 import gzip
 import logging
+import os
 import warnings
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
 import aiohttp
 import pytest
+from lxml import etree
 
+from services.provider.responses import XML_TYPE
+from shared.db import records as store
 from shared.db.pool import Pool
+from shared.generator import generate_record
+from shared.ingest import incoming
+from shared.iso19139 import parse_record
+from shared.oaipmh.errors import BadResumptionToken
 from shared.oaipmh.tokens import ListPosition, TokenCodec
 from tests import factories
-from tests.oai_client import OAI, list_all, oai_get, oai_post, oai_raw
+from tests.oai_client import OAI, Answer, list_all, oai_get, oai_post, oai_raw
 from tests.oai_validation import strict_checks, validate_oai
 from tests.servers import RunningProvider, running_provider
 
@@ -84,48 +96,49 @@ async def test_get_record_in_both_formats(provider: RunningProvider, db: Pool) -
     assert stored.encode() in iso.body
 
 
-@pytest.mark.parametrize(
-    ("query", "code", "echo_attributes"),
-    [
-        ("", "badVerb", False),
-        ("verb=Frobnicate", "badVerb", False),
-        ("verb=Identify&verb=Identify", "badVerb", False),
-        ("verb=Identify&extra=1", "badArgument", False),
-        ("verb=ListRecords", "badArgument", False),
-        ("verb=ListRecords&metadataPrefix=iso19139&metadataPrefix=iso19139", "badArgument", False),
-        ("verb=ListRecords&metadataPrefix=iso19139&from=2024-13-01", "badArgument", False),
-        ("verb=ListRecords&metadataPrefix=iso19139&from=2024-01-01T00:00:00", "badArgument", False),
-        (
-            "verb=ListRecords&metadataPrefix=iso19139&from=2024-01-01&until=2024-02-01T00:00:00Z",
-            "badArgument",
-            False,
-        ),
-        (
-            "verb=ListRecords&metadataPrefix=iso19139&from=2024-02-01&until=2024-01-01",
-            "badArgument",
-            False,
-        ),
-        ("verb=ListRecords&metadataPrefix=iso19139&resumptionToken=x", "badArgument", False),
-        ("verb=GetRecord&metadataPrefix=iso19139", "badArgument", False),
-        ("verb=ListRecords&metadataPrefix=marc21", "cannotDisseminateFormat", True),
-        ("verb=GetRecord&metadataPrefix=iso19139&identifier=unknown", "idDoesNotExist", True),
-        # characters no identifier can hold (the database's text cannot, nor XML): no URI
-        ("verb=GetRecord&metadataPrefix=iso19139&identifier=%00", "badArgument", False),
-        ("verb=GetRecord&metadataPrefix=iso19139&identifier=a%00b%01", "badArgument", False),
-        ("verb=ListMetadataFormats&identifier=%00", "badArgument", False),
-        # no xs:anyURI: echoed in the request element, they made the answer invalid (P01, P02)
-        ("verb=GetRecord&metadataPrefix=iso19139&identifier=a%5Bb%5D", "badArgument", False),
-        ("verb=GetRecord&metadataPrefix=iso19139&identifier=a%23b%23c", "badArgument", False),
-        ("verb=ListMetadataFormats&identifier=a%25zz", "badArgument", False),
-        ("verb=ListMetadataFormats&identifier=1a:b", "badArgument", False),
-        # a URI, if an odd one: looked up
-        ("verb=ListMetadataFormats&identifier=a%20b%23c%5B1%5D", "idDoesNotExist", True),
-        ("verb=ListIdentifiers&metadataPrefix=iso19139&from=2999-01-01", "noRecordsMatch", True),
-        ("verb=ListIdentifiers&metadataPrefix=iso19139&set=no-such-set", "noRecordsMatch", True),
-        ("verb=ListRecords&resumptionToken=garbage", "badResumptionToken", True),
-        ("verb=ListSets&resumptionToken=anything", "badResumptionToken", True),
-    ],
-)
+#: RELIABILITY P02's error matrix: (query, the error code, whether ``request`` echoes it).
+ERRORS = [
+    ("", "badVerb", False),
+    ("verb=Frobnicate", "badVerb", False),
+    ("verb=Identify&verb=Identify", "badVerb", False),
+    ("verb=Identify&extra=1", "badArgument", False),
+    ("verb=ListRecords", "badArgument", False),
+    ("verb=ListRecords&metadataPrefix=iso19139&metadataPrefix=iso19139", "badArgument", False),
+    ("verb=ListRecords&metadataPrefix=iso19139&from=2024-13-01", "badArgument", False),
+    ("verb=ListRecords&metadataPrefix=iso19139&from=2024-01-01T00:00:00", "badArgument", False),
+    (
+        "verb=ListRecords&metadataPrefix=iso19139&from=2024-01-01&until=2024-02-01T00:00:00Z",
+        "badArgument",
+        False,
+    ),
+    (
+        "verb=ListRecords&metadataPrefix=iso19139&from=2024-02-01&until=2024-01-01",
+        "badArgument",
+        False,
+    ),
+    ("verb=ListRecords&metadataPrefix=iso19139&resumptionToken=x", "badArgument", False),
+    ("verb=GetRecord&metadataPrefix=iso19139", "badArgument", False),
+    ("verb=ListRecords&metadataPrefix=marc21", "cannotDisseminateFormat", True),
+    ("verb=GetRecord&metadataPrefix=iso19139&identifier=unknown", "idDoesNotExist", True),
+    # characters no identifier can hold (the database's text cannot, nor XML): no URI
+    ("verb=GetRecord&metadataPrefix=iso19139&identifier=%00", "badArgument", False),
+    ("verb=GetRecord&metadataPrefix=iso19139&identifier=a%00b%01", "badArgument", False),
+    ("verb=ListMetadataFormats&identifier=%00", "badArgument", False),
+    # no xs:anyURI: echoed in the request element, they made the answer invalid (P01, P02)
+    ("verb=GetRecord&metadataPrefix=iso19139&identifier=a%5Bb%5D", "badArgument", False),
+    ("verb=GetRecord&metadataPrefix=iso19139&identifier=a%23b%23c", "badArgument", False),
+    ("verb=ListMetadataFormats&identifier=a%25zz", "badArgument", False),
+    ("verb=ListMetadataFormats&identifier=1a:b", "badArgument", False),
+    # a URI, if an odd one: looked up
+    ("verb=ListMetadataFormats&identifier=a%20b%23c%5B1%5D", "idDoesNotExist", True),
+    ("verb=ListIdentifiers&metadataPrefix=iso19139&from=2999-01-01", "noRecordsMatch", True),
+    ("verb=ListIdentifiers&metadataPrefix=iso19139&set=no-such-set", "noRecordsMatch", True),
+    ("verb=ListRecords&resumptionToken=garbage", "badResumptionToken", True),
+    ("verb=ListSets&resumptionToken=anything", "badResumptionToken", True),
+]
+
+
+@pytest.mark.parametrize(("query", "code", "echo_attributes"), ERRORS)
 async def test_errors(
     provider: RunningProvider, query: str, code: str, echo_attributes: bool
 ) -> None:
@@ -555,3 +568,637 @@ async def test_an_identifier_that_is_no_uri_is_a_bad_argument(provider: RunningP
     ]
     request = answer.tree.find(f"{OAI}request")
     assert request is not None and request.attrib == {}
+
+
+# ---- RELIABILITY P02 to P15: the rest of each criterion ------------------------------------
+
+#: Requests of RELIABILITY P02 that test_errors lacked, with the code each must get.
+MORE_ERRORS = [
+    ("verb=ListIdentifiers&metadataPrefix=iso19139&until=junk", "badArgument", False),
+    ("verb=ListIdentifiers&metadataPrefix=iso19139&from=junk", "badArgument", False),
+    ("verb=GetRecord&identifier=urn:x-wmo:md:int.wmo.wis::xx.0", "badArgument", False),
+    ("verb=ListIdentifiers&resumptionToken=junk&until=2000-02-05", "badArgument", False),
+    ("verb=ListRecords&resumptionToken=junk", "badResumptionToken", True),
+    (
+        "verb=ListIdentifiers&metadataPrefix=iso19139&from=2002-02-05&until=2002-02-06T05:35:00Z",
+        "badArgument",
+        False,
+    ),
+    # Rule: an xs:anyURI (OAI-PMH.xsd's type for identifiers, README "Put records in") is
+    # looked up; §3.6 gives idDoesNotExist for an identifier "unknown or illegal"
+    ('verb=GetRecord&metadataPrefix=iso19139&identifier=invalid"id', "idDoesNotExist", True),
+    ("verb=ListRecords&metadataPrefix=iso19139&until=2000-02-05", "noRecordsMatch", True),
+]
+
+
+@pytest.mark.parametrize(("query", "code", "echo_attributes"), MORE_ERRORS)
+async def test_p02_the_rest_of_the_error_matrix(
+    provider: RunningProvider, query: str, code: str, echo_attributes: bool
+) -> None:
+    """P02: until=junk, from=junk, GetRecord without metadataPrefix, a token with until,
+    ``identifier=invalid"id``, mixed granularity: each HTTP 200, text/xml, XSD-valid, its code."""
+    answer = await oai_raw(provider.oai, query)
+    assert answer.status == 200
+    assert answer.headers["Content-Type"] == "text/xml; charset=utf-8"
+    check(answer.body)
+    assert answer.errors() == [code]
+    request = answer.tree.find(f"{OAI}request")
+    assert request is not None and request.text == provider.settings.base_url
+    assert bool(request.attrib) is echo_attributes
+
+
+async def test_p02_until_a_year_before_the_earliest_datestamp_matches_nothing(
+    provider: RunningProvider,
+) -> None:
+    """P02: ``until`` one year before Identify's earliestDatestamp is noRecordsMatch, echoed."""
+    identify = await oai_get(provider.oai, verb="Identify")
+    earliest = datetime.strptime(
+        identify.tree.findtext(f"{OAI}Identify/{OAI}earliestDatestamp") or "",
+        "%Y-%m-%dT%H:%M:%SZ",
+    )
+    until = (earliest - timedelta(days=365)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    for verb in ("ListIdentifiers", "ListRecords"):
+        answer = await oai_get(provider.oai, verb=verb, metadataPrefix="oai_dc", until=until)
+        check(answer.body)
+        assert answer.errors() == ["noRecordsMatch"]
+        request = answer.tree.find(f"{OAI}request")
+        assert request is not None
+        assert dict(request.attrib) == {"verb": verb, "metadataPrefix": "oai_dc", "until": until}
+
+
+async def test_p02_the_granularity_is_seconds_so_a_seconds_from_is_legal(
+    provider: RunningProvider,
+) -> None:
+    """P02: Rule: wiscat's granularity is always seconds (Identify; README "What the provider
+    serves": datestamps are ``YYYY-MM-DDThh:mm:ssZ``), so the matrix's "seconds from against a
+    day-granularity repository" cannot arise: such a from is legal, and so is a day one (§3.3.1).
+    Nor can "no sets": WIS-CATALOGUE is always a set, so ListSets is never noSetHierarchy."""
+    identify = await oai_get(provider.oai, verb="Identify")
+    assert identify.tree.findtext(f"{OAI}Identify/{OAI}granularity") == "YYYY-MM-DDThh:mm:ssZ"
+    for since in ("2000-01-01T00:00:00Z", "2000-01-01"):
+        headers = await list_all(provider.oai, metadataPrefix="iso19139", **{"from": since})
+        assert len(headers) == 250
+    sets = await oai_get(provider.oai, verb="ListSets")
+    check(sets.body)
+    assert sets.errors() == []
+    assert "WIS-CATALOGUE" in sets.xpath("//oai:setSpec/text()")
+
+
+def _normalised(body: bytes, codec: TokenCodec) -> bytes:
+    """``body`` less what names the moment it was made: its responseDate, and in its
+    resumptionToken the expiry and the list's frozen upper bound (the token is replaced by the
+    rest of its position, decoded)."""
+    tree = etree.fromstring(body)
+    for date in tree.findall(f"{OAI}responseDate"):
+        date.text = "-"
+
+    def timeless(token: str) -> str:
+        position = codec.decode(token, now=datetime.now(UTC))
+        return repr(dataclasses.replace(position, expires=_EPOCH, upper_bound=_EPOCH))
+
+    for token in tree.iter(f"{OAI}resumptionToken"):
+        token.attrib.pop("expirationDate", None)
+        if token.text:
+            token.text = timeless(token.text)
+    for request in tree.findall(f"{OAI}request"):
+        echoed = request.get("resumptionToken")
+        if echoed and request.get("verb") in ("ListIdentifiers", "ListRecords"):
+            with contextlib.suppress(BadResumptionToken):  # not one of ours: kept as it is
+                request.set("resumptionToken", timeless(echoed))
+    return etree.tostring(tree)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _codec(running: RunningProvider) -> TokenCodec:
+    secret = running.settings.token_secret
+    assert secret is not None
+    return TokenCodec(secret.get_secret_value().encode(), lifetime=timedelta(hours=1))
+
+
+async def _fetch(
+    session: aiohttp.ClientSession, url: str, query: str, *, post: bool, encoding: str = "identity"
+) -> tuple[int, dict[str, str], bytes]:
+    headers = {"Accept-Encoding": encoding}
+    if post:
+        headers["Content-Type"] = "application/x-www-form-urlencoded"
+        request = session.post(url, data=query.encode(), headers=headers)
+    else:
+        request = session.get(url + "?" + query if query else url, headers=headers)
+    async with request as response:
+        return response.status, dict(response.headers), await response.read()
+
+
+async def test_p03_every_request_by_post_is_answered_as_by_get(
+    provider: RunningProvider, db: Pool
+) -> None:
+    """P03: every verb and the whole error matrix, by GET and by POST (form-encoded): the same
+    status and the same body less responseDate (and the tokens' expiry and frozen bound, which
+    name the moment of the request); a list followed by POST to its end gives the GET's pages."""
+    identifier = await db.fetchval("select min(identifier) from records")
+    queries = [q for q, _, _ in (*ERRORS, *MORE_ERRORS)] + [
+        "verb=Identify",
+        "verb=ListSets",
+        "verb=ListMetadataFormats",
+        f"verb=ListMetadataFormats&identifier={identifier}",
+        f"verb=GetRecord&metadataPrefix=iso19139&identifier={identifier}",
+        f"verb=GetRecord&metadataPrefix=oai_dc&identifier={identifier}",
+        "verb=ListRecords&metadataPrefix=oai_dc&set=WIS-GISC-TEST",
+        "verb=ListIdentifiers&metadataPrefix=iso19139&from=2000-01-01&until=2999-01-01",
+    ]
+    codec = _codec(provider)
+    async with aiohttp.ClientSession(auto_decompress=False) as session:
+        for query in queries:
+            got = await _fetch(session, provider.oai, query, post=False)
+            posted = await _fetch(session, provider.oai, query, post=True)
+            assert got[0] == posted[0] == 200, query
+            assert got[1]["Content-Type"] == posted[1]["Content-Type"] == XML_TYPE
+            assert _normalised(got[2], codec) == _normalised(posted[2], codec), query
+        # a whole list, page by page, by each method
+        pages: dict[bool, list[bytes]] = {}
+        for post in (False, True):
+            query = "verb=ListRecords&metadataPrefix=iso19139"
+            pages[post] = []
+            while query:
+                status, _, body = await _fetch(session, provider.oai, query, post=post)
+                assert status == 200
+                pages[post].append(_normalised(body, codec))
+                token = etree.fromstring(body).findtext(f".//{OAI}resumptionToken")
+                query = f"verb=ListRecords&resumptionToken={token}" if token else ""
+        assert len(pages[False]) == 3
+        assert pages[False] == pages[True]
+
+
+async def test_p04_bounds_at_the_second_and_at_the_day(db: Pool, database_url: str) -> None:
+    """P04: records at T-1 s, T, T+1 s and about the edges of day D: ``from=T`` includes T and
+    not T-1 s, ``until=T`` includes T and not T+1 s, ``until=D`` includes D 23:59:59 (not the
+    next day's 00:00:00), ``from=D`` includes D 00:00:00 (not the day before's 23:59:59); in
+    the whole catalogue and in a set."""
+    ids = await factories.load_records(db, OWN, range(7))
+    stamps = dict(
+        zip(
+            ids,
+            [
+                "2024-03-10T11:59:59Z",  # T - 1 s
+                "2024-03-10T12:00:00Z",  # T
+                "2024-03-10T12:00:01Z",  # T + 1 s
+                "2024-03-19T23:59:59Z",  # the second before D
+                "2024-03-20T00:00:00Z",  # D's first second
+                "2024-03-20T23:59:59Z",  # D's last second
+                "2024-03-21T00:00:00Z",  # the second after D
+            ],
+            strict=True,
+        )
+    )
+    for table in ("records", "set_members"):
+        await factories.backdate(
+            db,
+            f"update {table} t set datestamp = s.stamp::timestamptz "
+            "from unnest($1::text[], $2::text[]) as s(identifier, stamp) "
+            "where t.identifier = s.identifier",
+            list(stamps),
+            list(stamps.values()),
+        )
+    t_minus, t, t_plus, before_d, d_first, d_last, after_d = ids
+    cases = [
+        ({"from": "2024-03-10T12:00:00Z"}, set(ids) - {t_minus}),
+        ({"until": "2024-03-10T12:00:00Z"}, {t_minus, t}),
+        ({"from": "2024-03-10T12:00:00Z", "until": "2024-03-10T12:00:00Z"}, {t}),
+        ({"from": "2024-03-10T12:00:01Z", "until": "2024-03-10T12:00:01Z"}, {t_plus}),
+        ({"until": "2024-03-20"}, set(ids) - {after_d}),
+        ({"from": "2024-03-20"}, {d_first, d_last, after_d}),
+        ({"from": "2024-03-20", "until": "2024-03-20"}, {d_first, d_last}),
+        ({"from": "2024-03-19T23:59:59Z", "until": "2024-03-20T00:00:00Z"}, {before_d, d_first}),
+    ]
+    async with running_provider(database_url) as running:
+        for in_set in ({}, {"set": OWN}):
+            for bounds, expected in cases:
+                for verb in ("ListIdentifiers", "ListRecords"):
+                    answer = await oai_get(
+                        running.oai, verb=verb, metadataPrefix="oai_dc", **bounds, **in_set
+                    )
+                    check(answer.body)
+                    listed = answer.xpath("//oai:header/oai:identifier/text()")
+                    assert sorted(listed) == sorted(expected), (bounds, in_set, verb)
+                    assert {
+                        i: s
+                        for i, s in zip(listed, answer.xpath("//oai:datestamp/text()"), strict=True)
+                    } == {i: stamps[i] for i in expected}
+
+
+async def test_p05_identify_names_the_configured_url_whatever_host_is_asked(
+    provider: RunningProvider,
+) -> None:
+    """P05: a request naming another host (``Host``, ``X-Forwarded-Host``, ``Forwarded``) gets
+    the configured baseURL, in Identify and in the request element, and so does any answer."""
+    spoofed = {
+        "Host": "evil.example",
+        "X-Forwarded-Host": "evil.example",
+        "X-Forwarded-Proto": "https",
+        "X-Forwarded-For": "203.0.113.9",
+        "Forwarded": "host=evil.example;proto=https",
+    }
+    async with aiohttp.ClientSession() as session:
+        for query in ("verb=Identify", "verb=ListSets", "verb=Nope"):
+            async with session.get(provider.oai + "?" + query, headers=spoofed) as response:
+                assert response.status == 200
+                body = await response.read()
+            check(body)
+            tree = etree.fromstring(body)
+            assert tree.findtext(f"{OAI}request") == provider.settings.base_url
+            assert b"evil.example" not in body
+    identify = etree.fromstring(await _identify(provider.oai, spoofed))
+    assert identify.findtext(f"{OAI}Identify/{OAI}baseURL") == provider.settings.base_url
+
+
+async def _identify(url: str, headers: dict[str, str]) -> bytes:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(url, params={"verb": "Identify"}, headers=headers) as response,
+    ):
+        return await response.read()
+
+
+async def test_p05_earliest_datestamp_is_no_later_than_any_datestamp_served(
+    db: Pool, database_url: str
+) -> None:
+    """P05: Identify's earliestDatestamp is at or before every datestamp a list can serve:
+    the records', the tombstones' and the set memberships' (a record's membership of a set
+    keeps its datestamp when the record later joins another set, which restamps the record)."""
+    first = await factories.load_records(db, OWN, [0, 1])
+    await asyncio.sleep(1.1)  # the next writes a second later at least
+    await factories.load_records(db, "shared01", [0], kind="shared")  # record 0 joins shared01
+    await factories.delete(db, OWN, [first[1]])  # record 1: a tombstone
+    async with running_provider(database_url) as running:
+        identify = await oai_get(running.oai, verb="Identify")
+        check(identify.body)
+        earliest = identify.tree.findtext(f"{OAI}Identify/{OAI}earliestDatestamp") or ""
+        served = [
+            h.findtext(f"{OAI}datestamp") or ""
+            for in_set in ({}, {"set": OWN}, {"set": "shared01"})
+            for h in await list_all(running.oai, metadataPrefix="iso19139", **in_set)
+        ]
+        assert len(served) == 5
+        assert earliest <= min(served), (earliest, sorted(served))
+        # and no list from earliestDatestamp misses anything
+        since = await list_all(
+            running.oai, metadataPrefix="iso19139", set=OWN, **{"from": earliest}
+        )
+        assert sorted(h.findtext(f"{OAI}identifier") for h in since) == sorted(first)
+    oldest = await db.fetchval(
+        "select min(d) from (select datestamp d from records "
+        "union all select datestamp from set_members) s"
+    )
+    assert earliest == oldest.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+async def _pages(url: str, verb: str, **params: str) -> list[tuple[str | None, Answer]]:
+    """Every page of a list, each with the token that asked for it (None: the first)."""
+    pages: list[tuple[str | None, Answer]] = []
+    asked: str | None = None
+    answer = await oai_get(url, verb=verb, **params)
+    while True:
+        assert answer.status == 200 and not answer.errors(), answer.body[:300]
+        pages.append((asked, answer))
+        asked = answer.tree.findtext(f".//{OAI}resumptionToken")
+        if not asked:
+            return pages
+        answer = await oai_get(url, verb=verb, resumptionToken=asked)
+
+
+async def test_p07_a_token_issued_again_gives_its_page_again(provider: RunningProvider) -> None:
+    """P07: once a list is done, its last token and then the one before it are issued again:
+    each gives the page it gave (the same records, in the same order, the same body less
+    responseDate and token times), no badResumptionToken."""
+    codec = _codec(provider)
+    for verb in ("ListRecords", "ListIdentifiers"):
+        pages = await _pages(provider.oai, verb, metadataPrefix="iso19139")
+        assert len(pages) == 3
+        for token, first in (pages[2], pages[1], pages[2]):
+            assert token is not None
+            again = await oai_get(provider.oai, verb=verb, resumptionToken=token)
+            check(again.body)
+            assert again.errors() == []
+            ids = "//oai:header/oai:identifier/text()"
+            assert again.xpath(ids) == first.xpath(ids) and len(again.xpath(ids)) >= 50
+            assert _normalised(again.body, codec) == _normalised(first.body, codec)
+
+
+async def test_p09_tampered_tokens_are_bad_resumption_tokens_and_nothing_worse(
+    provider: RunningProvider, caplog: pytest.LogCaptureFixture
+) -> None:
+    """P09: a token truncated, base64 of garbage, SQL, 10 KB long, one byte flipped, signed
+    elsewhere or of the other list verb: badResumptionToken, HTTP 200, XSD-valid, for both list
+    verbs; not one 5xx, and nothing in the log (no database error, no warning)."""
+    caplog.set_level(logging.DEBUG)
+    first = await oai_get(provider.oai, verb="ListIdentifiers", metadataPrefix="iso19139")
+    token = first.tree.findtext(f".//{OAI}resumptionToken") or ""
+    assert len(token) > 40
+    flipped = bytearray(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+    flipped[len(flipped) // 2] ^= 0x01
+    tampered = [
+        token[: len(token) // 2],  # truncated
+        token[:-1],  # one character short
+        base64.urlsafe_b64encode(b"\x01" + os.urandom(80)).decode().rstrip("="),  # garbage
+        base64.b64encode(b"' OR 1=1 --; drop table records").decode(),
+        "' OR 1=1 --",
+        "1' UNION SELECT xml FROM records --",
+        "A" * 10_240,  # 10 KB, of the token alphabet
+        base64.urlsafe_b64encode(bytes(flipped)).decode().rstrip("="),
+        "%00",
+        "\u00e9\u20ac",
+    ]
+    for verb in ("ListIdentifiers", "ListRecords"):
+        for bad in [*tampered, token if verb == "ListRecords" else ""]:
+            if not bad:
+                continue
+            answer = await oai_get(provider.oai, verb=verb, resumptionToken=bad)
+            assert answer.status == 200, (verb, bad)
+            check(answer.body)
+            assert answer.errors() == ["badResumptionToken"], (verb, bad)
+    # the untampered token still continues its own list
+    assert (
+        await oai_get(provider.oai, verb="ListIdentifiers", resumptionToken=token)
+    ).errors() == []
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+    text = caplog.text.lower()
+    for trace in ("asyncpg", "postgres", "sql", "syntax error", "traceback"):
+        assert trace not in text
+
+
+async def test_p10_tokens_expire_a_day_after_they_are_issued(provider: RunningProvider) -> None:
+    """P10: a token's expirationDate is at least now + 24 h (WISCAT_TOKEN_LIFETIME_HOURS, 24 by
+    default); the provider takes a token until its expiry and refuses it after (the token's
+    expiry, set by the node's own key, stands for a clock moved on)."""
+    assert provider.settings.token_lifetime_hours == 24
+    asked_at = datetime.now(UTC).replace(microsecond=0)
+    first = await oai_get(provider.oai, verb="ListRecords", metadataPrefix="iso19139")
+    element = first.tree.find(f".//{OAI}resumptionToken")
+    assert element is not None and element.text
+    expires = datetime.strptime(element.get("expirationDate") or "", "%Y-%m-%dT%H:%M:%SZ")
+    assert expires.replace(tzinfo=UTC) >= asked_at + timedelta(hours=24)
+    assert expires.replace(tzinfo=UTC) <= datetime.now(UTC) + timedelta(hours=24)
+    codec = _codec(provider)
+    position = codec.decode(element.text, now=datetime.now(UTC))
+    assert position.expires.replace(microsecond=0) == expires.replace(tzinfo=UTC)
+    page_two = await oai_get(provider.oai, verb="ListRecords", resumptionToken=element.text)
+    assert page_two.errors() == []
+    soon = codec.encode(
+        dataclasses.replace(position, expires=datetime.now(UTC) + timedelta(minutes=10))
+    )
+    before = await oai_get(provider.oai, verb="ListRecords", resumptionToken=soon)
+    check(before.body)
+    assert before.errors() == []
+    assert _normalised(before.body, codec) == _normalised(page_two.body, codec)
+    for past in (timedelta(seconds=1), timedelta(days=2)):
+        expired = codec.encode(dataclasses.replace(position, expires=datetime.now(UTC) - past))
+        after = await oai_get(provider.oai, verb="ListRecords", resumptionToken=expired)
+        check(after.body)
+        assert after.errors() == ["badResumptionToken"]
+        assert after.xpath("//oai:error/text()") == [
+            "this resumptionToken has expired; start the list again"
+        ]
+
+
+async def test_p11_a_tombstone_is_stamped_when_deleted_and_a_record_made_again_is_live(
+    provider: RunningProvider, db: Pool
+) -> None:
+    """P11: delete X, then re-create it. A list from before the deletion gives X's deleted
+    header, stamped at the deletion, with no metadata; GetRecord X gives that header; once X is
+    made again, ListIdentifiers and GetRecord give it live, once, at a newer datestamp."""
+    (x,) = await factories.load_records(db, OWN, [7])
+    await asyncio.sleep(1.1)  # the deletion a second after anything else
+    since = datetime.now(UTC).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
+    await asyncio.sleep(0.1)
+    deleting = datetime.now(UTC)
+    await factories.delete(db, OWN, [x])
+    deleted = datetime.now(UTC)
+    stamp = await db.fetchval("select datestamp from records where identifier = $1", x)
+    assert deleting <= stamp <= deleted
+    stamped = stamp.strftime("%Y-%m-%dT%H:%M:%SZ")
+    for verb in ("ListRecords", "ListIdentifiers"):
+        for in_set in ({}, {"set": OWN}):
+            answer = await oai_get(
+                provider.oai, verb=verb, metadataPrefix="iso19139", **{"from": since}, **in_set
+            )
+            check(answer.body)
+            assert answer.xpath("//oai:header/oai:identifier/text()") == [x]
+            assert answer.xpath("//oai:header/@status") == ["deleted"]
+            assert answer.xpath("//oai:header/oai:datestamp/text()") == [stamped]
+            assert answer.xpath("//oai:metadata | //oai:about") == []
+    got = await oai_get(provider.oai, verb="GetRecord", identifier=x, metadataPrefix="iso19139")
+    check(got.body)
+    assert got.errors() == []
+    assert got.xpath("//oai:header/@status") == ["deleted"]
+    assert got.xpath("//oai:header/oai:datestamp/text()") == [stamped]
+    assert got.xpath("//oai:metadata") == []
+    await factories.load_records(db, OWN, [7])  # made again
+    for in_set in ({}, {"set": OWN}):
+        headers = [
+            h
+            for h in await list_all(provider.oai, metadataPrefix="iso19139", **in_set)
+            if h.findtext(f"{OAI}identifier") == x
+        ]
+        assert len(headers) == 1 and headers[0].get("status") is None
+        assert (headers[0].findtext(f"{OAI}datestamp") or "") >= stamped
+    got = await oai_get(provider.oai, verb="GetRecord", identifier=x, metadataPrefix="iso19139")
+    check(got.body)
+    assert got.xpath("//oai:header/@status") == []
+    assert len(got.xpath("//oai:metadata")) == 1
+
+
+@pytest.mark.parametrize(
+    ("accept", "gzipped"),
+    [
+        (None, False),
+        ("gzip", True),
+        ("gzip;q=1.0, identity;q=0.5", True),
+        ("identity", False),
+        ("gzip;q=0", False),
+    ],
+)
+async def test_p13_a_gzipped_body_is_the_identity_body(
+    provider: RunningProvider, db: Pool, accept: str | None, gzipped: bool
+) -> None:
+    """P13: for each Accept-Encoding (none at all included), gzip exactly when acceptable, and
+    the body, decompressed, is the identity body (less responseDate and token times), for
+    Identify, GetRecord, a ListRecords page and an error."""
+    identifier = await db.fetchval("select min(identifier) from records")
+    codec = _codec(provider)
+    queries = [
+        "verb=Identify",
+        f"verb=GetRecord&metadataPrefix=oai_dc&identifier={identifier}",
+        "verb=ListRecords&metadataPrefix=iso19139",
+        "verb=ListRecords&metadataPrefix=nope",
+    ]
+    async with (
+        aiohttp.ClientSession(auto_decompress=False) as session,
+        aiohttp.ClientSession(auto_decompress=False, skip_auto_headers=["Accept-Encoding"]) as bare,
+    ):
+        for query in queries:
+            _, _, plain = await _fetch(session, provider.oai, query, post=False)
+            headers = {} if accept is None else {"Accept-Encoding": accept}
+            async with bare.get(provider.oai + "?" + query, headers=headers) as response:
+                assert response.status == 200
+                raw = await response.read()
+                assert response.headers.get("Content-Encoding") == ("gzip" if gzipped else None)
+            body = gzip.decompress(raw) if gzipped else raw
+            check(body)
+            assert _normalised(body, codec) == _normalised(plain, codec), query
+
+
+async def test_p15_forty_clients_against_four_list_slots_all_complete(
+    db: Pool, database_url: str
+) -> None:
+    """P15: 40 clients list at once while the 4 list slots are taken: each answer is 200 or
+    503 with an integer Retry-After of 1 to 300 (WISCAT_OVERLOAD_RETRY_AFTER_SECONDS), never
+    another 5xx nor a client timeout, and every client, waiting as told, gets its whole list."""
+    await factories.load_records(db, OWN, range(1000))
+    overrides = {"max_concurrent_lists": 4, "page_size": 1000, "overload_retry_after_seconds": 1}
+    statuses: collections.Counter[int] = collections.Counter()
+    retry_afters: set[str] = set()
+    turned_away = asyncio.Event()
+
+    async def harvester() -> int:
+        timeout = aiohttp.ClientTimeout(total=60)
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            for _ in range(120):
+                params = {"verb": "ListIdentifiers", "metadataPrefix": "iso19139"}
+                async with session.get(running.oai, params=params) as response:
+                    body = await response.read()
+                    statuses[response.status] += 1
+                    if response.status == 200:
+                        check(body)
+                        return body.count(b"<header>")
+                    assert response.status == 503, body[:200]
+                    retry_after = response.headers["Retry-After"]
+                    retry_afters.add(retry_after)
+                    if statuses[503] >= 40:
+                        turned_away.set()
+                await asyncio.sleep(int(retry_after))
+            raise AssertionError("no list after 120 attempts")
+
+    async with running_provider(database_url, **overrides) as running:
+        port = int(running.root.rsplit(":", 1)[1])
+        holders = []
+        for _ in range(4):  # slow readers hold the slots: 1,000 records (9 MB) fit in no buffer
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(
+                b"GET /oai?verb=ListRecords&metadataPrefix=iso19139 HTTP/1.1\r\n"
+                b"Host: 127.0.0.1\r\n\r\n"
+            )
+            await writer.drain()
+            await reader.readuntil(b"\r\n\r\n")
+            holders.append(writer)
+        clients = [asyncio.create_task(harvester()) for _ in range(40)]
+        await asyncio.wait_for(turned_away.wait(), 30)
+        for writer in holders:
+            writer.close()
+            await writer.wait_closed()
+        listed = await asyncio.gather(*clients)
+    assert listed == [1000] * 40
+    assert set(statuses) == {200, 503}
+    assert statuses[200] == 40 and statuses[503] >= 40
+    assert retry_afters == {"1"}
+    assert all(1 <= int(value) <= 300 for value in retry_afters)
+
+
+async def test_p01_every_answer_is_utf8_text_xml_and_valid(
+    provider: RunningProvider, db: Pool
+) -> None:
+    """P01: every verb, by its normal path, through a whole list and with tombstones and a set:
+    HTTP 200, ``Content-Type: text/xml; charset=utf-8``, an XML declaration naming UTF-8, valid
+    against OAI-PMH.xsd (oai_dc and the gmd stand-in loaded offline) and every strict check
+    (dates, bounds, deleted headers without metadata or about, identifiers once a page); the
+    error paths are test_errors' and test_p02_the_rest_of_the_error_matrix's."""
+    ids = sorted(await factories.catalogue(db))
+    await factories.delete(db, OWN, ids[:3])
+    queries = [
+        "verb=Identify",
+        "verb=ListSets",
+        "verb=ListMetadataFormats",
+        f"verb=ListMetadataFormats&identifier={ids[5]}",
+        f"verb=GetRecord&metadataPrefix=iso19139&identifier={ids[5]}",
+        f"verb=GetRecord&metadataPrefix=oai_dc&identifier={ids[5]}",
+        f"verb=GetRecord&metadataPrefix=iso19139&identifier={ids[0]}",  # a tombstone
+        f"verb=GetRecord&metadataPrefix=oai_dc&identifier={ids[0]}",
+        "verb=ListIdentifiers&metadataPrefix=iso19139&from=2000-01-01&until=2999-12-31",
+        f"verb=ListRecords&metadataPrefix=oai_dc&set={OWN}",
+        "verb=ListRecords&metadataPrefix=iso19139",
+    ]
+    seen_deleted = 0
+    async with aiohttp.ClientSession() as session:
+        for query in queries:
+            while query:
+                status, headers, body = await _fetch(session, provider.oai, query, post=False)
+                assert status == 200, query
+                assert headers["Content-Type"] == "text/xml; charset=utf-8", query
+                check(body)
+                tree = etree.fromstring(body)
+                assert tree.find(f"{OAI}error") is None, query
+                seen_deleted += len(tree.findall(f".//{OAI}header[@status='deleted']"))
+                token = tree.findtext(f".//{OAI}resumptionToken")
+                verb = query.split("&")[0]
+                query = f"{verb}&resumptionToken={token}" if token else ""
+    assert seen_deleted == 2 + 3 * 3  # two GetRecords, three lists
+
+
+#: identifiers holding XPath's metacharacters, each a legal xs:anyURI (RELIABILITY X09)
+XPATH_METACHARACTERS = [
+    "urn:x-wmo:md:int.wmo.wis::q'uote",
+    'urn:x-wmo:md:int.wmo.wis::d"quote',
+    "urn:x-wmo:md:int.wmo.wis::paren)or(1",
+    "urn:x-wmo:md:int.wmo.wis::x'%20or%20'1'='1",
+    "urn:x-wmo:md:int.wmo.wis::a/b|c*@d",
+    "urn:x-wmo:md:int.wmo.wis::e#frag]ment[1]",
+]
+
+
+async def test_x09_identifiers_and_sets_with_xpath_metacharacters_find_their_own_records(
+    db: Pool, database_url: str
+) -> None:
+    """X09: records whose identifiers hold ``'``, ``"``, ``)``, ``]``, ``|``, ``*``, ``@``, and a
+    set named ``x'(y)*``: GetRecord and ListMetadataFormats of each find exactly that record, the
+    set lists exactly its records, and look-alike arguments (``x' or '1'='1``) match nothing."""
+    template = generate_record(1, centre="xx").decode()
+    original = parse_record(template).identifier
+    records = [
+        parse_record(template.replace(original, identifier.replace('"', "&quot;")))
+        for identifier in XPATH_METACHARACTERS
+    ]
+    assert [r.identifier for r in records] == XPATH_METACHARACTERS
+    odd_set = "x'(y)*"
+    await factories.load_records(db, OWN, range(20))
+    await store.ensure_set(db, odd_set, "a set named with XPath's characters", "shared")
+    async with db.acquire() as conn, conn.transaction():
+        await store.upsert_records(conn, odd_set, [incoming(r) for r in records])
+    async with running_provider(database_url) as running:
+        for identifier in XPATH_METACHARACTERS:
+            got = await oai_get(
+                running.oai, verb="GetRecord", identifier=identifier, metadataPrefix="iso19139"
+            )
+            check(got.body)
+            assert got.errors() == []
+            assert got.xpath("//oai:header/oai:identifier/text()") == [identifier]
+            assert parse_record(etree.tostring(got.xpath("//oai:metadata/*")[0])).identifier == (
+                identifier
+            )
+            formats = await oai_get(running.oai, verb="ListMetadataFormats", identifier=identifier)
+            assert formats.errors() == []
+        in_set = await list_all(running.oai, metadataPrefix="iso19139", set=odd_set)
+        assert sorted(h.findtext(f"{OAI}identifier") for h in in_set) == sorted(
+            XPATH_METACHARACTERS
+        )
+        for identifier in ("urn:x' or '1'='1", "urn:x') or ('1'='1", "urn:x-wmo:md:int.wmo.wis::*"):
+            got = await oai_get(
+                running.oai, verb="GetRecord", identifier=identifier, metadataPrefix="iso19139"
+            )
+            check(got.body)
+            assert got.errors() == ["idDoesNotExist"]
+        for spec, code in (("x')or('1", "noRecordsMatch"), ("x' or '1'='1", "badArgument")):
+            listed = await oai_get(
+                running.oai, verb="ListIdentifiers", metadataPrefix="iso19139", set=spec
+            )
+            check(listed.body)
+            assert listed.errors() == [code]

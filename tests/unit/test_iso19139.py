@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import re
 import time
@@ -24,6 +25,7 @@ from shared.iso19139 import (
     record_from_element,
     safe_parser,
 )
+from tests.canary import canary, knock
 
 NS_DECL = f'xmlns:gmd="{GMD}" xmlns:gco="{GCO}"'
 
@@ -677,3 +679,74 @@ def test_canonical_hash_of_an_element_inside_a_page() -> None:
 def test_namespaces_map_is_usable_for_find() -> None:
     root = parse_xml(generate_record(1))
     assert root.find("gmd:identificationInfo/gmd:MD_DataIdentification", NAMESPACES) is not None
+
+
+# --- RELIABILITY X02, X04, X07: more hostile records ---------------------------------------------
+
+#: A quadratic blowup: one entity of 100,000 characters, referenced 10,000 times (a gigabyte
+#: once expanded), which libxml2's nesting limit on entities does not catch.
+QUADRATIC_BLOWUP = (
+    b'<?xml version="1.0"?>\n<!DOCTYPE gmd:MD_Metadata [<!ENTITY a "'
+    + b"a" * 100_000
+    + b'">]>\n'
+    + iso(file_id("&a;" * 10_000))
+)
+
+
+def test_x02_a_quadratic_blowup_is_refused_unexpanded() -> None:
+    """X02: a quadratic-blowup record is refused for its DOCTYPE before any entity is read,
+    within a second of CPU; the reason does not echo it."""
+    started = time.process_time()
+    message = reason(QUADRATIC_BLOWUP)
+    assert message == (
+        "document carries a DOCTYPE; DTDs and entity declarations are refused "
+        "(billion-laughs and external-entity risk)"
+    )
+    assert "aaaa" not in message
+    # and the safe parser, were it handed the document, refuses to expand it (libxml2's
+    # amplification limit, which resolve_entities=False does not lift)
+    with pytest.raises(etree.XMLSyntaxError, match="Maximum entity amplification factor"):
+        etree.fromstring(QUADRATIC_BLOWUP, safe_parser())
+    assert time.process_time() - started < 1.0
+
+
+def test_x04_external_dtd_and_parameter_entity_on_http_never_connect() -> None:
+    """X04: an external DTD, an external entity and a parameter entity naming an HTTP canary
+    on loopback: each record is refused, and the canary counts 0 connections, through
+    parse_record and through the safe parser itself."""
+    with canary() as listening:
+        url = listening.url
+        documents = [
+            f'<!DOCTYPE gmd:MD_Metadata SYSTEM "{url}x.dtd">'.encode() + iso(file_id("a")),
+            f'<!DOCTYPE gmd:MD_Metadata PUBLIC "-//X//Y" "{url}y.dtd">'.encode()
+            + iso(file_id("a")),
+            f'<!DOCTYPE gmd:MD_Metadata [<!ENTITY e SYSTEM "{url}e">]>'.encode()
+            + iso(file_id("&e;")),
+            f'<!DOCTYPE gmd:MD_Metadata [<!ENTITY % p SYSTEM "{url}p"> %p;]>'.encode()
+            + iso(file_id("a")),
+        ]
+        for document in documents:
+            assert "DOCTYPE" in reason(document)
+            with contextlib.suppress(etree.XMLSyntaxError):
+                etree.fromstring(document, safe_parser())
+        assert listening.connections == 0
+        knock(listening)  # the control: a connection is counted
+        assert listening.connections == 1
+
+
+@pytest.mark.parametrize(
+    ("payload", "words"),
+    [
+        (b"<gmd:x>" * 10_000 + b"</gmd:x>" * 10_000, "Excessive depth in document: 256"),
+        (b"<gmd:abstract>" + b"x" * (11 * 1024 * 1024) + b"</gmd:abstract>", "Text node too long"),
+    ],
+    ids=["depth-10000", "text-node-11MB"],
+)
+def test_x07_deep_nesting_and_a_huge_text_node_are_refused(payload: bytes, words: str) -> None:
+    """X07: nesting 10,000 deep and an 11 MB text node: a RecordError naming libxml2's limit
+    (which huge_tree would lift), not a crash."""
+    message = reason(
+        iso(file_id("a")).replace(b"</gmd:MD_Metadata>", payload + b"</gmd:MD_Metadata>")
+    )
+    assert message.startswith("not well-formed XML: ")
+    assert words in message

@@ -247,8 +247,20 @@ select exists (select 1 from records where identifier = $1)
 select spec, name, kind from sets order by spec
 
 -- name: earliest_datestamp --
--- The oldest datestamp held, or null for an empty catalogue.
-select min(datestamp) from records
+-- The oldest datestamp any list can serve, tombstones included, or null for an empty catalogue:
+-- a set's list serves its memberships' datestamps, and a membership keeps its own when its
+-- record joins another set (which restamps the record). One index probe per set.
+select least(
+    (select min(datestamp) from records),
+    (select min(oldest.datestamp)
+     from sets s
+     cross join lateral (
+         select m.datestamp from set_members m
+         where m.set_spec = s.spec
+         order by m.datestamp
+         limit 1
+     ) oldest)
+)
 
 -- name: purge_deleted_records --
 -- Drop tombstones older than the retention period (their memberships go with them).
