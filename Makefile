@@ -38,10 +38,14 @@ test-unit: $(STAMP) ## the fast, pure tests only
 PROPERTY_TESTS := tests/unit/test_dates_properties.py tests/integration/test_text_properties.py \
 	tests/integration/test_sync_properties.py
 
-soak: $(STAMP) ## long trials outside make test, each bounded in time (P17, D01, F01-F03)
+LOAD_SOAK := WISCAT_LOAD_RECORDS=100000 WISCAT_LOAD_HARVEST_RECORDS=10000 \
+	WISCAT_LOAD_SECONDS=600 WISCAT_SOAK_SECONDS=600
+
+soak: $(STAMP) ## long trials outside make test, each bounded in time (P17, D01, F01-F03, L01-L05)
 	WISCAT_LATE_COMMIT_TRIALS=100 timeout 1800 $(BIN)/pytest tests/e2e/test_late_commit.py -k randomised
 	WISCAT_CRASH_TRIALS=50 timeout 1800 $(BIN)/pytest tests/e2e/test_crash_loop.py
 	WISCAT_HYPOTHESIS_PROFILE=soak timeout 3600 $(BIN)/pytest --timeout 1800 $(PROPERTY_TESTS)
+	$(LOAD_SOAK) timeout 3600 $(BIN)/pytest --timeout 1800 -rP tests/e2e/test_load.py
 
 lint: $(STAMP) ## ruff, mypy (strict) and the import-linter layer contracts
 	$(BIN)/ruff check shared services tests bench tools
