@@ -45,8 +45,10 @@ PROPERTY_TESTS := tests/unit/test_dates_properties.py tests/integration/test_tex
 	tests/integration/test_sync_properties.py
 
 MESH_SEEDS := 1 2 3
+LOAD_SOAK := WISCAT_LOAD_RECORDS=100000 WISCAT_LOAD_HARVEST_RECORDS=10000 \
+	WISCAT_LOAD_SECONDS=600 WISCAT_SOAK_SECONDS=600
 
-soak: $(STAMP) ## long trials outside make test, each bounded in time (P17, D01, H01, F01-F03)
+soak: $(STAMP) ## long trials outside make test, each bounded in time (P17, D01, H01, F01-F03, L01-L05)
 	WISCAT_LATE_COMMIT_TRIALS=100 timeout 1800 $(BIN)/pytest tests/e2e/test_late_commit.py -k randomised
 	WISCAT_CRASH_TRIALS=50 timeout 1800 $(BIN)/pytest tests/e2e/test_crash_loop.py
 	for seed in $(MESH_SEEDS); do \
@@ -54,6 +56,7 @@ soak: $(STAMP) ## long trials outside make test, each bounded in time (P17, D01,
 			timeout 600 $(BIN)/pytest --timeout 540 tests/e2e/test_mesh_faults.py || exit 1; \
 	done
 	WISCAT_HYPOTHESIS_PROFILE=soak timeout 3600 $(BIN)/pytest --timeout 1800 $(PROPERTY_TESTS)
+	$(LOAD_SOAK) timeout 3600 $(BIN)/pytest --timeout 1800 -rP tests/e2e/test_load.py
 
 FUZZ_SECONDS ?= 600
 

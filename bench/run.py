@@ -66,11 +66,12 @@ def peak_rss_mb(pid: int) -> float:
     return float("nan")
 
 
-def _descendants(pid: int) -> list[int]:
+def descendants(pid: int) -> list[int]:
+    """Every process under ``pid``: its children, theirs, and so on."""
     found = []
     for task in Path(f"/proc/{pid}/task").iterdir():
         for child in (task / "children").read_text().split():
-            found += [int(child), *_descendants(int(child))]
+            found += [int(child), *descendants(int(child))]
     return found
 
 
@@ -591,7 +592,7 @@ def timed_command(
         due = soonest = 0.0
         while proc.poll() is None:
             with contextlib.suppress(FileNotFoundError, ProcessLookupError, ValueError):
-                members = [proc.pid, *_descendants(proc.pid)]
+                members = [proc.pid, *descendants(proc.pid)]
                 spooled = spooled_mb(proc.pid)
                 resident = resident_mb(members) + spooled
                 now = time.perf_counter()
