@@ -14,9 +14,32 @@ _DATESTAMP = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z")
 _DECLARATION = re.compile(rb"""<\?xml version=(['"])1\.0\1 encoding=(['"])UTF-8\2\?>""")
 
 
+# The official ISO/TS 19139 schemas (gmd 2007-04-17, with gco, gmx, gsr, gss, gts, GML 3.2.1 and
+# XLink), kept under data/schemas as the copies a catalogue server ships them in: their imports
+# name where those copies lay beside each other, which this maps to the folders here.
+_SCHEMA_HOMES = (
+    (re.compile(r"/iso/19139/20070417/(\w+/\w+\.xsd)$"), SCHEMAS / "iso19139" / "20070417"),
+    (re.compile(r"/gml/3\.2\.1/(\w+\.xsd)$"), SCHEMAS / "gml" / "3.2.1"),
+    (re.compile(r"/w3c/1999/(xlink\.xsd)$"), SCHEMAS / "xlink"),
+)
+
+
+class _LocalSchemas(etree.Resolver):
+    """Each import of the ISO schemas from the copy here; nothing from the network."""
+
+    def resolve(self, system_url: str, public_id: str, context: object) -> object:
+        for pattern, home in _SCHEMA_HOMES:
+            if found := pattern.search(system_url):
+                return self.resolve_filename(str(home / found[1]), context)
+        if "://" in system_url and not system_url.startswith("file:"):
+            raise AssertionError(f"a schema import names {system_url}, which is not kept here")
+        return None
+
+
 @cache
 def _schema() -> etree.XMLSchema:
     parser = etree.XMLParser(no_network=True, resolve_entities=False)
+    parser.resolvers.add(_LocalSchemas())
     document = etree.parse(str(SCHEMAS / "wiscat-validation.xsd"), parser)
     return etree.XMLSchema(document)
 
