@@ -168,9 +168,11 @@ def counts_cell(values: dict[str, int | None]) -> str:
 
 
 def harvester_address(settings: Settings) -> str:
-    """Where the harvester's health port is, seen from this provider: the address both bind to
-    (``WISCAT_PROVIDER_HOST``; loopback when that is every address) and
-    ``WISCAT_HARVESTER_PORT``."""
+    """Where the harvester's health port is, seen from this provider: ``WISCAT_HARVESTER_URL``,
+    or else the address both bind to (``WISCAT_PROVIDER_HOST``; loopback when that is every
+    address) and ``WISCAT_HARVESTER_PORT``."""
+    if settings.harvester_url:
+        return settings.harvester_url
     host = settings.provider_host
     try:
         everywhere = not host or ipaddress.ip_address(host).is_unspecified

@@ -11,14 +11,18 @@ import shutil
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
+from aiohttp import web
 from playwright.async_api import Page, async_playwright
+from pydantic import ValidationError
 
+from services.provider.ui import harvester_address, probe_harvester
 from shared.generator import generate_record
 from shared.iso19139 import parse_record
 from shared.oaipmh import render
 from tests.e2e.mesh import Mesh
 from tests.e2e.nodes import NodeFactory
-from tests.servers import list_records_page, serving
+from tests.servers import list_records_page, provider_settings, serving, serving_app
 
 CHROMIUM = "/usr/bin/chromium"
 LAPTOP_WIDTH = 1366
@@ -311,3 +315,31 @@ async def test_strip_says_the_harvester_is_stopped_and_a_quarantined_record_show
             assert "script-src" not in missing.headers["content-security-policy"]
         finally:
             await browser.close()
+
+
+async def test_the_strip_probes_the_harvester_where_the_settings_say() -> None:
+    """WISCAT_HARVESTER_URL (a harvester in its own container) wins over PROVIDER_HOST and
+    HARVESTER_PORT; a /healthz that answers anything but 200 ok is not alive."""
+    assert harvester_address(provider_settings(8080, harvester_port=9181)) == (
+        "http://127.0.0.1:9181"
+    )
+    everywhere = provider_settings(8080, provider_host="::", harvester_port=9181)
+    assert harvester_address(everywhere) == "http://127.0.0.1:9181"
+    assert harvester_address(provider_settings(8080, provider_host="::1")) == "http://[::1]:8081"
+    named = provider_settings(8080, harvester_url="http://harvester:8081/")
+    assert harvester_address(named) == "http://harvester:8081"
+    with pytest.raises(ValidationError, match="the harvester's http\\(s\\) root URL"):
+        provider_settings(8080, harvester_url="http://harvester:8081/healthz")
+
+    answer = {"status": 200, "text": "ok\n"}
+
+    async def healthz(request: web.Request) -> web.Response:
+        return web.Response(status=answer["status"], text=str(answer["text"]))
+
+    app = web.Application()
+    app.router.add_get("/healthz", healthz)
+    async with serving_app(app) as root:
+        assert await probe_harvester(root) is None
+        answer.update(status=503, text="starting")
+        assert await probe_harvester(root) == "/healthz answered 503, not ok"
+    assert await probe_harvester(root) == "/healthz cannot be reached: ClientConnectorError"
