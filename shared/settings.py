@@ -134,6 +134,11 @@ class Settings(BaseSettings):
         le=65535,
         description="the harvester's health and metrics port (harvester --port wins)",
     )
+    harvester_url: str | None = Field(
+        default=None,
+        description="the harvester's health port as the provider reaches it, whose /healthz the "
+        "dashboard probes (e.g. http://harvester:8081); unset: PROVIDER_HOST and HARVESTER_PORT",
+    )
     allow_private_fetch: bool = Field(
         default=False,
         description="let the registry fetch private, loopback and other non-global addresses "
@@ -345,6 +350,16 @@ class Settings(BaseSettings):
         if http_url(value) is None:
             raise ValueError("this node's http(s) root URL, e.g. http://gisc.example.org:8080")
         return value
+
+    @field_validator("harvester_url")
+    @classmethod
+    def _harvester_url_is_http(cls, value: str | None) -> str | None:
+        if not value:
+            return None  # set empty: PROVIDER_HOST's and HARVESTER_PORT's
+        parts = http_url(value)
+        if parts is None or parts.path.strip("/") or parts.query or parts.fragment:
+            raise ValueError("the harvester's http(s) root URL, e.g. http://harvester:8081")
+        return value.rstrip("/")
 
     @field_validator("proxy_url", "ca_file", mode="before")
     @classmethod

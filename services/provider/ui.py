@@ -1,40 +1,63 @@
 """The operator's dashboard at ``/``: one server-rendered page, no external asset.
 
-It shows the node (records per set, deletions, last change), its links (last run, outcome, lag,
-counts, last error, and a "harvest now" button that calls the admin API with the admin token the
-operator types in), recent harvest runs, quarantined records, the latest consistency reports and
-the registry (its network, chain, peers and URLs); and three plots drawn here as inline SVG:
-records arriving per day, harvest duration per link, and lag per link over time. It must read on
-a laptop screen (1366 pixels wide) without scrolling sideways, hence few, wrapping columns.
+First a status strip (the node, its database, whether its harvester answers, the links that fail
+or lag, the latest consistency check); then its links (last run, outcome, lag, counts, last error,
+and a "harvest now" button that calls the admin API with the admin token the operator types in);
+then three plots (:mod:`services.provider.plots`): harvest duration and lag per link over time,
+records arriving per day; then the catalogue (records per set), recent harvest runs, quarantined
+records (each viewable on a page of its own, ``/quarantine/ID``), the latest consistency reports
+and the registry (its network, chain, peers and URLs). The page reloads itself every
+:data:`REFRESH` seconds. It must read on a laptop screen (1366 pixels wide) without scrolling
+sideways, hence few, wrapping columns.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
-import html
-from collections import defaultdict
+import ipaddress
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Request
+import aiohttp
+from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import HTMLResponse
 
+from services.provider.plots import (
+    bar_plot,
+    duration,
+    e,
+    history_series,
+    line_plot,
+    link_colour,
+    when,
+)
 from services.provider.registry import RegistryState
 from services.provider.state import State
 from shared.db import checks as check_store
 from shared.db import links as link_store
 from shared.db import overview
 from shared.db import registry as registry_store
+from shared.db.migrate import not_ready
 from shared.db.pool import Pool
-from shared.urls import safe_url
+from shared.settings import Settings
+from shared.urls import safe_url, url_host
+from shared.version import VERSION
 
 router = APIRouter()
 
+# The page reloads itself this often (a meta refresh: a GET of the page alone, which repeats no
+# "harvest now"); ?refresh=N changes it, ?refresh=0 stops it.
+REFRESH = 60
+# how long the page waits for the harvester's /healthz
+PROBE_SECONDS = 2.0
+# a quarantined record's page shows this much of its bytes; the CLI gives them whole
+RAW_SHOWN = 64 * 1024
+
 # a link's last-run counts, in the order the links table lists them
 COUNTS = ("added", "updated", "unchanged", "deleted", "refused", "quarantined")
-PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf")
 
 STYLE = """
 body{font:14px/1.4 system-ui,sans-serif;margin:0 auto;max-width:1280px;padding:0 16px;color:#222}
@@ -52,6 +75,16 @@ td.lag,td.time,td.counts{white-space:nowrap}
 .plots{display:flex;flex-wrap:wrap;gap:16px}.plots figure{margin:0}
 figcaption{font-weight:600;margin-bottom:4px}svg text{font:11px system-ui,sans-serif;fill:#444}
 button{cursor:pointer}#token{width:220px}#answer{margin-left:8px}
+.strip{display:flex;flex-wrap:wrap;gap:8px;margin:8px 0}
+.strip .cell{border:1px solid #ddd;border-radius:4px;padding:4px 10px;min-width:150px;
+max-width:420px;overflow-wrap:anywhere}
+.strip .cell.ok{border-color:#176b1e;background:#eef7ef}
+.strip .cell.failed,.strip .cell.stopped,.strip .cell.inconsistent,.strip .cell.unchecked{
+border-color:#b00020;background:#fdeeee}
+.strip .cell .sub{font-weight:400}td.link{white-space:nowrap}
+table.facts{width:auto}
+pre.raw{white-space:pre-wrap;overflow-wrap:anywhere;background:#f7f7f7;padding:8px;
+border:1px solid #eee;font-size:12px}
 """
 
 SCRIPT = """
@@ -89,29 +122,14 @@ HEADERS = {
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "no-referrer",
 }
-
-
-def e(value: object) -> str:
-    return html.escape("" if value is None else str(value))
-
-
-def when(value: datetime | None) -> str:
-    return value.strftime("%Y-%m-%d %H:%M:%SZ") if value else "-"
-
-
-def duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    if seconds < 10:
-        return f"{seconds:.2g} s"
-    seconds = int(seconds)
-    if seconds < 120:
-        return f"{seconds} s"
-    if seconds < 7200:
-        return f"{seconds // 60} min"
-    if seconds < 172800:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 86400:.1f} d"
+# a quarantined record's page shows what a peer sent: no script at all
+RECORD_HEADERS = {
+    **HEADERS,
+    "Content-Security-Policy": (
+        "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'; "
+        "frame-ancestors 'none'"
+    ),
+}
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]], empty: str) -> str:
@@ -146,191 +164,174 @@ def counts_cell(values: dict[str, int | None]) -> str:
     return td(shown or "none", "counts" if shown else "counts muted")
 
 
-# -- plots ---------------------------------------------------------------------------------------
-
-W, H, LEFT, BOTTOM, TOP, RIGHT = 600, 220, 56, 28, 12, 12
-
-
-def _ticks(low: float, high: float) -> list[float]:
-    return [low + (high - low) * i / 4 for i in range(5)]
-
-
-def bar_plot(title: str, bars: Sequence[tuple[str, int]], y_label: str) -> str:
-    """Bars with labels under them (every few), a y axis from 0."""
-    top = max([value for _, value in bars] + [1])
-    inner_w, inner_h = W - LEFT - RIGHT, H - TOP - BOTTOM
-    step = inner_w / max(len(bars), 1)
-    parts = []
-    for index, (label, value) in enumerate(bars):
-        height = inner_h * value / top
-        x = LEFT + index * step
-        parts.append(
-            f'<rect x="{x + 1:.1f}" y="{TOP + inner_h - height:.1f}" width="{max(step - 2, 1):.1f}"'
-            f' height="{height:.1f}" fill="{PALETTE[0]}"><title>{e(label)}: {value}</title></rect>'
-        )
-        if index % max(len(bars) // 6, 1) == 0:
-            parts.append(
-                f'<text x="{x + step / 2:.1f}" y="{H - 10}" text-anchor="middle">{e(label)}</text>'
-            )
-    return _frame(title, parts, 0, top, y_label, "day (UTC)", legend=[])
-
-
-# A plot shows at most one series per colour, and at most this many points of each: a node
-# with 150 links, each run hourly, made a page of megabytes (a circle per run and link) that
-# browsers drew slowly and no one could read.
-MAX_SERIES = len(PALETTE)
-MAX_POINTS = 200
-
-
-def _highest(
-    series: dict[str, list[tuple[datetime, float]]], limit: int
-) -> dict[str, list[tuple[datetime, float]]]:
-    """The ``limit`` series that reach the highest values (the slowest links, the longest lags):
-    those worth a look."""
-    ranked = sorted(series.items(), key=lambda item: (-max(v for _, v in item[1]), item[0]))
-    return dict(ranked[:limit])
-
-
-def thinned(values: list[tuple[datetime, float]], limit: int) -> list[tuple[datetime, float]]:
-    """At most ``limit`` points of ``values`` (in time order): of each run of consecutive points,
-    the highest, so that a spike is never thinned away."""
-    if len(values) <= limit:
-        return values
-    step = len(values) / limit
-    return [
-        max(values[int(n * step) : int((n + 1) * step)], key=lambda point: point[1])
-        for n in range(limit)
-    ]
-
-
-def line_plot(
-    title: str,
-    series: dict[str, list[tuple[datetime, float]]],
-    y_label: str,
-    empty: str,
-    y_format: Any = duration,
-) -> str:
-    """One line per series over time; points carry a tooltip. Many series: the
-    :data:`MAX_SERIES` highest, as the title says; long ones thinned to :data:`MAX_POINTS`."""
-    series = {name: values for name, values in series.items() if values}
-    if len(series) > MAX_SERIES:
-        title = f"{title}: the {MAX_SERIES} highest of {len(series)} links"
-        series = _highest(series, MAX_SERIES)
-    series = {name: thinned(values, MAX_POINTS) for name, values in series.items()}
-    points = [p for values in series.values() for p in values]
-    if not points:
-        return (
-            f'<figure><figcaption>{e(title)}</figcaption><p class="muted">{e(empty)}</p></figure>'
-        )
-    t0 = min(t for t, _ in points).timestamp()
-    t1 = max(t for t, _ in points).timestamp()
-    if t1 - t0 < 60:  # one point, or a few close together: centre them in a minute
-        t0, t1 = (t0 + t1) / 2 - 30, (t0 + t1) / 2 + 30
-    clock = "%H:%M:%S" if t1 - t0 < 600 else "%m-%d %H:%M"
-    top = max(max(v for _, v in points), 1.0)
-    inner_w, inner_h = W - LEFT - RIGHT, H - TOP - BOTTOM
-
-    def xy(t: datetime, v: float) -> tuple[float, float]:
-        return (
-            LEFT + inner_w * (t.timestamp() - t0) / (t1 - t0),
-            TOP + inner_h * (1 - v / top),
-        )
-
-    parts = []
-    legend = []
-    for index, (name, values) in enumerate(sorted(series.items())):
-        color = PALETTE[index % len(PALETTE)]
-        legend.append((name, color))
-        coords = [xy(t, v) for t, v in values]
-        if len(coords) > 1:
-            path = " ".join(f"{x:.1f},{y:.1f}" for x, y in coords)
-            parts.append(
-                f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="1.5"/>'
-            )
-        for (x, y), (t, v) in zip(coords, values, strict=True):
-            parts.append(
-                f'<circle cx="{x:.1f}" cy="{y:.1f}" r="2.5" fill="{color}">'
-                f"<title>{e(name)} {when(t)}: {e(y_format(v))}</title></circle>"
-            )
-    for i, tick in enumerate(_ticks(t0, t1)):
-        if i % 2 == 0:
-            x = LEFT + inner_w * (tick - t0) / (t1 - t0)
-            label = datetime.fromtimestamp(tick, UTC).strftime(clock)
-            anchor = ("start", "middle", "end")[i // 2]
-            parts.append(f'<text x="{x:.1f}" y="{H - 10}" text-anchor="{anchor}">{label}</text>')
-    return _frame(title, parts, 0, top, y_label, "time (UTC)", legend, y_format)
-
-
-def _frame(
-    title: str,
-    parts: list[str],
-    low: float,
-    high: float,
-    y_label: str,
-    x_label: str,
-    legend: list[tuple[str, str]],
-    y_format: Any = lambda v: f"{v:,.0f}",
-) -> str:
-    inner_h = H - TOP - BOTTOM
-    axes = [
-        f'<line x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{TOP + inner_h}" stroke="#999"/>',
-        f'<line x1="{LEFT}" y1="{TOP + inner_h}" x2="{W - RIGHT}" y2="{TOP + inner_h}"'
-        ' stroke="#999"/>',
-        f'<text x="12" y="{TOP + inner_h / 2}" transform="rotate(-90 12 {TOP + inner_h / 2})"'
-        f' text-anchor="middle">{e(y_label)}</text>',
-    ]
-    for tick in _ticks(low, high):
-        y = TOP + inner_h * (1 - (tick - low) / (high - low or 1))
-        axes.append(
-            f'<text x="{LEFT - 4}" y="{y + 4:.1f}" text-anchor="end">{e(y_format(tick))}</text>'
-            f'<line x1="{LEFT}" y1="{y:.1f}" x2="{W - RIGHT}" y2="{y:.1f}" stroke="#eee"/>'
-        )
-    keys = "".join(
-        f'<span style="color:{color}">&#9632; {e(name)}</span> ' for name, color in legend
-    )
-    return (
-        f"<figure><figcaption>{e(title)}</figcaption>"
-        f'<svg class="plot" role="img" width="{W}" height="{H}" viewBox="0 0 {W} {H}">'
-        f"<title>{e(title)}</title>{''.join(axes)}{''.join(parts)}</svg>"
-        f'<div>{keys}<span class="muted">x: {e(x_label)}</span></div></figure>'
-    )
-
-
-def history_series(
-    runs: list[dict[str, Any]],
-) -> tuple[dict[str, list[tuple[datetime, float]]], dict[str, list[tuple[datetime, float]]]]:
-    """Per link: the duration of each run, and its lag when each successful run ended (the time
-    since the one before; what a harvester of this node could have missed)."""
-    durations: dict[str, list[tuple[datetime, float]]] = defaultdict(list)
-    lags: dict[str, list[tuple[datetime, float]]] = defaultdict(list)
-    previous_ok: dict[str, datetime] = {}
-    for run in runs:
-        finished = run["finished_at"]
-        durations[run["link"]].append((finished, float(run["seconds"])))
-        if run["status"] == "ok" and run["mode"] != "window":
-            if run["link"] in previous_ok:
-                lag = (finished - previous_ok[run["link"]]).total_seconds()
-                lags[run["link"]].append((finished, lag))
-            previous_ok[run["link"]] = finished
-    return dict(durations), dict(lags)
-
-
 # -- the page ------------------------------------------------------------------------------------
 
 
+def harvester_address(settings: Settings) -> str:
+    """Where the harvester's health port is, seen from this provider: ``WISCAT_HARVESTER_URL``,
+    or else the address both bind to (``WISCAT_PROVIDER_HOST``; loopback when that is every
+    address) and ``WISCAT_HARVESTER_PORT``."""
+    if settings.harvester_url:
+        return settings.harvester_url
+    host = settings.provider_host
+    try:
+        everywhere = not host or ipaddress.ip_address(host).is_unspecified
+    except ValueError:
+        everywhere = False
+    return f"http://{url_host('127.0.0.1' if everywhere else host)}:{settings.harvester_port}"
+
+
+async def probe_harvester(address: str, seconds: float = PROBE_SECONDS) -> str | None:
+    """Why the harvester at ``address`` is not alive (its ``/healthz`` does not answer ``ok``
+    within ``seconds``), or None when it is."""
+    timeout = aiohttp.ClientTimeout(total=seconds)
+    try:
+        async with (
+            aiohttp.ClientSession(timeout=timeout) as session,
+            session.get(address + "/healthz", allow_redirects=False) as response,
+        ):
+            body = await response.content.read(64)
+            if response.status == 200 and body.strip() == b"ok":
+                return None
+            return f"/healthz answered {response.status}, not ok"
+    except TimeoutError:
+        return f"/healthz did not answer within {seconds:g} s"
+    except aiohttp.ClientConnectionError as exc:
+        return f"/healthz cannot be reached: {type(exc).__name__}"
+
+
+def strip_cell(key: str, title: str, value: str, cls: str, detail: str = "") -> str:
+    sub = f'<span class="sub">{detail}</span>' if detail else ""
+    return f'<div class="cell {cls}" id="strip-{key}"><b>{e(title)}</b> {value}{sub}</div>'
+
+
+def status_strip(
+    settings: Settings,
+    database: str | None,
+    harvester: str | None,
+    address: str,
+    links: list[dict[str, Any]],
+    late: set[str],
+    report: dict[str, Any] | None,
+    now: datetime,
+) -> str:
+    """The page's first line: the node, its database, whether its harvester is alive, the links
+    that fail or lag, and the latest consistency check; each cell says what it is based on."""
+    cells = [
+        strip_cell(
+            "node",
+            "node",
+            f"{e(settings.gisc_name)} · wiscat {e(VERSION)}",
+            "",
+            f"own set {e(settings.own_set)}",
+        ),
+        strip_cell(
+            "database",
+            "database",
+            "up" if database is None else "down",
+            "ok" if database is None else "failed",
+            "answers, schema current" if database is None else e(database),
+        ),
+    ]
+    running = [link["name"] for link in links if link["status"] == "running"]
+    ended = [link["finished_at"] for link in links if link["finished_at"]]
+    seen = (f"; {len(running)} run(s) in progress" if running else "") + (
+        f"; last run ended {when(max(ended))}" if ended else "; no run has ended yet"
+    )
+    cells.append(
+        strip_cell(
+            "harvester",
+            "harvester",
+            "alive" if harvester is None else "not answering",
+            "ok" if harvester is None else "failed",
+            f"probed {e(address)}/healthz from this provider"
+            + ("" if harvester is None else f": {e(harvester)}")
+            + (e(seen) if database is None else ""),
+        )
+    )
+    if database is None:
+        failing = sorted(
+            link["name"]
+            for link in links
+            if link["enabled"] and link["status"] in ("failed", "stopped")
+        )
+        lagging = sorted(late - set(failing))
+        named = ", ".join(failing + lagging)
+        cells.append(
+            strip_cell(
+                "links",
+                "links failing",
+                f"{len(failing)} of {len(links)}"
+                + (f", {len(lagging)} lagging" if lagging else ""),
+                "failed" if failing or lagging else "ok",
+                e(named) if named else "every enabled link's last run ended ok, none lagging",
+            )
+        )
+        if report is None:
+            cells.append(
+                strip_cell("check", "last check", "none", "muted", "see `wiscat checks add`")
+            )
+        else:
+            cells.append(
+                strip_cell(
+                    "check",
+                    "last check",
+                    e(report["outcome"]),
+                    e(report["outcome"]),
+                    f"{e(report['check_name'] or '-')} of {e(report['set_spec'])}, "
+                    f"{e(when(report['finished_at']))}",
+                )
+            )
+    return f'<div class="strip">{"".join(cells)}</div>'
+
+
+def refresh_note(refresh: int) -> str:
+    if refresh == 0:
+        return 'not refreshed (<a href="/">refresh every 60 s</a>)'
+    return f'refreshed every {refresh} s (<a href="/?refresh=0">stop</a>)'
+
+
+def page_head(title: str, refresh: int) -> str:
+    meta = f'<meta http-equiv="refresh" content="{refresh}">' if refresh else ""
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8">{meta}
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{e(title)}</title><link rel="icon" href="data:,">
+<style>{STYLE}</style></head>"""
+
+
 @router.get("/", response_class=HTMLResponse)
-async def dashboard(request: Request, state: State) -> HTMLResponse:
+async def dashboard(
+    request: Request,
+    state: State,
+    refresh: Annotated[int, Query(ge=0, le=86400, description="seconds; 0: never")] = REFRESH,
+) -> HTMLResponse:
     settings = state.settings
     pool = state.pool
     now = datetime.now(UTC)
-    sets = await overview.sets_overview(pool)
-    links = await overview.links_overview(pool)
-    runs = await link_store.recent_runs(pool, None, 20)
-    quarantine = await link_store.recent_quarantine(pool, None, 20)
-    reports = await check_store.recent_reports(pool, None, 10)
-    arrivals = await overview.arrivals_per_day(pool, 30)
-    durations, lags = history_series(await overview.run_history(pool, 7))
-    registry = await registry_section(request, pool)
+    address = harvester_address(settings)
+    harvester = asyncio.ensure_future(probe_harvester(address))
+    database = await not_ready(pool, settings.probe_timeout_seconds)
+    if database is not None:
+        # what can be known without the database: the page says so, and is tried again
+        strip = status_strip(settings, database, await harvester, address, [], set(), None, now)
+        page = f"""{page_head(f"wiscat {settings.gisc_name}", refresh or REFRESH)}
+<body><h1>wiscat node {e(settings.gisc_name)}</h1>{strip}
+<p>page made {e(when(now))}, {refresh_note(refresh or REFRESH)}</p></body></html>"""
+        return HTMLResponse(page, status_code=503, headers={**HEADERS, "Retry-After": "30"})
+    try:
+        sets = await overview.sets_overview(pool)
+        links = await overview.links_overview(pool)
+        runs = await link_store.recent_runs(pool, None, 20)
+        quarantine = await link_store.recent_quarantine(pool, None, 20)
+        reports = await check_store.recent_reports(pool, None, 10)
+        arrivals = await overview.arrivals_per_day(pool, 30)
+        durations, lags, failed = history_series(await overview.run_history(pool, 7))
+        registry = await registry_section(request, pool)
+    except BaseException:
+        harvester.cancel()
+        raise
+    probed = await harvester
 
     set_rows = [
         [
@@ -343,13 +344,17 @@ async def dashboard(request: Request, state: State) -> HTMLResponse:
         for s in sets
     ]
     link_rows = []
+    lagging: set[str] = set()
     for link in links:
         lag = (now - link["last_success_at"]).total_seconds() if link["last_success_at"] else None
         late = lag is not None and lag > 2 * link["every"].total_seconds()
+        if late and link["enabled"]:
+            lagging.add(link["name"])
         mapping = f"{link['remote_set'] or '(all)'} → {link['local_set']}"
         link_rows.append(
             [
-                td(link["name"]),
+                f'<td class="link"><span class="key" style="color:{link_colour(link["name"])}">'
+                f"&#9632;</span> {e(link['name'])}</td>",
                 f'<td>{e(safe_url(link["base_url"]))}<span class="sub">{e(mapping)}</span></td>',
                 td("yes" if link["enabled"] else "no"),
                 stamp(link["finished_at"] or link["started_at"]),
@@ -382,7 +387,7 @@ async def dashboard(request: Request, state: State) -> HTMLResponse:
     ]
     quarantine_rows = [
         [
-            td(q["id"], "n"),
+            f'<td class="n"><a href="/quarantine/{q["id"]}">{q["id"]}</a></td>',
             stamp(q["received_at"]),
             td(q["link"] or "(a removed link)"),
             td(q["identifier"]),
@@ -407,33 +412,16 @@ async def dashboard(request: Request, state: State) -> HTMLResponse:
             )
     day_bars = _days(arrivals, now)
 
-    page = f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>wiscat {e(settings.gisc_name)}</title><link rel="icon" href="data:,">
-<style>{STYLE}</style></head>
+    strip = status_strip(
+        settings, None, probed, address, links, lagging, reports[0] if reports else None, now
+    )
+    page = f"""{page_head(f"wiscat {settings.gisc_name}", refresh)}
 <body>
 <h1>wiscat node {e(settings.gisc_name)}</h1>
+{strip}
 <p>Own set <b>{e(settings.own_set)}</b> · <a href="/oai?verb=Identify">OAI-PMH</a> ·
 <a href="/metrics">metrics</a> · <a href="/wis/monitor.json">WIS monitoring</a> ·
-<a href="/urls">registry URLs</a> · page made {e(when(now))}</p>
-
-<h2>Catalogue</h2>
-{table(["set", "kind", "live", "deleted", "last change"], set_rows, "no sets yet")}
-
-<h2>Plots</h2>
-<div class="plots">
-{bar_plot("Records arriving per day (last 30 days)", day_bars, "records")}
-{line_plot("Harvest duration per link (last 7 days)", durations, "duration", "no runs yet")}
-{
-        line_plot(
-            "Lag per link: time since the previous successful run",
-            lags,
-            "lag",
-            "no link has two successful runs yet",
-        )
-    }
-</div>
+<a href="/urls">registry URLs</a> · page made {e(when(now))}, {refresh_note(refresh)}</p>
 
 <h2>Links</h2>
 <p>Admin token <input id="token" type="password" autocomplete="off"
@@ -456,6 +444,31 @@ placeholder="WISCAT_ADMIN_TOKEN"> for "harvest now"<span id="answer"></span></p>
         )
     }
 
+<h2>Plots</h2>
+<div class="plots">
+{
+        line_plot(
+            "Harvest duration per link (last 7 days)",
+            durations,
+            "duration",
+            "no runs yet",
+            failed=failed,
+        )
+    }
+{
+        line_plot(
+            "Lag per link: time since the previous successful run",
+            lags,
+            "lag",
+            "no link has two successful runs yet",
+        )
+    }
+{bar_plot("Records arriving per day (last 30 days)", day_bars, "records")}
+</div>
+
+<h2>Catalogue</h2>
+{table(["set", "kind", "live", "deleted", "last change"], set_rows, "no sets yet")}
+
 <h2>Recent harvest runs</h2>
 {
         table(
@@ -476,8 +489,8 @@ placeholder="WISCAT_ADMIN_TOKEN"> for "harvest now"<span id="answer"></span></p>
     }
 
 <h2>Quarantined records</h2>
-<p class="muted">A record's stored bytes: <code>wiscat link quarantine --raw ID</code>, or
-<code>GET /admin/quarantine/ID</code> with the admin token.</p>
+<p class="muted">A record's reason and stored bytes: its id below, or
+<code>wiscat link quarantine --raw ID</code>.</p>
 {table(["id", "received", "link", "identifier", "reason"], quarantine_rows, "nothing quarantined")}
 
 <h2>Consistency reports</h2>
@@ -494,6 +507,49 @@ placeholder="WISCAT_ADMIN_TOKEN"> for "harvest now"<span id="answer"></span></p>
 <script>{SCRIPT}</script>
 </body></html>"""
     return HTMLResponse(page, headers=HEADERS)
+
+
+@router.get("/quarantine/{quarantine_id}", response_class=HTMLResponse)
+async def quarantined_record(
+    state: State, quarantine_id: Annotated[int, Path(ge=1, le=2**63 - 1)]
+) -> HTMLResponse:
+    """One quarantined record: what is known of it, its reason, and its bytes as text (escaped,
+    the first :data:`RAW_SHOWN` bytes)."""
+    row = await link_store.quarantined_record(state.pool, quarantine_id)
+    title = f"quarantined record {quarantine_id}"
+    if row is None:
+        body = (
+            f'<p class="failed">No quarantined record {quarantine_id}: there never was one, '
+            "or it outlived WISCAT_HISTORY_RETENTION_DAYS.</p>"
+        )
+        status_code = 404
+    else:
+        raw: bytes = row["raw"] or b""
+        shown = raw[:RAW_SHOWN].decode("utf-8", errors="replace")
+        cut = (
+            f"the first {RAW_SHOWN:,} of {len(raw):,} bytes; the whole: "
+            f"<code>wiscat link quarantine --raw {quarantine_id}</code>"
+            if len(raw) > RAW_SHOWN
+            else f"{len(raw):,} bytes"
+        )
+        facts = [
+            ("link", row["link"] or "(a removed link)"),
+            ("run", row["run_id"] if row["run_id"] is not None else "-"),
+            ("page", row["page"] if row["page"] is not None else "-"),
+            ("received", when(row["received_at"])),
+            ("identifier", row["identifier"] or "-"),
+        ]
+        rows = "".join(f"<tr><th>{e(k)}</th><td>{e(v)}</td></tr>" for k, v in facts)
+        body = (
+            f'<table class="facts">{rows}<tr><th>reason</th>'
+            f'<td class="err" id="reason">{e(row["reason"])}</td></tr></table>'
+            f"<h2>Stored bytes ({cut})</h2>"
+            f'<pre class="raw" id="raw">{e(shown)}</pre>'
+        )
+        status_code = 200
+    page = f"""{page_head(f"wiscat {state.settings.gisc_name}: {title}", 0)}
+<body><h1>{e(title)}</h1><p><a href="/">dashboard</a></p>{body}</body></html>"""
+    return HTMLResponse(page, status_code=status_code, headers=RECORD_HEADERS)
 
 
 async def registry_section(request: Request, pool: Pool) -> str:

@@ -87,7 +87,10 @@ async def test_runs_and_quarantine_from_the_command_line(make_node: NodeFactory)
             html = await dashboard.text()
         quarantine = html.split("<h2>Quarantined records</h2>", 1)[1].split("<h2>", 1)[0]
         first = quarantine.split("<tbody><tr>", 1)[1].split("</tr>", 1)[0]
-        assert first.startswith(f'<td class="n">{row["id"]}</td>')
+        quarantine_id = row["id"]
+        assert first.startswith(
+            f'<td class="n"><a href="/quarantine/{quarantine_id}">{quarantine_id}</a></td>'
+        )
         assert "<td>peer</td><td>urn:x-wmo:md:hist::bad</td>" in first
         # and its run shows what it set aside (it showed added and updated alone)
         runs = html.split("<h2>Recent harvest runs</h2>", 1)[1].split("<h2>", 1)[0]
