@@ -345,7 +345,7 @@ class OAIClient:
         """Every page of a list with what ``read`` made of it, in list order, up to ``ahead``
         pages asked for and read ahead of the caller (:class:`services.harvester.pager.Pager`)."""
         pager = Pager(
-            self,
+            self.fetch,
             base_url,
             verb,
             read,
@@ -355,6 +355,8 @@ class OAIClient:
             until=until,
             day_granularity=day_granularity,
             ahead=ahead,
+            max_requests=self.settings.max_requests_per_list,
+            max_empty_pages=self.settings.max_empty_pages,
         )
         return pager.pages()
 

@@ -8,7 +8,7 @@ import logging
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime
-from typing import TYPE_CHECKING, Generic, TypeVar
+from typing import Generic, TypeVar
 
 from services.harvester.errors import RepeatedResumptionToken, TooManyEmptyPages, TooManyRequests
 from services.harvester.page_records import Page
@@ -19,9 +19,6 @@ from shared.oaipmh.pages import PageReader, announced_token, read_errors
 from shared.tasks import abandon
 from shared.text import clipped
 from shared.urls import safe_url
-
-if TYPE_CHECKING:
-    from services.harvester.client import OAIClient
 
 log = logging.getLogger("wiscat.harvester.client")
 
@@ -64,7 +61,7 @@ class Pager(Generic[T]):
 
     def __init__(
         self,
-        client: OAIClient,
+        fetch: Callable[[str, dict[str, str]], Awaitable[bytes]],
         base_url: str,
         verb: str,
         read: Callable[[Page], Awaitable[T]],
@@ -75,8 +72,10 @@ class Pager(Generic[T]):
         until: datetime | None,
         day_granularity: bool,
         ahead: int,
+        max_requests: int,
+        max_empty_pages: int,
     ) -> None:
-        self.client = client
+        self.fetch = fetch
         self.base_url = base_url
         self.verb = verb
         self.read = read
@@ -91,7 +90,8 @@ class Pager(Generic[T]):
         # first request with badArgument: it is asked again in days, once (RELIABILITY H15)
         self.may_ask_in_days = not day_granularity and (from_ is not None or until is not None)
         self.shown = safe_url(base_url)
-        self.limit = client.settings.max_requests_per_list
+        self.limit = max_requests
+        self.max_empty_pages = max_empty_pages
         self.seen_tokens: set[str] = set()
         self.empty_pages = 0
         self.requests = 0
@@ -137,7 +137,7 @@ class Pager(Generic[T]):
         self.send(guess, {"verb": self.verb, "resumptionToken": guess})
 
     async def fetch_and_read(self, slot: Slot[T], query: dict[str, str]) -> tuple[Page, T]:
-        body = await self.client.fetch(self.base_url, query)
+        body = await self.fetch(self.base_url, query)
         if self.may_ask_in_days and slot.asked_with is None and len(body) < SMALL_PAGE:
             # an error answer is small: read here, whoever reads the page's items
             refused = read_errors(body)
@@ -197,7 +197,7 @@ class Pager(Generic[T]):
             )
         self.seen_tokens.add(token)
         self.empty_pages = self.empty_pages + 1 if page.reader.items_seen == 0 else 0
-        if self.empty_pages > self.client.settings.max_empty_pages:
+        if self.empty_pages > self.max_empty_pages:
             raise TooManyEmptyPages(
                 f"{self.shown} sent {self.empty_pages} pages in a row with a token and no item "
                 "(the cap is WISCAT_HARVEST_MAX_EMPTY_PAGES)"

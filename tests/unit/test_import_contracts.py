@@ -7,6 +7,8 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
+import grimp
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -24,3 +26,16 @@ def test_every_module_of_shared_but_db_is_kept_from_asyncpg() -> None:
     }
     assert modules - {"shared.db"} <= set(contract["source_modules"])
     assert "services" in contract["source_modules"]
+
+
+def test_no_module_imports_itself_through_others() -> None:
+    """No import cycle anywhere in shared and services (type-checking imports included): a
+    module can be read before the modules that use it."""
+    graph = grimp.build_graph("shared", "services")
+    cycles = [
+        (module, other)
+        for module in sorted(graph.modules)
+        for other in sorted(graph.find_modules_directly_imported_by(module))
+        if graph.chain_exists(importer=other, imported=module)
+    ]
+    assert cycles == []
