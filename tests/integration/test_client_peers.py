@@ -557,17 +557,22 @@ async def test_500_then_success_is_retried_and_logged(
     assert peer.url in retries[0] and "attempt 1" in retries[0] and "500" in retries[0]
 
 
-async def test_404_is_not_retried(serve: Serve, client: OAIClient) -> None:
-    """H05: a 404 is final: one request, its status in the reason."""
+@pytest.mark.parametrize(("status", "text"), [(404, "Not Found"), (302, "moved somewhere")])
+async def test_h05_h11_a_404_or_a_302_without_location_is_final(
+    serve: Serve, client: OAIClient, status: int, text: str
+) -> None:
+    """H05: a 404 is final; H11: a 302 with no Location leads nowhere, and is final too (aiohttp
+    lists it in its own redirect history, but nothing was followed): one request, its status in
+    the reason."""
 
     async def handler(request: web.Request, peer: Peer) -> web.Response:
-        return web.Response(status=404, text="Not Found")
+        return web.Response(status=status, text=text)
 
     peer = await serve(handler)
     with pytest.raises(PeerHTTPError) as caught:
         await client.identify(peer.url)
-    assert caught.value.status == 404
-    assert caught.value.reason == f"HTTP 404 from {peer.url}, answering Identify"
+    assert caught.value.status == status
+    assert caught.value.reason == f"HTTP {status} from {peer.url}, answering Identify"
     assert peer.count == 1
 
 
@@ -1193,20 +1198,6 @@ async def test_h10_latin1_bytes_declared_as_utf8_are_refused(
     assert isinstance(failure.__cause__, MalformedResponse)
     assert failure.reason.startswith("not well-formed XML: Invalid bytes in character encoding")
     assert "\ufffd" not in failure.reason
-
-
-async def test_h11_a_redirect_without_location_is_final(serve: Serve, client: OAIClient) -> None:
-    """H11: a 302 with no Location leads nowhere: the run fails with its status, no retry."""
-
-    async def handler(request: web.Request, peer: Peer) -> web.Response:
-        return web.Response(status=302, text="moved somewhere")
-
-    peer = await serve(handler)
-    with pytest.raises(PeerHTTPError) as caught:
-        await client.identify(peer.url)
-    assert caught.value.status == 302
-    assert caught.value.reason == f"HTTP 302 from {peer.url}, answering Identify"
-    assert peer.count == 1
 
 
 async def test_h22_requests_accept_identity_too(serve: Serve, client: OAIClient) -> None:
