@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import uuid
 from urllib.parse import urlsplit, urlunsplit
 
@@ -11,7 +12,9 @@ import asyncpg
 from shared.db import migrate as migrations
 from shared.db.pool import connect
 
-TEMPLATE = "wiscat_test_template"
+#: The migrated template each test database is cloned from: one a pytest-xdist worker, as the
+#: workers may share a server (WISCAT_TEST_DATABASE_URL).
+TEMPLATE = "wiscat_test_template_" + os.environ.get("PYTEST_XDIST_WORKER", "main")
 
 
 def with_database(url: str, name: str) -> str:
