@@ -33,6 +33,9 @@ class IngestReport:
     counts: Counter[str] = field(default_factory=Counter)
     refused: list[tuple[str, str]] = field(default_factory=list)
     older: list[tuple[str, str]] = field(default_factory=list)
+    # progress: the files listed (None until every path is listed), and those read so far
+    files: int | None = None
+    read: int = 0
 
     def summary(self) -> str:
         parts = [f"{name} {self.counts[name]}" for name in sorted(self.counts)]
@@ -108,7 +111,7 @@ async def write_local(
     for path, record in batch:
         if record.identifier in refused:
             report.older.append((str(path), older(record)))
-            log.warning("refused %s (%s): %s", path, record.identifier, older(record))
+            log.debug("refused %s (%s): %s", path, record.identifier, older(record))
 
 
 def _same_file(first: str, path: Path) -> bool:
@@ -131,17 +134,23 @@ async def ingest_paths(
     # Which file each identifier came from: two files of one identifier (a copied record whose
     # fileIdentifier was not changed) would have the later overwrite the earlier in silence.
     read_from: dict[str, str] = {}
-    for given in paths:
-        files = xml_files(given) if given.is_dir() and str(given) != STDIN else [given]
+    listed = [
+        (given, xml_files(given) if given.is_dir() and str(given) != STDIN else [given])
+        for given in paths
+    ]
+    report.files = sum(len(files) for _, files in listed)
+    # What is refused is the report's, which the caller shows once: logged at DEBUG only.
+    for given, files in listed:
         if not files:
             report.refused.append((str(given), "a folder without any .xml file"))
-            log.warning("refused %s: a folder without any .xml file", given)
+            log.debug("refused %s: a folder without any .xml file", given)
         for path in files:
+            report.read += 1
             try:
                 record = parse_record(read_file(path))
             except (RecordError, OSError) as exc:
                 report.refused.append((str(path), str(exc)))
-                log.warning("refused %s: %s", path, exc)
+                log.debug("refused %s: %s", path, exc)
                 continue
             first = read_from.get(record.identifier)
             if first is None:
@@ -151,7 +160,7 @@ async def ingest_paths(
             else:
                 reason = f"the same gmd:fileIdentifier as {first}, read before it in this ingest"
                 report.refused.append((str(path), reason))
-                log.warning("refused %s: %s", path, reason)
+                log.debug("refused %s: %s", path, reason)
                 continue
             batch.append((path, record))
             if len(batch) >= BATCH:

@@ -305,6 +305,12 @@ class Settings(BaseSettings):
     registry_submit_wait_seconds: float = Field(
         default=5.0, ge=0, le=600, description="how long POST /urls waits for the URL's block"
     )
+    progress_seconds: float = Field(
+        default=5.0,
+        ge=0,
+        le=3600,
+        description="wiscat ingest and check print a progress line on stderr this often; 0: none",
+    )
     log_level: str = Field(default="INFO", description="DEBUG, INFO, WARNING, ERROR or CRITICAL")
     log_format: Literal["text", "json"] = Field(
         default="text", description="text, or json for one JSON object per line"

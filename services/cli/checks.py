@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from services.cli.arguments import DURATIONS, argument, command, count, group
 from services.cli.database import migrated_pool
 from services.cli.output import jsonable, show, table, when
+from services.cli.progress import per_second, progress
 from shared.db import checks as check_store
 from shared.durations import format_duration, parse_duration
 from shared.linkspec import (
@@ -30,7 +31,7 @@ from shared.settings import Settings
 from shared.text import clipped
 
 if TYPE_CHECKING:
-    from services.harvester.check import CheckReport
+    from services.harvester.check import Checker, CheckReport
 
 _url = argument(check_base_url)
 _set = argument(functools.partial(check_set_spec, option="set"))
@@ -206,7 +207,7 @@ def _refused_peers(args: argparse.Namespace) -> int:
 
 
 async def cmd_check(settings: Settings, args: argparse.Namespace) -> int:
-    from services.harvester.check import CheckRequest, run_check
+    from services.harvester.check import Checker, CheckRequest
     from services.harvester.check_output import json_target_problem, write_json
     from services.harvester.client import OAIClient
     from services.harvester.service import client_settings
@@ -229,7 +230,13 @@ async def cmd_check(settings: Settings, args: argparse.Namespace) -> int:
         sample=args.sample,
     )
     async with OAIClient.session(config) as session:
-        report, checker = await run_check(OAIClient(session, config), request)
+        checker = Checker(OAIClient(session, config), request)
+        try:
+            async with progress(settings.progress_seconds, functools.partial(_progress, checker)):
+                report = await checker.run()
+        except BaseException:
+            checker.close()
+            raise
     with checker:
         for line in _check_lines(report, details=args.details):
             print(line)
@@ -237,6 +244,13 @@ async def cmd_check(settings: Settings, args: argparse.Namespace) -> int:
             write_json(report, args.json)
             print(f"report written to {args.json}")
     return report.exit_code
+
+
+def _progress(checker: Checker, seconds: float) -> str:
+    """A progress line: "check: listing: 41,200 identifiers listed (URL 20,600, URL 20,600),
+    8,240 a second"."""
+    listed = sum(spill.count for _, spill in checker.listing)
+    return f"check: {checker.progress()}, {per_second(listed, seconds)}"
 
 
 # The summary's column of each category.

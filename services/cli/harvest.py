@@ -78,6 +78,7 @@ def _taken(link: Link) -> str:
 
 
 async def _harvest_once(settings: Settings, args: argparse.Namespace) -> int:
+    from services.harvester.context import run_end_unlogged
     from services.harvester.harvest import harvest_link, run_list
     from services.harvester.scheduler import lease_kept
     from services.harvester.service import harvest_context
@@ -94,18 +95,20 @@ async def _harvest_once(settings: Settings, args: argparse.Namespace) -> int:
             print(f"wiscat: {_taken(taken)}", file=sys.stderr)
             return 1
         try:
-            # renewed while the run lasts: a long run must not be taken over by a harvester
-            async with lease_kept(ctx.pool, link.name, owner, lease):
-                if args.backup_sync:
-                    report = await run_list(ctx, link, mode="backup", from_=None, until=None)
-                else:
-                    report = await harvest_link(
-                        ctx,
-                        link,
-                        full=args.full,
-                        allow_mass_delete=args.allow_mass_delete,
-                        window=False,
-                    )
+            # renewed while the run lasts: a long run must not be taken over by a harvester;
+            # the run's summary is this command's result: printed below, once, not logged too
+            with run_end_unlogged():
+                async with lease_kept(ctx.pool, link.name, owner, lease):
+                    if args.backup_sync:
+                        report = await run_list(ctx, link, mode="backup", from_=None, until=None)
+                    else:
+                        report = await harvest_link(
+                            ctx,
+                            link,
+                            full=args.full,
+                            allow_mass_delete=args.allow_mass_delete,
+                            window=False,
+                        )
         finally:
             await link_store.release_lease(ctx.pool, link.name, owner, link.next_run_at, link)
     print(report.summary())

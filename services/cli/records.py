@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import logging
 import os
 import sys
@@ -14,6 +15,7 @@ from typing import Any
 from services.cli.arguments import command
 from services.cli.database import migrated_pool
 from services.cli.output import said
+from services.cli.progress import per_second, progress
 from shared import ingest
 from shared.db.errors import FAILED, UNAVAILABLE
 from shared.generator import generate_record, identifier_for
@@ -115,7 +117,10 @@ async def cmd_ingest(settings: Settings, args: argparse.Namespace) -> int:
     if ingest.STDIN in args.paths and (refused := _stdin_refused(args.paths, "a record")):
         return refused
     report = ingest.IngestReport()
-    async with migrated_pool(settings, max_size=2) as pool:
+    async with (
+        migrated_pool(settings, max_size=2) as pool,
+        progress(settings.progress_seconds, functools.partial(_ingest_progress, report)),
+    ):
         try:
             await ingest.ingest_paths(pool, settings.own_set, paths, report)
         except UNAVAILABLE + FAILED as exc:  # a file's own errors are the report's
@@ -128,6 +133,18 @@ async def cmd_ingest(settings: Settings, args: argparse.Namespace) -> int:
             raise
     _print_ingest(settings, report)
     return 1 if report.refused or report.older else 0
+
+
+def _ingest_progress(report: ingest.IngestReport, seconds: float) -> str:
+    """A progress line: "ingest: read 41,200 of 100,000 files (1,840 a second), stored 41,000,
+    bad 3"."""
+    if report.files is None:
+        return "ingest: listing the files"
+    stored = sum(report.counts.values())
+    return (
+        f"ingest: read {report.read:,} of {report.files:,} files "
+        f"({per_second(report.read, seconds)}), stored {stored:,}, bad {len(report.refused):,}"
+    )
 
 
 def _stdin_refused(arguments: list[str], what: str) -> int | None:

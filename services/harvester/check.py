@@ -279,6 +279,16 @@ class Checker:
         self.request = request
         self.stack = contextlib.ExitStack()
         self.directory = Path(self.stack.enter_context(tempfile.TemporaryDirectory("-check")))
+        # what the run has listed so far, each endpoint's spill; for progress lines
+        self.listing: list[tuple[str, SortedSpill]] = []
+        self.listed = False
+
+    def progress(self) -> str:
+        """How far the run is: the identifiers listed so far from each endpoint, or comparing."""
+        listed = sum(spill.count for _, spill in self.listing)
+        each = ", ".join(f"{safe_url(url)} {spill.count:,}" for url, spill in self.listing)
+        doing = "comparing" if self.listed else "listing"
+        return f"{doing}: {listed:,} identifiers listed ({each})"
 
     def close(self) -> None:
         self.stack.close()
@@ -294,9 +304,9 @@ class Checker:
         started = datetime.now(UTC)
         urls = (request.source, *request.peers)
         spills = [SortedSpill(self.directory, f"list{n}") for n in range(len(urls))]
-        listings = await asyncio.gather(
-            *(self._list(url, spill) for url, spill in zip(urls, spills, strict=True))
-        )
+        self.listing = list(zip(urls, spills, strict=True))
+        listings = await asyncio.gather(*(self._list(url, spill) for url, spill in self.listing))
+        self.listed = True
         listed = datetime.now(UTC)
         log.info(
             "listed %d identifiers from %d endpoints in %.1f s",

@@ -3,10 +3,12 @@ the peers' Identify) and the run's own report."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -68,3 +70,27 @@ class RunReport:
 def run_log(report: RunReport) -> logging.LoggerAdapter[logging.Logger]:
     # link and run as fields of their own in JSON logs (WISCAT_LOG_FORMAT=json)
     return logging.LoggerAdapter(log, {"link": report.link, "run": report.run_id})
+
+
+#: The attribute set on the log record of a run's summary, at its end: ``wiscat harvest NAME``
+#: prints that summary itself, once, and leaves the record out (:func:`run_end_unlogged`).
+RUN_END = "run_end"
+
+
+def run_end_log(report: RunReport) -> logging.LoggerAdapter[logging.Logger]:
+    """:func:`run_log`, for the one line that sums a run up at its end."""
+    return logging.LoggerAdapter(log, {"link": report.link, "run": report.run_id, RUN_END: True})
+
+
+@contextlib.contextmanager
+def run_end_unlogged() -> Iterator[None]:
+    """Runs' summaries are not logged while the block runs (their caller prints them)."""
+
+    def keep(record: logging.LogRecord) -> bool:
+        return not getattr(record, RUN_END, False)
+
+    log.addFilter(keep)
+    try:
+        yield
+    finally:
+        log.removeFilter(keep)

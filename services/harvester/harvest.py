@@ -24,7 +24,7 @@ import time
 from datetime import UTC, datetime, timedelta
 
 from services.harvester.backup import backup
-from services.harvester.context import HarvestContext, RunReport, run_log
+from services.harvester.context import HarvestContext, RunReport, run_end_log, run_log
 from services.harvester.errors import (
     BadIdentify,
     HarvestError,
@@ -190,17 +190,17 @@ async def _finish(ctx: HarvestContext, link: Link, report: RunReport, started: f
         # the link was removed while it ran, its runs with it: nothing to record, no error
         report.status, report.error_kind = "stopped", "LinkRemoved"
         report.error = f"link {link.name} was removed during the run"
-        run_log(report).info("harvest %s", report.summary())
+        run_end_log(report).info("harvest %s", report.summary())
         return
     if report.status != "ok":
         ctx.identified.pop(link.base_url, None)  # the peer may have changed: ask it again
         if report.error_kind != RunTakenOver.__name__:  # the link's state is its new run's
             await link_store.fail_link(ctx.pool, link.name, report.run_id, report.error or "")
         ctx.metrics.errors.labels(link.name, report.error_kind or "unknown").inc()
-        run_log(report).warning("harvest %s", report.summary())
+        run_end_log(report).warning("harvest %s", report.summary())
     else:
         ctx.metrics.last_success.labels(link.name).set(time.time())
-        run_log(report).info("harvest %s", report.summary())
+        run_end_log(report).info("harvest %s", report.summary())
         if nothing_but_quarantined(report.counts):
             run_log(report).warning(
                 "harvest %s: every record of run %d was quarantined (%d; `wiscat link quarantine "

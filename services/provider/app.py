@@ -11,6 +11,7 @@ from datetime import timedelta
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from fastapi_offline import FastAPIOffline
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -18,7 +19,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from services.provider import admin, monitoring, oai, registry, ui
 from services.provider.limits import BodyCap, BodyLimit
 from services.provider.metrics import ProviderMetrics
-from services.provider.openapi import document_bad_requests
+from services.provider.openapi import document_bad_requests, document_bearer
 from services.provider.responses import (
     CUT_OFF,
     MAX_POST_BYTES,
@@ -54,6 +55,23 @@ BODY_CAPS = (
     BodyCap("POST", "/oai", MAX_POST_BYTES, "an OAI-PMH request"),
 )
 DEFAULT_BODY_CAP = 64 * 1024
+
+# What .env.example sets, to be replaced: a node that keeps one is open to whoever read it
+PLACEHOLDER_SECRETS = frozenset({"change-me", "change-me-too", "changeme"})
+
+
+def warn_placeholder_secrets(settings: Settings) -> None:
+    """Warn while the admin token or the token secret is still the example's placeholder."""
+    for name, secret in (
+        ("WISCAT_ADMIN_TOKEN", settings.admin_token),
+        ("WISCAT_TOKEN_SECRET", settings.token_secret),
+    ):
+        if secret is not None and secret.get_secret_value().strip().lower() in PLACEHOLDER_SECRETS:
+            log.warning(
+                "%s is the placeholder of .env.example: set a long random one "
+                "(python -c 'import secrets; print(secrets.token_urlsafe(32))')",
+                name,
+            )
 
 
 class HeadAsGet:
@@ -196,6 +214,7 @@ def create_app(settings: Settings, database_url: str) -> FastAPI:
                 settings.own_set,
                 VERSION,
             )
+            warn_placeholder_secrets(settings)
             yield
             await registry.stop(app)
             await state.lists.close()
@@ -206,12 +225,15 @@ def create_app(settings: Settings, database_url: str) -> FastAPI:
         finally:
             await pool.close()
 
-    app = FastAPI(
+    # Swagger UI's script, style sheet and icon come from the node itself (/docs/static/...),
+    # not from a CDN: /docs works on a closed network
+    app = FastAPIOffline(
         title="wiscat provider",
         summary="OAI-PMH 2.0 provider of a WIS catalogue node",
         lifespan=lifespan,
         docs_url="/docs",
         redoc_url=None,
+        static_url="/docs/static",
     )
     # a submitted URL is fetched (its Identify), then its block waited for
     submit = settings.registry_fetch_timeout_seconds + settings.registry_submit_wait_seconds
@@ -246,6 +268,7 @@ def create_app(settings: Settings, database_url: str) -> FastAPI:
         )
 
     document_bad_requests(app)
+    document_bearer(app)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -102,3 +102,29 @@ def document_bad_requests(app: FastAPI) -> None:
         return document
 
     app.openapi = schema  # type: ignore[method-assign]
+
+
+#: The admin API's security scheme: what ``admin.require_admin`` checks, for the schema's sake
+#: (Swagger UI's "Authorize" button); the check itself is ``require_admin``'s alone.
+BEARER = "adminToken"
+
+
+def document_bearer(app: FastAPI) -> None:
+    """Make ``app``'s schema declare the bearer token that every ``/admin`` route asks for."""
+    generate: Callable[[], dict[str, Any]] = app.openapi
+
+    def schema() -> dict[str, Any]:
+        document = generate()
+        schemes = document.setdefault("components", {}).setdefault("securitySchemes", {})
+        schemes[BEARER] = {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "WISCAT_ADMIN_TOKEN, sent as `Authorization: Bearer <token>`",
+        }
+        for path, operations in document.get("paths", {}).items():
+            if path.startswith("/admin/"):
+                for operation in operations.values():
+                    operation["security"] = [{BEARER: []}]
+        return document
+
+    app.openapi = schema  # type: ignore[method-assign]

@@ -217,6 +217,18 @@ def published(svc: dict[str, Any]) -> list[tuple[int | None, int]]:
     return ports
 
 
+def published_addresses(svc: dict[str, Any]) -> list[str | None]:
+    """The host address each published port binds (None: every interface of the host)."""
+    addresses: list[str | None] = []
+    for entry in svc.get("ports") or []:
+        if isinstance(entry, dict):
+            addresses.append(entry.get("host_ip"))
+            continue
+        parts = str(entry).split("/")[0].rsplit(":", 2)
+        addresses.append(parts[0].strip("[]") if len(parts) == 3 and parts[0] else None)
+    return addresses
+
+
 def healthcheck_urls(svc: dict[str, Any]) -> list[str]:
     test = (svc.get("healthcheck") or {}).get("test")
     text = " ".join(test) if isinstance(test, list) else str(test or "")
@@ -364,6 +376,16 @@ def port_problems(compose: dict[str, Any], env_text: str, dockerfile: str) -> li
                     f"WISCAT_BASE_URL {settings.base_url} is not on the published provider port"
                 )
     return problems
+
+
+def harvester_exposure_problems(compose: dict[str, Any]) -> list[str]:
+    """The harvester's port (health and metrics, no authentication) is on the host's loopback."""
+    harvester = (compose.get("services") or {}).get("harvester") or {}
+    return [
+        f"the harvester's port is published on {address or 'every interface'}, not 127.0.0.1"
+        for address in published_addresses(harvester)
+        if address not in LOOPBACK
+    ]
 
 
 def database_problems(compose: dict[str, Any], env_text: str) -> list[str]:
@@ -542,6 +564,11 @@ def test_ports_and_healthchecks(files: dict[str, str]) -> None:
     assert port_problems(compose, files["env"], files["dockerfile"]) == []
 
 
+def test_harvester_port_on_loopback_only(files: dict[str, str]) -> None:
+    """The harvester's /metrics and /healthz answer anyone who reaches them: on 127.0.0.1 only."""
+    assert harvester_exposure_problems(load_compose(files["compose"])) == []
+
+
 def test_services_share_the_db(files: dict[str, str]) -> None:
     assert database_problems(load_compose(files["compose"]), files["env"]) == []
 
@@ -600,6 +627,7 @@ def _run_all(files: dict[str, str]) -> list[str]:
         + env_name_problems(files["env"], ".env.example")
         + env_example_problems(files["env"], files["compose"])
         + port_problems(compose, files["env"], files["dockerfile"])
+        + harvester_exposure_problems(compose)
         + database_problems(compose, files["env"])
         + dockerfile_problems(files["dockerfile"], files["pyproject"])
         + migrations_problems(files["dockerfile"], files["pyproject"])
@@ -639,6 +667,11 @@ MUTATIONS: dict[str, Callable[[dict[str, str]], dict[str, str]]] = {
     "stray variable in .env.example": _text("env", "POSTGRES_PASSWORD=", "PG_PASSWORD="),
     "provider published on another port": _compose(_svc("provider", ports=["8080:9090"])),
     "harvester published on another host port": _compose(_svc("harvester", ports=["9091:8081"])),
+    "harvester on every interface": _compose(_svc("harvester", ports=["8081:8081"])),
+    "harvester on a public address": _compose(_svc("harvester", ports=["0.0.0.0:8081:8081"])),
+    "harvester on every interface (long form)": _compose(
+        _svc("harvester", ports=[{"target": 8081, "published": 8081}])
+    ),
     "harvester listens elsewhere": _compose(
         _svc("harvester", command=["wiscat", "harvester", "--port", "9999"])
     ),

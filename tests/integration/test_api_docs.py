@@ -1,0 +1,100 @@
+"""The admin API as a newcomer meets it: ``/docs`` (Swagger UI) served whole by the node itself,
+the bearer token declared in the schema, and a warning while a secret is the example's
+placeholder.
+
+A real provider on loopback, on a real PostgreSQL; aiohttp as the browser.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from urllib.parse import urljoin, urlsplit
+
+import aiohttp
+import pytest
+
+from services.provider.app import create_app
+from tests.servers import provider_settings, running_provider
+
+# every src= or href= of the page, and the url: given to SwaggerUIBundle
+REFERENCE = re.compile(r"""(?:src|href)\s*=\s*["']([^"']+)["']|\burl\s*:\s*["']([^"']+)["']""")
+
+
+async def test_docs_page_and_its_assets_come_from_the_node(database_url: str) -> None:
+    """/docs and every script, style sheet, icon and schema it names are answered by the node
+    itself (on a closed network no CDN is reachable, and the page would be blank)."""
+    async with running_provider(database_url) as provider, aiohttp.ClientSession() as http:
+        async with http.get(provider.root + "/docs") as page:
+            assert page.status == 200
+            html = await page.text()
+        references = [a or b for a, b in REFERENCE.findall(html)]
+        urls = {urljoin(provider.root + "/docs", ref) for ref in references}
+        assert {urlsplit(url).netloc for url in urls} == {urlsplit(provider.root).netloc}, urls
+        kinds = {}
+        for url in sorted(urls):
+            async with http.get(url) as asset:
+                body = await asset.read()
+                assert (asset.status, url) == (200, url)
+                assert body, url
+                kinds[urlsplit(url).path] = asset.content_type
+    assert kinds == {
+        "/openapi.json": "application/json",
+        "/docs/static/favicon.png": "image/png",
+        "/docs/static/swagger-ui-bundle.js": "text/javascript",
+        "/docs/static/swagger-ui.css": "text/css",
+    }
+
+
+def test_schema_declares_the_admin_bearer_token() -> None:
+    """Every /admin operation asks for the bearer token (Swagger UI's "Authorize"), and no
+    other operation does."""
+    app = create_app(provider_settings(8080), "postgresql://127.0.0.1:9/unused")
+    document = app.openapi()
+    assert document["components"]["securitySchemes"] == {
+        "adminToken": {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "WISCAT_ADMIN_TOKEN, sent as `Authorization: Bearer <token>`",
+        }
+    }
+    secured = {
+        f"{method.upper()} {path}": operation.get("security")
+        for path, operations in document["paths"].items()
+        for method, operation in operations.items()
+    }
+    admin = {name: said for name, said in secured.items() if " /admin/" in name}
+    assert len(admin) == 16
+    assert set(map(str, admin.values())) == {str([{"adminToken": []}])}
+    assert [name for name, said in secured.items() if said and name not in admin] == []
+
+
+@pytest.mark.parametrize(
+    ("overrides", "named"),
+    [
+        ({"admin_token": "change-me"}, ["WISCAT_ADMIN_TOKEN"]),
+        ({"token_secret": "change-me-too"}, ["WISCAT_TOKEN_SECRET"]),
+        ({}, []),
+    ],
+)
+async def test_placeholder_secrets_are_warned_about_at_start(
+    database_url: str,
+    caplog: pytest.LogCaptureFixture,
+    overrides: dict[str, str],
+    named: list[str],
+) -> None:
+    """A provider started with .env.example's placeholder for a secret says so, once, at start,
+    without the secret's value; a node with its own secrets says nothing."""
+    caplog.set_level(logging.WARNING, logger="wiscat.provider")
+    async with running_provider(database_url, **overrides):
+        pass
+    warnings = [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "wiscat.provider" and r.levelno == logging.WARNING
+    ]
+    assert warnings == [
+        f"{name} is the placeholder of .env.example: set a long random one "
+        "(python -c 'import secrets; print(secrets.token_urlsafe(32))')"
+        for name in named
+    ]
