@@ -60,7 +60,7 @@ soak: $(STAMP) ## long trials outside make test, each bounded in time (P17, D01,
 
 FUZZ_SECONDS ?= 600
 
-fuzz: $(STAMP) ## fuzz the parsers FUZZ_SECONDS (600) each (F04), then the admin/registry API (F05)
+fuzz: $(STAMP) ## fuzz the parsers FUZZ_SECONDS (600) each (F04), then the OAI, admin and registry API (F05)
 	WISCAT_FUZZ_SECONDS=$(FUZZ_SECONDS) WISCAT_FUZZ_SEED=0 timeout $$((4 * $(FUZZ_SECONDS) + 600)) \
 		$(BIN)/pytest -s --timeout $$(($(FUZZ_SECONDS) + 300)) tests/fuzz/test_fuzz.py
 	WISCAT_SCHEMATHESIS_EXAMPLES=200 WISCAT_SCHEMATHESIS_PHASES=coverage,fuzzing,stateful \

@@ -19,6 +19,7 @@ from fastapi.responses import Response
 
 from services.provider.characters import servable
 from services.provider.lists import ListPage, Overloaded, header_sets, metadata
+from services.provider.openapi import OAI, OAI_GET, OAI_POST, OAI_TOO_LARGE
 from services.provider.readahead import ListPageItems, PageKey
 from services.provider.responses import (
     log_unavailable,
@@ -55,8 +56,16 @@ FORMATS: dict[str, tuple[str, str]] = {
 
 # one route per method, each with an operation id of its own in the OpenAPI schema (HEAD is a GET:
 # app.HeadAsGet)
-@router.post("/oai", operation_id="oai_post")
-@router.get("/oai", operation_id="oai_get")
+@router.post(
+    "/oai",
+    operation_id="oai_post",
+    response_class=Response,
+    responses={**OAI, **OAI_TOO_LARGE},
+    openapi_extra=OAI_POST,
+)
+@router.get(
+    "/oai", operation_id="oai_get", response_class=Response, responses=OAI, openapi_extra=OAI_GET
+)
 async def oai_endpoint(request: Request, state: State) -> Response:
     started = time.perf_counter()
     response_date = datetime.now(UTC)

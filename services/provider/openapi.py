@@ -128,3 +128,95 @@ def document_bearer(app: FastAPI) -> None:
         return document
 
     app.openapi = schema  # type: ignore[method-assign]
+
+
+# -- the OAI-PMH endpoint (GET|POST /oai), described by hand: the route reads its arguments
+# itself (services.provider.responses.request_pairs), so FastAPI cannot see them.
+
+#: The six verbs (OAI-PMH 2.0 §4); any other string is a badVerb answer, not a refusal.
+OAI_VERBS = (
+    "Identify",
+    "ListMetadataFormats",
+    "ListSets",
+    "ListIdentifiers",
+    "ListRecords",
+    "GetRecord",
+)
+
+_OAI_ARGUMENTS = {
+    "verb": "the request: one of the six verbs (any other string is answered badVerb)",
+    "metadataPrefix": "the format of the records (ListMetadataFormats lists them)",
+    "identifier": "a record's OAI identifier (GetRecord; ListMetadataFormats optionally)",
+    "set": "a setSpec to list (ListIdentifiers, ListRecords)",
+    "from": "the earliest datestamp to list, YYYY-MM-DD or YYYY-MM-DDThh:mm:ssZ",
+    "until": "the latest datestamp to list, YYYY-MM-DD or YYYY-MM-DDThh:mm:ssZ",
+    "resumptionToken": "continues a list from the token of its previous page (exclusive)",
+}
+
+
+def _oai_argument(name: str) -> dict[str, Any]:
+    if name == "verb":  # the six verbs, and the strings a client may send instead
+        return {"anyOf": [{"type": "string", "enum": list(OAI_VERBS)}, {"type": "string"}]}
+    return {"type": "string"}
+
+
+#: ``openapi_extra`` of ``GET /oai``: the arguments as query parameters (§3.1.1.1). Each is
+#: optional here: which ones a verb requires, allows or forbids is the protocol's, and a wrong
+#: set of them is answered badArgument in an OAI-PMH document.
+OAI_GET: dict[str, Any] = {
+    "parameters": [
+        {
+            "name": name,
+            "in": "query",
+            "required": False,
+            "description": said,
+            "schema": _oai_argument(name),
+        }
+        for name, said in _OAI_ARGUMENTS.items()
+    ]
+}
+
+#: ``openapi_extra`` of ``POST /oai``: the same arguments as a form body (§3.1.1.2).
+OAI_POST: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/x-www-form-urlencoded": {
+                "schema": {
+                    "type": "object",
+                    "properties": {
+                        name: {**_oai_argument(name), "description": said}
+                        for name, said in _OAI_ARGUMENTS.items()
+                    },
+                }
+            }
+        },
+    }
+}
+
+_RETRY_AFTER = {
+    "Retry-After": {
+        "description": "seconds to wait before asking again",
+        "required": True,
+        "schema": {"type": "integer", "minimum": 0},
+    }
+}
+
+#: What ``GET|POST /oai`` answers: every answer of the protocol, errors included, is an OAI-PMH
+#: document with HTTP 200 (§3.6); overload and an unavailable database a 503 with Retry-After
+#: (§3.1.2.2 allows it for flow control).
+OAI: Responses = {
+    200: {
+        "description": "an OAI-PMH response (OAI-PMH.xsd): the answer, or its error codes",
+        "content": {"text/xml; charset=utf-8": {"schema": {"type": "string"}}},
+    },
+    503: {
+        **text("too many list requests at once, or the database is unavailable; retry later"),
+        "headers": _RETRY_AFTER,
+    },
+}
+
+#: ``POST /oai`` besides: a body larger than the cap (RELIABILITY S11).
+OAI_TOO_LARGE: Responses = {
+    413: json_error("the request body is larger than an OAI-PMH request may be"),
+}
