@@ -23,8 +23,13 @@ venv: $(STAMP) ## create .venv and install wiscat with its test and lint tools
 run: $(STAMP) ## start a node (embedded PostgreSQL unless WISCAT_DATABASE_URL is set)
 	$(BIN)/wiscat run
 
+# Workers the suite runs on (pytest-xdist), each with its own embedded PostgreSQL; a test file
+# stays on one worker (its module fixtures are built once). Much of the suite waits on processes
+# and servers, so two workers on two cores take about two thirds of the time of one.
+TEST_WORKERS ?= 2
+
 test: $(STAMP) chromium promtool ## the whole suite on a real PostgreSQL (WISCAT_TEST_DATABASE_URL or embedded)
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadscope
 
 chromium: ## install Debian's chromium when missing (the dashboard's browser test drives it)
 	@command -v chromium >/dev/null 2>&1 || { \
