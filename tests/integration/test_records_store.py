@@ -362,3 +362,64 @@ async def test_a_link_moves_to_another_local_set_only_without_records(db: asyncp
         after, changed = await link_store.update_link(conn, link, moved)
     assert (after.remote_set, after.local_set, changed) == ("WIS-GISC-H", "WIS-GISC-H", ["source"])
     assert await db.fetchval("select kind from sets where spec = 'WIS-GISC-H'") == "remote"
+
+
+_PAUSES = """
+create function pause_slow_writer() returns trigger language plpgsql as $$
+begin
+    -- the slow writer waits before its first write (for 1), and again once it holds a row it
+    -- found written by another (an update after a conflict: for 2)
+    if current_setting('application_name') = 'slow-writer' then
+        perform pg_advisory_lock_shared(case when tg_op = 'INSERT' then 1 else 2 end);
+        perform pg_advisory_unlock_shared(case when tg_op = 'INSERT' then 1 else 2 end);
+    end if;
+    return new;
+end $$;
+create trigger pause_slow_writer before insert or update on records
+    for each row execute function pause_slow_writer();
+create trigger pause_slow_writer before insert or update on set_members
+    for each row execute function pause_slow_writer();
+"""
+
+
+async def test_a_record_written_by_another_during_an_upsert_does_not_deadlock_a_deletion(
+    db: asyncpg.Pool, database_url: str
+) -> None:
+    """A writer's statement that began before a record was written elsewhere (so it sees none)
+    and a deletion of that record run at once: each must lock the record's row before its
+    membership's, as the other does, or PostgreSQL finds a deadlock and fails one of them."""
+    await setup_sets(db)
+    await db.execute(_PAUSES)
+    late = rec("urn:x-wmo:md:test::late")
+    holder = await db.acquire()
+    await holder.execute("select pg_advisory_lock(1), pg_advisory_lock(2)")
+    slow = await asyncpg.connect(database_url, server_settings={"application_name": "slow-writer"})
+    try:
+        # the slow writer's statement takes its snapshot, then waits before its first write
+        writing = asyncio.create_task(store.upsert_records(slow, OWN, [late]))
+        await _until(db, "select count(*) from pg_locks where locktype = 'advisory' and not granted")
+        # meanwhile the record is written and committed elsewhere
+        await upsert(db, OWN, late)
+        # the slow writer finds the record's rows written: it holds the first, and waits again
+        await holder.execute("select pg_advisory_unlock(1)")
+        await _until(
+            db, "select count(*) from pg_locks where locktype = 'advisory' and objid = 2 "
+            "and not granted"
+        )
+        # a deletion of the record starts, and the slow writer goes on
+        deleting = asyncio.create_task(delete(db, OWN, late.identifier))
+        await asyncio.sleep(0.3)
+        await holder.execute("select pg_advisory_unlock(2)")
+        results = await asyncio.gather(writing, deleting, return_exceptions=True)
+    finally:
+        await slow.close()
+        await db.release(holder)
+    assert not [r for r in results if isinstance(r, BaseException)], results
+
+
+async def _until(db: asyncpg.Pool, count_query: str) -> None:
+    for _ in range(200):
+        if await db.fetchval(count_query):
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"never true: {count_query}")

@@ -90,11 +90,15 @@ written as (
     returning r.identifier
 ),
 membership as (
+    -- from written's rows, not classified's: the record's row is then locked before its
+    -- membership's, in every writer (a deletion locks them in that order too). Taken from
+    -- classified, the memberships could be written first, and a writer that found a record
+    -- another had just written (after its snapshot) held its membership while a deletion held
+    -- the record: a deadlock.
     insert into set_members as m (set_spec, identifier, datestamp, deleted)
-    select $1::text, identifier, now(), false
-    from classified
-    where outcome in ('added', 'updated', 'joined')
-    order by identifier
+    select $1::text, w.identifier, now(), false
+    from written w
+    order by w.identifier
     on conflict (set_spec, identifier) do update set datestamp = excluded.datestamp, deleted = false
     returning m.identifier
 ),
@@ -103,6 +107,7 @@ other_memberships as (
     update set_members m set datestamp = now()
     from classified c
     where m.identifier = c.identifier and c.outcome = 'updated'
+      and c.identifier in (select identifier from written)  -- after the record's row
       and m.set_spec <> $1::text and not m.deleted
     returning m.identifier
 )
@@ -161,11 +166,11 @@ tombstones as (
     returning r.identifier
 ),
 membership as (
+    -- from tombstones' rows: the record's row locked before its membership's (see upsert_records)
     insert into set_members as m (set_spec, identifier, datestamp, deleted)
-    select $1::text, identifier, now(), true
-    from classified
-    where outcome in ('deleted', 'left_set', 'remembered')
-    order by identifier
+    select $1::text, t.identifier, now(), true
+    from tombstones t
+    order by t.identifier
     on conflict (set_spec, identifier) do update set datestamp = excluded.datestamp, deleted = true
     returning m.identifier
 )
@@ -370,11 +375,12 @@ written as (
     returning r.identifier
 ),
 membership as (
+    -- after written (see upsert_records): the record's row locked before its membership's
     insert into set_members as m (set_spec, identifier, datestamp, deleted)
-    select $1::text, identifier, datestamp, false
-    from classified
-    where outcome in ('taken_new', 'taken')
-    order by identifier
+    select $1::text, c.identifier, c.datestamp, false
+    from classified c
+    where c.outcome in ('taken_new', 'taken') and c.identifier in (select identifier from written)
+    order by c.identifier
     on conflict (set_spec, identifier) do update set datestamp = excluded.datestamp, deleted = false
     returning m.identifier
 )
