@@ -117,6 +117,7 @@ async def cmd_ingest(settings: Settings, args: argparse.Namespace) -> int:
     if ingest.STDIN in args.paths and (refused := _stdin_refused(args.paths, "a record")):
         return refused
     report = ingest.IngestReport()
+    failed: str | None = None
     async with (
         migrated_pool(settings, max_size=2) as pool,
         progress(settings.progress_seconds, functools.partial(_ingest_progress, report)),
@@ -125,12 +126,14 @@ async def cmd_ingest(settings: Settings, args: argparse.Namespace) -> int:
             await ingest.ingest_paths(pool, settings.own_set, paths, report)
         except UNAVAILABLE + FAILED as exc:  # a file's own errors are the report's
             log.debug("ingest stopped by the database", exc_info=exc)
-            why = f"the database failed during the ingest: {said(exc)}"
-            _print_ingest_stopped(settings, report, why)
-            return 2
+            failed = f"the database failed during the ingest: {said(exc)}"
         except asyncio.CancelledError:  # Ctrl-C, SIGTERM, a closed terminal
             _print_ingest_stopped(settings, report, "the ingest was asked to stop")
             raise
+    if failed is not None:
+        # told once the pool is closed: what it logs as it gives up comes before, not after
+        _print_ingest_stopped(settings, report, failed)
+        return 2
     _print_ingest(settings, report)
     return 1 if report.refused or report.older else 0
 
