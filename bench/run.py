@@ -705,6 +705,7 @@ def bench_generator(count: int = 20_000) -> list[str]:
     return [
         "## Record generator",
         "",
+        f"{datetime.now(UTC):%Y-%m-%d}, {machine()}, `python -m bench.run --only generator`: "
         f"{count:,} records ({size / count / 1024:.1f} KB each), best of three runs: "
         f"{best:.2f} s, **{count / best:,.0f} records a second** (requirement: well over 5,000).",
         "",
