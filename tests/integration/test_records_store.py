@@ -397,14 +397,16 @@ async def test_a_record_written_by_another_during_an_upsert_does_not_deadlock_a_
     try:
         # the slow writer's statement takes its snapshot, then waits before its first write
         writing = asyncio.create_task(store.upsert_records(slow, OWN, [late]))
-        await _until(db, "select count(*) from pg_locks where locktype = 'advisory' and not granted")
+        waiting = "select count(*) from pg_locks where locktype = 'advisory' and not granted"
+        await _until(db, waiting)
         # meanwhile the record is written and committed elsewhere
         await upsert(db, OWN, late)
         # the slow writer finds the record's rows written: it holds the first, and waits again
         await holder.execute("select pg_advisory_unlock(1)")
         await _until(
-            db, "select count(*) from pg_locks where locktype = 'advisory' and objid = 2 "
-            "and not granted"
+            db,
+            "select count(*) from pg_locks where locktype = 'advisory' and objid = 2 "
+            "and not granted",
         )
         # a deletion of the record starts, and the slow writer goes on
         deleting = asyncio.create_task(delete(db, OWN, late.identifier))
