@@ -126,7 +126,8 @@ async def eventually(check: Callable[[], Awaitable[bool]], seconds: float = 30.0
 
 @dataclass
 class Canary:
-    """Listens on 127.0.0.1 (and ::1 where there is IPv6) on one port, counting connections."""
+    """Listens on one port of a loopback address (127.0.0.1 and ::1 where there is IPv6, or
+    another), counting the connections it accepts and closes."""
 
     port: int = 0
     connections: int = 0
@@ -134,19 +135,21 @@ class Canary:
 
 
 @contextlib.asynccontextmanager
-async def canary(port: int = 0) -> AsyncIterator[Canary]:
-    """A :class:`Canary` on ``port`` (0: one the system picks)."""
+async def canary(port: int = 0, host: str = "127.0.0.1") -> AsyncIterator[Canary]:
+    """A :class:`Canary` on ``port`` (0: one the system picks) of ``host``; on 127.0.0.1, on
+    ::1 too. (For a parser that blocks the event loop, tests/canary.py counts in a thread.)"""
     found = Canary()
 
     async def count(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         found.connections += 1
         writer.close()
 
-    first = await asyncio.start_server(count, "127.0.0.1", port)
+    first = await asyncio.start_server(count, host, port)
     found.servers.append(first)
     found.port = first.sockets[0].getsockname()[1]
-    with contextlib.suppress(OSError):  # no IPv6 loopback here, or the port is taken on it
-        found.servers.append(await asyncio.start_server(count, "::1", found.port))
+    if host == "127.0.0.1":
+        with contextlib.suppress(OSError):  # no IPv6 loopback here, or the port is taken on it
+            found.servers.append(await asyncio.start_server(count, "::1", found.port))
     try:
         yield found
     finally:

@@ -5,7 +5,6 @@ S05, S08, S09)."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import socket
 import ssl
 import time
@@ -20,7 +19,7 @@ from aiohttp import web
 from aiohttp.abc import AbstractResolver, ResolveResult
 
 from shared.registry.safe_fetch import FetchFailed, ForbiddenAddress, ForbiddenPort, SafeFetcher
-from tests.registry_network import TEST_FETCH_PORTS
+from tests.registry_network import TEST_FETCH_PORTS, canary
 from tests.servers import serving_app
 
 
@@ -222,30 +221,6 @@ class ScriptedResolver(AbstractResolver):
         pass
 
 
-@contextlib.asynccontextmanager
-async def canary_on(host: str) -> AsyncIterator[Counted]:
-    """A listener on ``host`` that counts the connections it accepts and closes them."""
-    counted = Counted()
-
-    async def count(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        counted.connections += 1
-        writer.close()
-
-    listener = await asyncio.start_server(count, host, 0)
-    counted.port = listener.sockets[0].getsockname()[1]
-    try:
-        yield counted
-    finally:
-        listener.close()
-        await listener.wait_closed()
-
-
-@dataclass
-class Counted:
-    port: int = 0
-    connections: int = 0
-
-
 # 127.0.0.1, where the test servers listen, stands in for a public address; 127.0.0.2, where
 # the canaries listen, for the node's own network
 def only_127_0_0_1(address: str) -> bool:
@@ -260,7 +235,7 @@ async def test_s04_a_name_rebound_to_a_refused_address_is_refused_at_connect(
     the refused address sees nothing."""
     port = int(server.root.rsplit(":", 1)[1])
     resolver = ScriptedResolver({"rebind.test": ["127.0.0.1", "127.0.0.2"]})
-    async with canary_on("127.0.0.2") as listening:
+    async with canary(host="127.0.0.2") as listening:
         async with SafeFetcher(
             address_policy=only_127_0_0_1, ports=TEST_FETCH_PORTS, resolver=resolver
         ) as fetcher:
@@ -284,7 +259,7 @@ async def test_s05_a_redirect_to_a_name_of_a_refused_address_is_never_connected(
     resolves to one: each hop is refused at its socket, the canary there sees no connection.
     A guard that checked only the submitted URL's resolution would let both through."""
     resolver = ScriptedResolver({"internal.test": ["127.0.0.2"]})
-    async with canary_on("127.0.0.2") as listening:
+    async with canary(host="127.0.0.2") as listening:
         async with SafeFetcher(
             address_policy=only_127_0_0_1, ports=TEST_FETCH_PORTS, resolver=resolver
         ) as fetcher:
@@ -313,7 +288,7 @@ async def test_s09_a_proxy_in_the_environment_is_not_used(
     the registry's fetcher goes straight to the server and its address guard still refuses;
     the proxy sees no connection, while an aiohttp session that trusts the environment, the
     control, does reach it."""
-    async with canary_on("127.0.0.1") as proxy, canary_on("127.0.0.2") as refused:
+    async with canary() as proxy, canary(host="127.0.0.2") as refused:
         for name in ("NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy"):
             monkeypatch.delenv(name, raising=False)
         for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
