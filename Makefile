@@ -12,15 +12,29 @@ all: lint test ## lint, then the whole test suite
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 20
 
-$(STAMP): pyproject.toml
-	$(PYTHON) -m venv $(VENV)
+# The editable install is setuptools' strict mode: build/__editable__.*/wiscat is a tree of links to
+# the files of services/, shared/ and migrations/, so that mypy and import-linter see the wiscat
+# package as installed. A file added or removed changes its folder, which makes the tree again.
+PACKAGE_DIRS := $(shell find services shared migrations -type d -not -name __pycache__ 2>/dev/null)
+
+$(STAMP): pyproject.toml $(PACKAGE_DIRS)
+	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test,lint]'
+	$(BIN)/pip install --quiet --config-settings editable_mode=strict -e '.[embedded,test,lint]'
 	touch $(STAMP)
 
 venv: $(STAMP) ## create .venv and install wiscat with its test and lint tools
 
-run: $(STAMP) ## start a node (embedded PostgreSQL unless WISCAT_DATABASE_URL is set)
+# make run installs what a node needs and the embedded PostgreSQL, not the test and lint tools.
+RUN_STAMP := $(VENV)/.installed-run
+
+$(RUN_STAMP): pyproject.toml $(PACKAGE_DIRS)
+	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet --config-settings editable_mode=strict -e '.[embedded]'
+	touch $(RUN_STAMP)
+
+run: $(RUN_STAMP) ## start a node (embedded PostgreSQL unless WISCAT_DATABASE_URL is set)
 	$(BIN)/wiscat run
 
 # Workers the suite runs on (pytest-xdist), each with its own embedded PostgreSQL; a test file

@@ -16,15 +16,15 @@ from datetime import UTC, datetime
 
 from aiohttp import web
 
-from services.harvester.scheduler import Scheduler
-from services.harvester.service import harvest_context
-from shared.db import links as link_store
-from shared.generator import generate_record
-from shared.iso19139 import parse_record
-from shared.linkspec import build_link
-from shared.oaipmh import render
-from shared.settings import Settings
 from tests.servers import identify_document
+from wiscat.harvester.scheduler import Scheduler
+from wiscat.harvester.service import harvest_context
+from wiscat.shared.db import links as link_store
+from wiscat.shared.generator import generate_record
+from wiscat.shared.iso19139 import parse_record
+from wiscat.shared.linkspec import build_link
+from wiscat.shared.oaipmh import render
+from wiscat.shared.settings import Settings
 
 PAGE = 100
 

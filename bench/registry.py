@@ -19,7 +19,9 @@ import aiohttp
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from lxml import etree
 
-from shared.registry.chain import (
+from tests import pg
+from tests.servers import running_provider
+from wiscat.shared.registry.chain import (
     Block,
     Transaction,
     make_genesis,
@@ -27,9 +29,7 @@ from shared.registry.chain import (
     public_key_text,
     verify_chain,
 )
-from shared.registry.keyfile import new_network, write_private_key
-from tests import pg
-from tests.servers import running_provider
+from wiscat.shared.registry.keyfile import new_network, write_private_key
 
 PROPAGATION_DIFFICULTY = 12
 CHAIN_DIFFICULTY = 8

@@ -34,16 +34,16 @@ from lxml import etree
 from bench import mesh, peers, registry
 from bench.cpu import CpuUse, Group
 from bench.static_server import page_key
-from services.harvester.harvest import harvest_link
-from services.harvester.page_records import spool_prefix, spool_root
-from services.harvester.service import harvest_context
-from shared.db import links as link_store
-from shared.db.embedded import EmbeddedPostgres
-from shared.db.pool import Pool, create_pool
-from shared.generator import generate_records
-from shared.oaipmh.pages import announced_token
-from shared.settings import Settings
 from tests import factories, pg
+from wiscat.harvester.harvest import harvest_link
+from wiscat.harvester.page_records import spool_prefix, spool_root
+from wiscat.harvester.service import harvest_context
+from wiscat.shared.db import links as link_store
+from wiscat.shared.db.embedded import EmbeddedPostgres
+from wiscat.shared.db.pool import Pool, create_pool
+from wiscat.shared.generator import generate_records
+from wiscat.shared.oaipmh.pages import announced_token
+from wiscat.shared.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "bench" / "out"

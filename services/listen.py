@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import socket
 
-from shared.urls import url_host
+from wiscat.shared.urls import url_host
 
 
 class CannotListen(Exception):

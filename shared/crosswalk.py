@@ -32,7 +32,17 @@ from collections.abc import Iterable, Iterator
 
 from lxml import etree
 
-from shared.iso19139 import GCO, GMD, GML, GML_LEGACY, ROOT_TAG, SRV, XSI, RecordError, parse_xml
+from wiscat.shared.iso19139 import (
+    GCO,
+    GMD,
+    GML,
+    GML_LEGACY,
+    ROOT_TAG,
+    SRV,
+    XSI,
+    RecordError,
+    parse_xml,
+)
 
 OAI_DC = "http://www.openarchives.org/OAI/2.0/oai_dc/"
 DC = "http://purl.org/dc/elements/1.1/"
@@ -54,7 +64,8 @@ _PUBLISHER_ROLES = frozenset({"publisher", "distributor"})
 def to_oai_dc(record_xml: str | bytes) -> bytes:
     """Render a stored ISO 19139 record as an ``oai_dc:dc`` element (UTF-8, no XML declaration).
 
-    Raises :class:`~shared.iso19139.RecordError` if ``record_xml`` is not well-formed or its root
+    Raises :class:`~wiscat.shared.iso19139.RecordError` if ``record_xml`` is not well-formed or its
+    root
     is not ``gmd:MD_Metadata``; missing optional content only leaves out the matching elements.
     """
     root = parse_xml(record_xml)

@@ -8,7 +8,7 @@ abstract, keywords, data policy, area and dates, and weigh 5 to 10 KB like real 
 The documents are built from a string template with every value XML-escaped rather than with a
 tree builder, because benchmarks need over ten thousand records a second and this is test data, not
 a path that reads untrusted input. The output is well-formed and parses with
-:func:`shared.iso19139.parse_record`.
+:func:`wiscat.shared.iso19139.parse_record`.
 """
 
 from __future__ import annotations

@@ -16,9 +16,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from shared.db import records as store
-from shared.db.pool import Pool
-from shared.iso19139 import MAX_RECORD_BYTES, Record, RecordError, parse_record
+from wiscat.shared.db import records as store
+from wiscat.shared.db.pool import Pool
+from wiscat.shared.iso19139 import MAX_RECORD_BYTES, Record, RecordError, parse_record
 
 log = logging.getLogger("wiscat.ingest")
 

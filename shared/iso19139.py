@@ -30,8 +30,8 @@ from datetime import UTC, date, datetime, time, timedelta
 
 from lxml import etree
 
-from shared.oaipmh.identifiers import any_uri_error
-from shared.text import clipped
+from wiscat.shared.oaipmh.identifiers import any_uri_error
+from wiscat.shared.text import clipped
 
 # Namespaces of ISO 19139 (the 2005 schemas WMO Core 1.3 profiles) and of what records carry.
 GMD = "http://www.isotc211.org/2005/gmd"
@@ -156,7 +156,8 @@ def record_from_element(root: etree._Element, *, safe_parsed: bool = False) -> R
     """Build a :class:`Record` from an already-parsed ``gmd:MD_Metadata`` element.
 
     ``safe_parsed`` says the element comes from :func:`parse_xml` or from
-    :class:`shared.oaipmh.pages.PageReader`, whose parsers refuse any DOCTYPE and never recover,
+    :class:`wiscat.shared.oaipmh.pages.PageReader`, whose parsers refuse any DOCTYPE and never
+    recover,
     so it can hold no entity reference and the walk that looks for one is skipped.
 
     The element may sit inside a larger document (an OAI-PMH page); it is then taken out of it

@@ -5,11 +5,11 @@ from __future__ import annotations
 import re
 from datetime import timedelta
 
-from shared.db.links import Link, NewLink
-from shared.oaipmh.arguments import METADATA_PREFIX, SET_SPEC
-from shared.settings import UNION_SET
-from shared.text import clipped
-from shared.urls import http_url
+from wiscat.shared.db.links import Link, NewLink
+from wiscat.shared.oaipmh.arguments import METADATA_PREFIX, SET_SPEC
+from wiscat.shared.settings import UNION_SET
+from wiscat.shared.text import clipped
+from wiscat.shared.urls import http_url
 
 #: The name of a link or a scheduled check (the database holds them to its characters as well;
 #: a name is at most 100 of them: a key of thousands could not be indexed, and its insert failed).
@@ -179,7 +179,8 @@ def changed_link(
     A link that files records under the name of the set it harvests (a GISC link: the set's
     name is kept on arrival, DESIGN §1) and is given another remote set (a set name mistyped)
     files them under the new set's name; not the whole catalogue, which needs ``into``.
-    (:func:`shared.db.links.update_link` refuses it while the link has records in the old.)"""
+    (:func:`wiscat.shared.db.links.update_link` refuses it while the link has records in the
+    old.)"""
     new_remote = link.remote_set if remote_set is None else (remote_set or None)
     into = link.local_set
     if new_remote != link.remote_set and link.local_set == link.remote_set:

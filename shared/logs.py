@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import TextIO
 
-from shared.durations import format_duration
+from wiscat.shared.durations import format_duration
 
 _STANDARD = set(vars(logging.makeLogRecord({})).keys()) | {"message", "asctime"}
 # uvicorn adds an ANSI-coloured copy of some messages for terminals; a log line has no use for it

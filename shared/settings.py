@@ -19,10 +19,10 @@ from dotenv import dotenv_values
 from pydantic import Field, PrivateAttr, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from shared import tls
-from shared.oaipmh.arguments import SET_LEVEL
-from shared.proxy import Proxy, proxy_url_problem
-from shared.urls import http_url, url_host
+from wiscat.shared import tls
+from wiscat.shared.oaipmh.arguments import SET_LEVEL
+from wiscat.shared.proxy import Proxy, proxy_url_problem
+from wiscat.shared.urls import http_url, url_host
 
 UNION_SET = "WIS-CATALOGUE"
 _DAY = 86400.0  # the longest wait or timeout a setting in seconds may give

@@ -14,9 +14,9 @@ import pytest
 from hypothesis import settings
 from hypothesis.database import DirectoryBasedExampleDatabase
 
-from shared.db.embedded import EmbeddedPostgres
-from shared.db.pool import connect, create_pool
 from tests import pg
+from wiscat.shared.db.embedded import EmbeddedPostgres
+from wiscat.shared.db.pool import connect, create_pool
 
 #: Selects the Hypothesis profile of the property tests (RELIABILITY F01-F03): ``ci`` (the
 #: default, 100 examples a test) or ``soak`` (100 times as many, for ``make soak``).

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from shared.db import records as store
-from shared.db.pool import Pool
-from shared.generator import generate_record
-from shared.ingest import ensure_own_set, incoming
-from shared.iso19139 import parse_record
+from wiscat.shared.db import records as store
+from wiscat.shared.db.pool import Pool
+from wiscat.shared.generator import generate_record
+from wiscat.shared.ingest import ensure_own_set, incoming
+from wiscat.shared.iso19139 import parse_record
 
 
 async def load_records(

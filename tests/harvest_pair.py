@@ -7,16 +7,16 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from services.harvester.context import HarvestContext, RunReport
-from services.harvester.harvest import harvest_link
-from services.harvester.service import harvest_context
-from shared.db import links as link_store
-from shared.db import records as store
-from shared.db.pool import Pool
-from shared.linkspec import build_link
-from shared.settings import Settings
 from tests.pg import clone_template, drop_database
 from tests.servers import RunningProvider, running_provider
+from wiscat.harvester.context import HarvestContext, RunReport
+from wiscat.harvester.harvest import harvest_link
+from wiscat.harvester.service import harvest_context
+from wiscat.shared.db import links as link_store
+from wiscat.shared.db import records as store
+from wiscat.shared.db.pool import Pool
+from wiscat.shared.linkspec import build_link
+from wiscat.shared.settings import Settings
 
 SOURCE_SET = "WIS-GISC-TEST"
 

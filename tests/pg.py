@@ -9,8 +9,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
-from shared.db import migrate as migrations
-from shared.db.pool import connect
+from wiscat.shared.db import migrate as migrations
+from wiscat.shared.db.pool import connect
 
 #: The migrated template each test database is cloned from: one a pytest-xdist worker, as the
 #: workers may share a server (WISCAT_TEST_DATABASE_URL).

@@ -15,10 +15,10 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from lxml import etree
 
-from shared.registry.chain import public_key_text
-from shared.registry.keyfile import Network, new_network, write_private_key
 from tests import pg
 from tests.servers import RunningProvider, running_provider
+from wiscat.shared.registry.chain import public_key_text
+from wiscat.shared.registry.keyfile import Network, new_network, write_private_key
 
 DIFFICULTY = 4
 SYNC_SECONDS = 0.3

@@ -15,10 +15,10 @@ import uvicorn
 from aiohttp import web
 from fastapi import FastAPI
 
-from services.provider.app import create_app
-from services.provider.serving import provider_config
-from shared.oaipmh import render
-from shared.settings import Settings
+from wiscat.provider.app import create_app
+from wiscat.provider.serving import provider_config
+from wiscat.shared.oaipmh import render
+from wiscat.shared.settings import Settings
 
 
 def loopback_socket() -> socket.socket:

@@ -28,11 +28,11 @@ from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 
-from services.cli.signals import stop_signals
-from shared.db.embedded import EmbeddedPostgres
-from shared.db.pool import connect
-from shared.generator import generate_record
-from shared.iso19139 import parse_record
+from wiscat.cli.signals import stop_signals
+from wiscat.shared.db.embedded import EmbeddedPostgres
+from wiscat.shared.db.pool import connect
+from wiscat.shared.generator import generate_record
+from wiscat.shared.iso19139 import parse_record
 
 ROOT = Path(__file__).resolve().parents[1]
 WISCAT = str(Path(sys.executable).with_name("wiscat"))

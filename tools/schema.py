@@ -16,9 +16,9 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from shared.db import migrate
-from shared.db.embedded import EmbeddedPostgres
-from shared.db.pool import connect
+from wiscat.shared.db import migrate
+from wiscat.shared.db.embedded import EmbeddedPostgres
+from wiscat.shared.db.pool import connect
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = ROOT / "shared" / "db" / "schema.sql"

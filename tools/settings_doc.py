@@ -14,7 +14,7 @@ from pathlib import Path
 
 from pydantic.fields import FieldInfo
 
-from shared.settings import Settings
+from wiscat.shared.settings import Settings
 
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "settings.md"
 

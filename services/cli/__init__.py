@@ -18,6 +18,6 @@
 A module lower in the list never imports one above it (an import-linter contract says so).
 """
 
-from services.cli.app import build_parser, main
+from wiscat.cli.app import build_parser, main
 
 __all__ = ["build_parser", "main"]

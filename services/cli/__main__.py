@@ -1,7 +1,7 @@
-"""``python -m services.cli``: the ``wiscat`` command."""
+"""``python -m wiscat.cli``: the ``wiscat`` command."""
 
 import sys
 
-from services.cli.app import main
+from wiscat.cli.app import main
 
 sys.exit(main())

@@ -17,19 +17,19 @@ from collections.abc import Callable, Sequence
 
 from pydantic import ValidationError
 
-from services.cli import checks, harvest, links, records, registry, serve
-from services.cli import settings as settings_command
-from services.cli.arguments import COMMON_EXITS
-from services.cli.output import said
-from services.cli.signals import stopped_by_signals
-from services.listen import CannotListen
-from shared.db.errors import FAILED, DatabaseError
-from shared.logs import configure
-from shared.registry.keyfile import KeyFileError
-from shared.settings import Settings
-from shared.settings import explain as explain_settings
-from shared.settings import unknown as unknown_settings
-from shared.version import VERSION
+from wiscat.cli import checks, harvest, links, records, registry, serve
+from wiscat.cli import settings as settings_command
+from wiscat.cli.arguments import COMMON_EXITS
+from wiscat.cli.output import said
+from wiscat.cli.signals import stopped_by_signals
+from wiscat.listen import CannotListen
+from wiscat.shared.db.errors import FAILED, DatabaseError
+from wiscat.shared.logs import configure
+from wiscat.shared.registry.keyfile import KeyFileError
+from wiscat.shared.settings import Settings
+from wiscat.shared.settings import explain as explain_settings
+from wiscat.shared.settings import unknown as unknown_settings
+from wiscat.shared.version import VERSION
 
 log = logging.getLogger("wiscat")
 

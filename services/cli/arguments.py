@@ -8,7 +8,7 @@ import argparse
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, TypeVar
 
-from shared.settings import Settings
+from wiscat.shared.settings import Settings
 
 T = TypeVar("T")
 

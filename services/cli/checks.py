@@ -13,13 +13,13 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from services.cli.arguments import DURATIONS, argument, command, count, group
-from services.cli.database import migrated_pool
-from services.cli.output import jsonable, show, table, when
-from services.cli.progress import per_second, progress
-from shared.db import checks as check_store
-from shared.durations import format_duration, parse_duration
-from shared.linkspec import (
+from wiscat.cli.arguments import DURATIONS, argument, command, count, group
+from wiscat.cli.database import migrated_pool
+from wiscat.cli.output import jsonable, show, table, when
+from wiscat.cli.progress import per_second, progress
+from wiscat.shared.db import checks as check_store
+from wiscat.shared.durations import format_duration, parse_duration
+from wiscat.shared.linkspec import (
     NAME,
     NAME_RULE,
     LinkSpecError,
@@ -27,11 +27,11 @@ from shared.linkspec import (
     check_peer_urls,
     check_set_spec,
 )
-from shared.settings import Settings
-from shared.text import clipped
+from wiscat.shared.settings import Settings
+from wiscat.shared.text import clipped
 
 if TYPE_CHECKING:
-    from services.harvester.check import Checker, CheckReport
+    from wiscat.harvester.check import Checker, CheckReport
 
 _url = argument(check_base_url)
 _set = argument(functools.partial(check_set_spec, option="set"))
@@ -207,10 +207,10 @@ def _refused_peers(args: argparse.Namespace) -> int:
 
 
 async def cmd_check(settings: Settings, args: argparse.Namespace) -> int:
-    from services.harvester.check import Checker, CheckRequest
-    from services.harvester.check_output import json_target_problem, write_json
-    from services.harvester.client import OAIClient
-    from services.harvester.service import client_settings
+    from wiscat.harvester.check import Checker, CheckRequest
+    from wiscat.harvester.check_output import json_target_problem, write_json
+    from wiscat.harvester.client import OAIClient
+    from wiscat.harvester.service import client_settings
 
     if refused := _refused_peers(args):
         return refused
@@ -268,8 +268,8 @@ _COLUMNS = {
 def _check_lines(report: CheckReport, *, details: bool) -> Iterator[str]:
     """The source's line, a row per peer with a column per category, the outcome; with
     ``details``, every item."""
-    from services.harvester.check import DATESTAMP_CATEGORIES, SAMPLE_CATEGORIES
-    from services.harvester.check_output import detail_lines, source_line
+    from wiscat.harvester.check import DATESTAMP_CATEGORIES, SAMPLE_CATEGORIES
+    from wiscat.harvester.check_output import detail_lines, source_line
 
     source = report.source
     yield f"set {report.set_spec}, source {source.url}: " + source_line(source)

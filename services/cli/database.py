@@ -10,15 +10,15 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Iterator
 
-from shared.db import migrate as migrations
-from shared.db import records as records_store
-from shared.db.errors import DatabaseError
-from shared.db.pool import Pool, connect, create_pool, database_url
-from shared.settings import Settings
+from wiscat.shared.db import migrate as migrations
+from wiscat.shared.db import records as records_store
+from wiscat.shared.db.errors import DatabaseError
+from wiscat.shared.db.pool import Pool, connect, create_pool, database_url
+from wiscat.shared.settings import Settings
 
 log = logging.getLogger("wiscat")
 
-# The logger of shared.db: the embedded server's start and stop, each migration applied.
+# The logger of wiscat.shared.db: the embedded server's start and stop, each migration applied.
 DB_LOGGER = "wiscat.db"
 
 

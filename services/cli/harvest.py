@@ -7,13 +7,13 @@ import sys
 from datetime import timedelta
 from typing import Any
 
-from services.cli.arguments import command
-from services.cli.database import migrated_database
-from services.cli.output import said, when
-from shared.db import links as link_store
-from shared.db.errors import UNAVAILABLE, DatabaseError
-from shared.db.links import Link
-from shared.settings import Settings
+from wiscat.cli.arguments import command
+from wiscat.cli.database import migrated_database
+from wiscat.cli.output import said, when
+from wiscat.shared.db import links as link_store
+from wiscat.shared.db.errors import UNAVAILABLE, DatabaseError
+from wiscat.shared.db.links import Link
+from wiscat.shared.settings import Settings
 
 
 def add_parsers(sub: Any) -> None:
@@ -78,10 +78,10 @@ def _taken(link: Link) -> str:
 
 
 async def _harvest_once(settings: Settings, args: argparse.Namespace) -> int:
-    from services.harvester.context import run_end_unlogged
-    from services.harvester.harvest import harvest_link, run_list
-    from services.harvester.scheduler import lease_kept
-    from services.harvester.service import harvest_context
+    from wiscat.harvester.context import run_end_unlogged
+    from wiscat.harvester.harvest import harvest_link, run_list
+    from wiscat.harvester.scheduler import lease_kept
+    from wiscat.harvester.service import harvest_context
 
     async with migrated_database(settings) as url, harvest_context(settings, url) as ctx:
         owner = ctx.worker

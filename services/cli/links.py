@@ -1,7 +1,7 @@
 """``wiscat link ...``: every action on a harvest link. ``add``, ``list``, ``set`` and
 ``remove`` manage the links; ``runs`` and ``quarantine`` show what their harvests did and set
 aside (as ``GET /admin/runs`` and ``GET /admin/quarantine`` give them); ``test`` asks a link's peer
-what its harvests would (:mod:`services.harvester.probe`), before a run finds out."""
+what its harvests would (:mod:`wiscat.harvester.probe`), before a run finds out."""
 
 from __future__ import annotations
 
@@ -12,15 +12,15 @@ from collections.abc import Iterator
 from dataclasses import asdict, replace
 from typing import Any
 
-from services.cli.arguments import DURATIONS, argument, command, group, limit
-from services.cli.database import migrated_pool
-from services.cli.output import show, table, when
-from shared.db import links as link_store
-from shared.db.pool import Pool
-from shared.durations import format_duration, parse_duration
-from shared.linkspec import LinkSpecError, build_link, changed_link, set_kind
-from shared.settings import Settings
-from shared.urls import safe_url
+from wiscat.cli.arguments import DURATIONS, argument, command, group, limit
+from wiscat.cli.database import migrated_pool
+from wiscat.cli.output import show, table, when
+from wiscat.shared.db import links as link_store
+from wiscat.shared.db.pool import Pool
+from wiscat.shared.durations import format_duration, parse_duration
+from wiscat.shared.linkspec import LinkSpecError, build_link, changed_link, set_kind
+from wiscat.shared.settings import Settings
+from wiscat.shared.urls import safe_url
 
 _DURATION = argument(parse_duration)
 
@@ -423,9 +423,9 @@ async def cmd_link_quarantine(settings: Settings, args: argparse.Namespace) -> i
 
 async def cmd_link_test(settings: Settings, args: argparse.Namespace) -> int:
 
-    from services.harvester.client import OAIClient
-    from services.harvester.probe import probe_link
-    from services.harvester.service import client_settings
+    from wiscat.harvester.client import OAIClient
+    from wiscat.harvester.probe import probe_link
+    from wiscat.harvester.service import client_settings
 
     async with migrated_pool(settings) as pool:
         link = await link_store.get_link(pool, args.name)

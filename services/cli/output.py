@@ -7,7 +7,7 @@ from collections.abc import Callable, Container, Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from shared.oaipmh.dates import format_datestamp
+from wiscat.shared.oaipmh.dates import format_datestamp
 
 
 def when(value: datetime | None) -> str:

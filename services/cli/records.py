@@ -12,14 +12,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from services.cli.arguments import command
-from services.cli.database import migrated_pool
-from services.cli.output import said
-from services.cli.progress import per_second, progress
-from shared import ingest
-from shared.db.errors import FAILED, UNAVAILABLE
-from shared.generator import generate_record, identifier_for
-from shared.settings import Settings
+from wiscat.cli.arguments import command
+from wiscat.cli.database import migrated_pool
+from wiscat.cli.output import said
+from wiscat.cli.progress import per_second, progress
+from wiscat.shared import ingest
+from wiscat.shared.db.errors import FAILED, UNAVAILABLE
+from wiscat.shared.generator import generate_record, identifier_for
+from wiscat.shared.settings import Settings
 
 log = logging.getLogger("wiscat")
 

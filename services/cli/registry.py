@@ -10,12 +10,12 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from services.cli.arguments import command, group
-from services.cli.database import migrated_pool
-from services.cli.output import table, when
-from shared.db import registry as registry_store
-from shared.registry.chain import load_public_key, public_key_text
-from shared.registry.keyfile import (
+from wiscat.cli.arguments import command, group
+from wiscat.cli.database import migrated_pool
+from wiscat.cli.output import table, when
+from wiscat.shared.db import registry as registry_store
+from wiscat.shared.registry.chain import load_public_key, public_key_text
+from wiscat.shared.registry.keyfile import (
     KeyFileError,
     Member,
     load_network,
@@ -23,9 +23,9 @@ from shared.registry.keyfile import (
     new_network,
     write_private_key,
 )
-from shared.registry.node import NodeConfig, RegistryNode, node_root
-from shared.registry.safe_fetch import SafeFetcher
-from shared.settings import Settings
+from wiscat.shared.registry.node import NodeConfig, RegistryNode, node_root
+from wiscat.shared.registry.safe_fetch import SafeFetcher
+from wiscat.shared.settings import Settings
 
 
 def add_parsers(sub: Any) -> None:

@@ -11,15 +11,15 @@ from typing import Any
 
 import uvicorn
 
-from services.cli.arguments import command, port_number
-from services.cli.database import migrated_database, quiet_database
-from services.cli.signals import on_signals
-from services.listen import listen
-from shared.db import migrate as migrations
-from shared.db.pool import connect, database_url
-from shared.heap import freeze_startup_objects, tune_heap
-from shared.settings import Settings
-from shared.urls import url_host
+from wiscat.cli.arguments import command, port_number
+from wiscat.cli.database import migrated_database, quiet_database
+from wiscat.cli.signals import on_signals
+from wiscat.listen import listen
+from wiscat.shared.db import migrate as migrations
+from wiscat.shared.db.pool import connect, database_url
+from wiscat.shared.heap import freeze_startup_objects, tune_heap
+from wiscat.shared.settings import Settings
+from wiscat.shared.urls import url_host
 
 log = logging.getLogger("wiscat")
 
@@ -97,8 +97,8 @@ class _Server(uvicorn.Server):
 async def _serve_provider(
     settings: Settings, url: str, host: str, port: int, stop: asyncio.Event
 ) -> None:
-    from services.provider.app import create_app
-    from services.provider.serving import provider_config
+    from wiscat.provider.app import create_app
+    from wiscat.provider.serving import provider_config
 
     with listen(host, port, "the provider") as sock:
         app = create_app(settings, url)
@@ -133,7 +133,7 @@ async def _serve_provider(
 
 def _check_key_files(settings: Settings) -> None:
     """A registry key file that cannot be used stops the start at once, with its reason."""
-    from services.provider.registry import load_key_files
+    from wiscat.provider.registry import load_key_files
 
     load_key_files(settings)
 
@@ -150,7 +150,7 @@ async def cmd_provider(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def cmd_harvester(settings: Settings, args: argparse.Namespace) -> int:
-    from services.harvester.service import serve_harvester
+    from wiscat.harvester.service import serve_harvester
 
     stop = asyncio.Event()
     on_signals(stop.set)
@@ -167,7 +167,7 @@ async def cmd_harvester(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
-    from services.harvester.service import serve_harvester
+    from wiscat.harvester.service import serve_harvester
 
     _check_key_files(settings)
     stop = asyncio.Event()

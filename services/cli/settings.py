@@ -18,10 +18,10 @@ from typing import Any
 from dotenv import dotenv_values
 from pydantic import SecretStr
 
-from services.cli.arguments import command
-from services.cli.output import table
-from shared.settings import Settings
-from shared.urls import safe_url
+from wiscat.cli.arguments import command
+from wiscat.cli.output import table
+from wiscat.shared.settings import Settings
+from wiscat.shared.urls import safe_url
 
 ENV_FILE = Path(".env")  # where Settings reads it: the working folder
 

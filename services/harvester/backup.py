@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from services.harvester.context import HarvestContext, RunReport, run_log
-from services.harvester.page_records import PageSorter
-from services.harvester.plan import protected_set
-from services.harvester.writes import hold_run
-from shared.db import links as link_store
-from shared.db import records as store
-from shared.db.links import Link, PageCounts
-from shared.oaipmh.pages import RecordItem, UnreadableItem
+from wiscat.harvester.context import HarvestContext, RunReport, run_log
+from wiscat.harvester.page_records import PageSorter
+from wiscat.harvester.plan import protected_set
+from wiscat.harvester.writes import hold_run
+from wiscat.shared.db import links as link_store
+from wiscat.shared.db import records as store
+from wiscat.shared.db.links import Link, PageCounts
+from wiscat.shared.oaipmh.pages import RecordItem, UnreadableItem
 
 
 async def backup(ctx: HarvestContext, link: Link, report: RunReport) -> None:

@@ -25,7 +25,7 @@ A source that lists no identifier at all is asked for its ListSets: a set it doe
 mistyped name, say) makes the check "could not check", where the empty list would otherwise find
 every peer consistent.
 
-The table and the JSON report are written by :mod:`services.harvester.check_output`.
+The table and the JSON report are written by :mod:`wiscat.harvester.check_output`.
 """
 
 from __future__ import annotations
@@ -45,13 +45,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
-from services.harvester.client import OAIClient
-from services.harvester.errors import BadResponse, HarvestError, reason_of
-from shared.iso19139 import canonical_hash
-from shared.oaipmh.dates import format_datestamp
-from shared.oaipmh.errors import IdDoesNotExist, NoSetHierarchy, OAIError
-from shared.oaipmh.pages import HeaderItem, ResponseError, UnreadableItem
-from shared.urls import safe_url
+from wiscat.harvester.client import OAIClient
+from wiscat.harvester.errors import BadResponse, HarvestError, reason_of
+from wiscat.shared.iso19139 import canonical_hash
+from wiscat.shared.oaipmh.dates import format_datestamp
+from wiscat.shared.oaipmh.errors import IdDoesNotExist, NoSetHierarchy, OAIError
+from wiscat.shared.oaipmh.pages import HeaderItem, ResponseError, UnreadableItem
+from wiscat.shared.urls import safe_url
 
 log = logging.getLogger("wiscat.check")
 

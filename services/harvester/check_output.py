@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from services.harvester.check import CheckReport, ListResult
+from wiscat.harvester.check import CheckReport, ListResult
 
 
 def source_line(source: ListResult) -> str:

@@ -1,6 +1,6 @@
 """The harvester's OAI-PMH client over aiohttp: one session per process, explicit timeouts.
 
-Its exceptions are in :mod:`services.harvester.errors`.
+Its exceptions are in :mod:`wiscat.harvester.errors`.
 
 Retries happen only on connection errors, timeouts, 408, 429 and 5xx (with full-jitter backoff,
 or the peer's ``Retry-After``, capped); any other status is final.
@@ -21,7 +21,7 @@ import aiohttp
 from aiohttp.abc import AbstractResolver
 from isal import isal_zlib
 
-from services.harvester.errors import (
+from wiscat.harvester.errors import (
     BadIdentify,
     BadResponse,
     MalformedRecord,
@@ -29,9 +29,9 @@ from services.harvester.errors import (
     PeerUnreachable,
     ResponseTooLarge,
 )
-from services.harvester.page_records import Page, answered_otherwise
-from services.harvester.pager import Pager
-from services.harvester.transport import (
+from wiscat.harvester.page_records import Page, answered_otherwise
+from wiscat.harvester.pager import Pager
+from wiscat.harvester.transport import (
     CLASSIFIED,
     RETRYABLE,
     Failure,
@@ -46,8 +46,8 @@ from services.harvester.transport import (
     socket_for,
     window_bits,
 )
-from shared.oaipmh.errors import NoRecordsMatch
-from shared.oaipmh.pages import (
+from wiscat.shared.oaipmh.errors import NoRecordsMatch
+from wiscat.shared.oaipmh.pages import (
     IdentifyInfo,
     MalformedResponse,
     PageReader,
@@ -57,11 +57,11 @@ from shared.oaipmh.pages import (
     read_errors,
     read_identify,
 )
-from shared.oaipmh.sets import read_sets_page
-from shared.proxy import Proxy
-from shared.tls import client_context
-from shared.urls import safe_url
-from shared.version import VERSION
+from wiscat.shared.oaipmh.sets import read_sets_page
+from wiscat.shared.proxy import Proxy
+from wiscat.shared.tls import client_context
+from wiscat.shared.urls import safe_url
+from wiscat.shared.version import VERSION
 
 # isal's type stubs declare its error as an instance, not a class
 _INFLATE_ERROR: type[Exception] = isal_zlib.error  # type: ignore[assignment]
@@ -95,8 +95,8 @@ class ClientSettings:
     user_agent: str = f"wiscat-harvester/{VERSION} (OAI-PMH 2.0)"
     # the From header (RFC 9110 §10.1.2): who runs this robot, for a peer's operator to write to
     from_address: str | None = None
-    ca_file: Path | None = None  # certificates trusted besides the system's (shared.tls)
-    proxy: Proxy | None = None  # the outbound proxy (shared.proxy); None: directly
+    ca_file: Path | None = None  # certificates trusted besides the system's (wiscat.shared.tls)
+    proxy: Proxy | None = None  # the outbound proxy (wiscat.shared.proxy); None: directly
 
 
 async def _left_to_caller(page: Page) -> None:
@@ -343,7 +343,7 @@ class OAIClient:
         ahead: int = 1,
     ) -> AsyncIterator[tuple[Page, T]]:
         """Every page of a list with what ``read`` made of it, in list order, up to ``ahead``
-        pages asked for and read ahead of the caller (:class:`services.harvester.pager.Pager`)."""
+        pages asked for and read ahead of the caller (:class:`wiscat.harvester.pager.Pager`)."""
         pager = Pager(
             self.fetch,
             base_url,

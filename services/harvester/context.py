@@ -12,13 +12,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from services.harvester.client import OAIClient
-from services.harvester.metrics import HarvesterMetrics
-from services.harvester.page_records import PageReaders
-from shared.db.links import RunMode, RunStatus
-from shared.db.pool import Pool
-from shared.oaipmh.pages import IdentifyInfo
-from shared.settings import Settings
+from wiscat.harvester.client import OAIClient
+from wiscat.harvester.metrics import HarvesterMetrics
+from wiscat.harvester.page_records import PageReaders
+from wiscat.shared.db.links import RunMode, RunStatus
+from wiscat.shared.db.pool import Pool
+from wiscat.shared.oaipmh.pages import IdentifyInfo
+from wiscat.shared.settings import Settings
 
 log = logging.getLogger("wiscat.harvester")
 

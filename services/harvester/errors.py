@@ -22,7 +22,7 @@ Its own module, without aiohttp, so that the harvester's page workers can raise 
 
 from __future__ import annotations
 
-from shared.oaipmh.errors import OAIError
+from wiscat.shared.oaipmh.errors import OAIError
 
 
 class HarvestError(Exception):

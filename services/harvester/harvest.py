@@ -11,8 +11,8 @@
   high-water mark (invariant 3). A failure mid-list keeps the committed pages and the old
   high-water mark.
 
-The run's pure decisions are in :mod:`services.harvester.plan`, its writes in
-:mod:`services.harvester.writes`, the backup synchronisation in :mod:`services.harvester.backup`.
+The run's pure decisions are in :mod:`wiscat.harvester.plan`, its writes in
+:mod:`wiscat.harvester.writes`, the backup synchronisation in :mod:`wiscat.harvester.backup`.
 """
 
 from __future__ import annotations
@@ -23,17 +23,17 @@ import logging
 import time
 from datetime import UTC, datetime, timedelta
 
-from services.harvester.backup import backup
-from services.harvester.context import HarvestContext, RunReport, run_end_log, run_log
-from services.harvester.errors import (
+from wiscat.harvester.backup import backup
+from wiscat.harvester.context import HarvestContext, RunReport, run_end_log, run_log
+from wiscat.harvester.errors import (
     BadIdentify,
     HarvestError,
     LinkToItself,
     MalformedRecord,
     RunTakenOver,
 )
-from services.harvester.page_records import PageSorter
-from services.harvester.plan import (
+from wiscat.harvester.page_records import PageSorter
+from wiscat.harvester.plan import (
     choose_mode,
     high_water_mark,
     is_this_node,
@@ -41,16 +41,16 @@ from services.harvester.plan import (
     protected_set,
     window_slice,
 )
-from services.harvester.transport import global_addresses_only
-from services.harvester.writes import MassDeletion, complete, store_page
-from shared.db import links as link_store
-from shared.db.errors import FAILED
-from shared.db.links import Link, RunMode
-from shared.linkspec import REGISTRY_LINK_PREFIX
-from shared.oaipmh.dates import shifted
-from shared.oaipmh.errors import CannotDisseminateFormat, IdDoesNotExist, OAIError
-from shared.oaipmh.pages import NOT_WELL_FORMED, HeaderItem, IdentifyInfo
-from shared.text import clipped
+from wiscat.harvester.transport import global_addresses_only
+from wiscat.harvester.writes import MassDeletion, complete, store_page
+from wiscat.shared.db import links as link_store
+from wiscat.shared.db.errors import FAILED
+from wiscat.shared.db.links import Link, RunMode
+from wiscat.shared.linkspec import REGISTRY_LINK_PREFIX
+from wiscat.shared.oaipmh.dates import shifted
+from wiscat.shared.oaipmh.errors import CannotDisseminateFormat, IdDoesNotExist, OAIError
+from wiscat.shared.oaipmh.pages import NOT_WELL_FORMED, HeaderItem, IdentifyInfo
+from wiscat.shared.text import clipped
 
 log = logging.getLogger("wiscat.harvester")
 

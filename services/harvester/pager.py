@@ -1,5 +1,5 @@
 """A list's pages, asked for ahead of the caller: :class:`Pager`, which
-:meth:`services.harvester.client.OAIClient.read_pages` runs."""
+:meth:`wiscat.harvester.client.OAIClient.read_pages` runs."""
 
 from __future__ import annotations
 
@@ -10,15 +10,15 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime
 from typing import Generic, TypeVar
 
-from services.harvester.errors import RepeatedResumptionToken, TooManyEmptyPages, TooManyRequests
-from services.harvester.page_records import Page
-from services.harvester.transport import with_token
-from shared.oaipmh.dates import format_datestamp, format_day
-from shared.oaipmh.errors import BadArgument
-from shared.oaipmh.pages import PageReader, announced_token, read_errors
-from shared.tasks import abandon
-from shared.text import clipped
-from shared.urls import safe_url
+from wiscat.harvester.errors import RepeatedResumptionToken, TooManyEmptyPages, TooManyRequests
+from wiscat.harvester.page_records import Page
+from wiscat.harvester.transport import with_token
+from wiscat.shared.oaipmh.dates import format_datestamp, format_day
+from wiscat.shared.oaipmh.errors import BadArgument
+from wiscat.shared.oaipmh.pages import PageReader, announced_token, read_errors
+from wiscat.shared.tasks import abandon
+from wiscat.shared.text import clipped
+from wiscat.shared.urls import safe_url
 
 log = logging.getLogger("wiscat.harvester.client")
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections import Counter
 from datetime import datetime
 
-from shared.db.links import Link, RunMode
-from shared.oaipmh.pages import IdentifyInfo
-from shared.settings import Settings
+from wiscat.shared.db.links import Link, RunMode
+from wiscat.shared.oaipmh.pages import IdentifyInfo
+from wiscat.shared.settings import Settings
 
 
 def choose_mode(link: Link, *, now: datetime, requested: str | None, full: bool) -> RunMode:

@@ -21,19 +21,25 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Literal
 
-from services.harvester.client import OAIClient
-from services.harvester.errors import HarvestError, reason_of
-from services.harvester.plan import is_this_node
-from services.harvester.transport import global_addresses_only
-from shared.db.links import Link
-from shared.iso19139 import RecordError, record_from_element
-from shared.linkspec import REGISTRY_LINK_PREFIX
-from shared.oaipmh.dates import format_datestamp
-from shared.oaipmh.errors import NoMetadataFormats, NoRecordsMatch, NoSetHierarchy, OAIError
-from shared.oaipmh.pages import HeaderItem, NotOAIResponse, PageReader, RecordItem, ResponseError
-from shared.oaipmh.sets import read_metadata_formats
-from shared.settings import Settings
-from shared.urls import safe_url
+from wiscat.harvester.client import OAIClient
+from wiscat.harvester.errors import HarvestError, reason_of
+from wiscat.harvester.plan import is_this_node
+from wiscat.harvester.transport import global_addresses_only
+from wiscat.shared.db.links import Link
+from wiscat.shared.iso19139 import RecordError, record_from_element
+from wiscat.shared.linkspec import REGISTRY_LINK_PREFIX
+from wiscat.shared.oaipmh.dates import format_datestamp
+from wiscat.shared.oaipmh.errors import NoMetadataFormats, NoRecordsMatch, NoSetHierarchy, OAIError
+from wiscat.shared.oaipmh.pages import (
+    HeaderItem,
+    NotOAIResponse,
+    PageReader,
+    RecordItem,
+    ResponseError,
+)
+from wiscat.shared.oaipmh.sets import read_metadata_formats
+from wiscat.shared.settings import Settings
+from wiscat.shared.urls import safe_url
 
 MAX_SET_PAGES = 100  # ListSets pages read to find the set (a guard against endless lists)
 Outcome = Literal["ok", "note", "problem"]

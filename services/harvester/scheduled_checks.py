@@ -16,12 +16,12 @@ import logging
 import time
 from datetime import UTC, datetime, timedelta
 
-from services.harvester.check import CATEGORIES, CheckReport, CheckRequest, run_check
-from services.harvester.context import HarvestContext
-from services.harvester.scheduler import lease_kept
-from shared.db import checks as check_store
-from shared.db.checks import Check
-from shared.logs import Outage
+from wiscat.harvester.check import CATEGORIES, CheckReport, CheckRequest, run_check
+from wiscat.harvester.context import HarvestContext
+from wiscat.harvester.scheduler import lease_kept
+from wiscat.shared.db import checks as check_store
+from wiscat.shared.db.checks import Check
+from wiscat.shared.logs import Outage
 
 log = logging.getLogger("wiscat.check")
 

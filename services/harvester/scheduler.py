@@ -15,14 +15,14 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from urllib.parse import urlsplit
 
-from services.harvester.context import HarvestContext
-from services.harvester.harvest import harvest_link
-from shared.db import links as link_store
-from shared.db.errors import UNAVAILABLE
-from shared.db.links import Link
-from shared.db.pool import Pool
-from shared.logs import Outage
-from shared.version import VERSION
+from wiscat.harvester.context import HarvestContext
+from wiscat.harvester.harvest import harvest_link
+from wiscat.shared.db import links as link_store
+from wiscat.shared.db.errors import UNAVAILABLE
+from wiscat.shared.db.links import Link
+from wiscat.shared.db.pool import Pool
+from wiscat.shared.logs import Outage
+from wiscat.shared.version import VERSION
 
 log = logging.getLogger("wiscat.harvester")
 

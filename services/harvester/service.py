@@ -11,19 +11,19 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from services.harvester.client import ClientSettings, OAIClient
-from services.harvester.context import HarvestContext
-from services.harvester.page_records import PageReaders
-from services.harvester.scheduled_checks import export_check_metrics, run_due_checks
-from services.harvester.scheduler import Scheduler
-from services.listen import listen
-from shared.db import links as link_store
-from shared.db.errors import UNAVAILABLE
-from shared.db.migrate import check_current, not_ready
-from shared.db.pool import answered, create_pool
-from shared.heap import one_arena
-from shared.settings import Settings
-from shared.urls import url_host
+from wiscat.harvester.client import ClientSettings, OAIClient
+from wiscat.harvester.context import HarvestContext
+from wiscat.harvester.page_records import PageReaders
+from wiscat.harvester.scheduled_checks import export_check_metrics, run_due_checks
+from wiscat.harvester.scheduler import Scheduler
+from wiscat.listen import listen
+from wiscat.shared.db import links as link_store
+from wiscat.shared.db.errors import UNAVAILABLE
+from wiscat.shared.db.migrate import check_current, not_ready
+from wiscat.shared.db.pool import answered, create_pool
+from wiscat.shared.heap import one_arena
+from wiscat.shared.settings import Settings
+from wiscat.shared.urls import url_host
 
 log = logging.getLogger("wiscat.harvester")
 

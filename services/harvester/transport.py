@@ -1,7 +1,7 @@
 """How the harvester's client meets HTTP: which addresses a guarded run may connect to, how
 a body is inflated, how long a peer asks to wait, where redirects led, and the words of a
 failed request's reason. Plain functions of aiohttp's objects; the client
-(:mod:`services.harvester.client`) decides what to do with them.
+(:mod:`wiscat.harvester.client`) decides what to do with them.
 """
 
 from __future__ import annotations
@@ -18,19 +18,20 @@ from typing import Any
 import aiohttp
 from aiohappyeyeballs import AddrInfoType
 
-from services.harvester.errors import BadResponse, HarvestError, PeerTimeout, PeerUnreachable
-from shared.registry.addresses import address_allowed
-from shared.registry.safe_fetch import parser_message
-from shared.text import clipped
-from shared.tls import refusal
-from shared.urls import safe_url
+from wiscat.harvester.errors import BadResponse, HarvestError, PeerTimeout, PeerUnreachable
+from wiscat.shared.registry.addresses import address_allowed
+from wiscat.shared.registry.safe_fetch import parser_message
+from wiscat.shared.text import clipped
+from wiscat.shared.tls import refusal
+from wiscat.shared.urls import safe_url
 
 #: Statuses retried (with backoff, or the peer's Retry-After); any other is final.
 RETRYABLE = frozenset({408, 429, *range(500, 600)})
 
 # On for the requests of a run whose peer URL someone else chose (a link the registry added):
 # their connections, redirects' included, are refused to non-global addresses, as the
-# registry's own fetches are (shared.registry.safe_fetch), so that a registered URL cannot turn
+# registry's own fetches are (wiscat.shared.registry.safe_fetch), so that a registered URL cannot
+# turn
 # the harvester against the node's own network.
 GUARDED: contextvars.ContextVar[bool] = contextvars.ContextVar("wiscat_guarded", default=False)
 

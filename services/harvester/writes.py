@@ -7,12 +7,12 @@ from __future__ import annotations
 from collections import Counter
 from datetime import datetime
 
-from services.harvester.context import HarvestContext, RunReport, run_log
-from services.harvester.errors import LinkRemoved, RunTakenOver
-from shared.db import links as link_store
-from shared.db import records as store
-from shared.db.links import Link, PageCounts
-from shared.db.pool import Connection, limit_statements
+from wiscat.harvester.context import HarvestContext, RunReport, run_log
+from wiscat.harvester.errors import LinkRemoved, RunTakenOver
+from wiscat.shared.db import links as link_store
+from wiscat.shared.db import records as store
+from wiscat.shared.db.links import Link, PageCounts
+from wiscat.shared.db.pool import Connection, limit_statements
 
 DELETE_BATCH = 5000
 

@@ -15,14 +15,14 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, model_validator
 
-from services.provider.openapi import ADMIN, body, json_error
-from services.provider.state import ProviderState, State
-from shared import ingest
-from shared.db import checks as check_store
-from shared.db import links as link_store
-from shared.durations import format_duration, parse_duration
-from shared.iso19139 import RecordError, parse_record
-from shared.linkspec import (
+from wiscat.provider.openapi import ADMIN, body, json_error
+from wiscat.provider.state import ProviderState, State
+from wiscat.shared import ingest
+from wiscat.shared.db import checks as check_store
+from wiscat.shared.db import links as link_store
+from wiscat.shared.durations import format_duration, parse_duration
+from wiscat.shared.iso19139 import RecordError, parse_record
+from wiscat.shared.linkspec import (
     NAME,
     NAME_RULE,
     build_link,
@@ -32,7 +32,7 @@ from shared.linkspec import (
     check_set_spec,
     set_kind,
 )
-from shared.urls import safe_url
+from wiscat.shared.urls import safe_url
 
 log = logging.getLogger("wiscat.admin")
 
@@ -70,7 +70,7 @@ async def put_record(
     identifier: str, request: Request, state: ProviderState = Depends(require_admin)
 ) -> JSONResponse:
     """Store an ISO 19139 record in the own set; its fileIdentifier must equal the path's."""
-    body = await request.body()  # at most shared.iso19139.MAX_RECORD_BYTES (app.BodyLimit)
+    body = await request.body()  # at most wiscat.shared.iso19139.MAX_RECORD_BYTES (app.BodyLimit)
     try:
         record = parse_record(body)
     except RecordError as exc:

@@ -16,29 +16,29 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from services.provider import admin, monitoring, oai, registry, ui
-from services.provider.limits import BodyCap, BodyLimit
-from services.provider.metrics import ProviderMetrics
-from services.provider.openapi import document_bad_requests, document_bearer
-from services.provider.responses import (
+from wiscat.provider import admin, monitoring, oai, registry, ui
+from wiscat.provider.limits import BodyCap, BodyLimit
+from wiscat.provider.metrics import ProviderMetrics
+from wiscat.provider.openapi import document_bad_requests, document_bearer
+from wiscat.provider.responses import (
     CUT_OFF,
     MAX_POST_BYTES,
     log_unavailable,
     unavailable_json,
 )
-from services.provider.state import ProviderState, State
-from shared.db import checks as check_store
-from shared.db import links as link_store
-from shared.db import records as store
-from shared.db.errors import UNAVAILABLE, UNSTORABLE_TEXT, NoAnswer
-from shared.db.migrate import check_current, not_ready
-from shared.db.pool import Pool, answered, create_pool
-from shared.ingest import ensure_own_set
-from shared.iso19139 import MAX_RECORD_BYTES
-from shared.oaipmh.tokens import TokenCodec
-from shared.settings import Settings
-from shared.tasks import abandon
-from shared.version import VERSION
+from wiscat.provider.state import ProviderState, State
+from wiscat.shared.db import checks as check_store
+from wiscat.shared.db import links as link_store
+from wiscat.shared.db import records as store
+from wiscat.shared.db.errors import UNAVAILABLE, UNSTORABLE_TEXT, NoAnswer
+from wiscat.shared.db.migrate import check_current, not_ready
+from wiscat.shared.db.pool import Pool, answered, create_pool
+from wiscat.shared.ingest import ensure_own_set
+from wiscat.shared.iso19139 import MAX_RECORD_BYTES
+from wiscat.shared.oaipmh.tokens import TokenCodec
+from wiscat.shared.settings import Settings
+from wiscat.shared.tasks import abandon
+from wiscat.shared.version import VERSION
 
 log = logging.getLogger("wiscat.provider")
 
@@ -136,7 +136,7 @@ class Deadline:
         if task.done() or began:
             await task
             return
-        abandon(task)  # as shared.db.pool.answered does, for the same reason
+        abandon(task)  # as wiscat.shared.db.pool.answered does, for the same reason
         log_unavailable(
             f"{scope['method']} {scope['path']}",
             NoAnswer(f"the database did not answer within {seconds:g} s"),

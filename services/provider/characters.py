@@ -1,6 +1,7 @@
 """Stored records that hold characters XML 1.0 does not allow (RELIABILITY P14).
 
-Every write path refuses them (lxml's parser does, by :func:`shared.iso19139.parse_xml` and the
+Every write path refuses them (lxml's parser does, by :func:`wiscat.shared.iso19139.parse_xml` and
+the
 harvester's page reader), but a row written by direct SQL, or by an older version, may still
 hold one; sent as it is stored it would make the whole page not well-formed, and its oai_dc
 crosswalk fail. Such a record is served with each of those characters replaced by U+FFFD, or,
@@ -15,10 +16,10 @@ from __future__ import annotations
 
 import logging
 
-from services.provider.metrics import ProviderMetrics
-from shared.db.records import StoredRecord
-from shared.iso19139 import RecordError, parse_xml
-from shared.oaipmh import render
+from wiscat.provider.metrics import ProviderMetrics
+from wiscat.shared.db.records import StoredRecord
+from wiscat.shared.iso19139 import RecordError, parse_xml
+from wiscat.shared.oaipmh import render
 
 log = logging.getLogger("wiscat.provider")
 

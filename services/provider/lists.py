@@ -13,15 +13,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from services.provider.characters import servable_rows
-from services.provider.metrics import ProviderMetrics
-from services.provider.readahead import ListPageItems, PageKey, ReadAhead
-from shared import crosswalk
-from shared.db import records as store
-from shared.db.pool import Pool
-from shared.oaipmh import render
-from shared.oaipmh.hierarchy import in_tree, minimal
-from shared.settings import UNION_SET, Settings
+from wiscat.provider.characters import servable_rows
+from wiscat.provider.metrics import ProviderMetrics
+from wiscat.provider.readahead import ListPageItems, PageKey, ReadAhead
+from wiscat.shared import crosswalk
+from wiscat.shared.db import records as store
+from wiscat.shared.db.pool import Pool
+from wiscat.shared.oaipmh import render
+from wiscat.shared.oaipmh.hierarchy import in_tree, minimal
+from wiscat.shared.settings import UNION_SET, Settings
 
 log = logging.getLogger("wiscat.provider")
 
@@ -90,7 +90,7 @@ class Lists:
 
         No row that a transaction still in progress will commit may be listed before it, or a
         harvester's high-water mark would pass it for ever: the list stops short of the oldest
-        write transaction in progress (:func:`shared.db.records.list_horizon`), and of the
+        write transaction in progress (:func:`wiscat.shared.db.records.list_horizon`), and of the
         settle window besides. The bound is also cut back to a whole second, so a list shows a
         datestamp second only once all of it is visible: harvesters may then ask from = last
         second seen + 1 (the guarantee Identify states; without a settle window, as in some

@@ -12,7 +12,7 @@ from prometheus_client import (
     disable_created_metrics,
 )
 
-from shared.version import register_build_info
+from wiscat.shared.version import register_build_info
 
 
 @dataclass

@@ -17,10 +17,10 @@ from typing import Any
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
-from services.provider.state import State
-from shared.db import records as store
-from shared.db.migrate import check_current
-from shared.oaipmh.dates import format_datestamp
+from wiscat.provider.state import State
+from wiscat.shared.db import records as store
+from wiscat.shared.db.migrate import check_current
+from wiscat.shared.oaipmh.dates import format_datestamp
 
 log = logging.getLogger("wiscat.provider")
 

@@ -1,8 +1,8 @@
 """The OAI-PMH 2.0 endpoint: ``GET|POST /oai``.
 
-Thin by design: arguments are checked by :mod:`shared.oaipmh.arguments`, rows come from
-:mod:`shared.db.records`, bytes from :mod:`shared.oaipmh.render`, list pages from
-:mod:`services.provider.lists`, and :mod:`services.provider.responses` sends them. Every answer,
+Thin by design: arguments are checked by :mod:`wiscat.shared.oaipmh.arguments`, rows come from
+:mod:`wiscat.shared.db.records`, bytes from :mod:`wiscat.shared.oaipmh.render`, list pages from
+:mod:`wiscat.provider.lists`, and :mod:`wiscat.provider.responses` sends them. Every answer,
 errors included, is an OAI-PMH document with HTTP 200 (§3.6); only overload and an unavailable
 database get a 503 with Retry-After (§3.1.2.2 allows it for flow control).
 """
@@ -17,11 +17,11 @@ from datetime import UTC, datetime, timedelta
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from services.provider.characters import servable
-from services.provider.lists import ListPage, Overloaded, header_sets, metadata
-from services.provider.openapi import OAI, OAI_GET, OAI_POST, OAI_TOO_LARGE
-from services.provider.readahead import ListPageItems, PageKey
-from services.provider.responses import (
+from wiscat.provider.characters import servable
+from wiscat.provider.lists import ListPage, Overloaded, header_sets, metadata
+from wiscat.provider.openapi import OAI, OAI_GET, OAI_POST, OAI_TOO_LARGE
+from wiscat.provider.readahead import ListPageItems, PageKey
+from wiscat.provider.responses import (
     log_unavailable,
     overloaded_text,
     request_pairs,
@@ -29,17 +29,17 @@ from services.provider.responses import (
     respond_page,
     unavailable_text,
 )
-from services.provider.state import ProviderState, State
-from shared.db import records as store
-from shared.db.errors import UNAVAILABLE
-from shared.db.pool import answered
-from shared.oaipmh import render
-from shared.oaipmh.arguments import OAIRequest, echo_allowed, parse_request
-from shared.oaipmh.dates import Granularity, until_upper_bound
-from shared.oaipmh.errors import BadResumptionToken, IdDoesNotExist, NoRecordsMatch, OAIError
-from shared.oaipmh.hierarchy import with_ancestors
-from shared.oaipmh.tokens import ListPosition
-from shared.settings import UNION_SET
+from wiscat.provider.state import ProviderState, State
+from wiscat.shared.db import records as store
+from wiscat.shared.db.errors import UNAVAILABLE
+from wiscat.shared.db.pool import answered
+from wiscat.shared.oaipmh import render
+from wiscat.shared.oaipmh.arguments import OAIRequest, echo_allowed, parse_request
+from wiscat.shared.oaipmh.dates import Granularity, until_upper_bound
+from wiscat.shared.oaipmh.errors import BadResumptionToken, IdDoesNotExist, NoRecordsMatch, OAIError
+from wiscat.shared.oaipmh.hierarchy import with_ancestors
+from wiscat.shared.oaipmh.tokens import ListPosition
+from wiscat.shared.settings import UNION_SET
 
 router = APIRouter()
 

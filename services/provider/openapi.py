@@ -131,7 +131,7 @@ def document_bearer(app: FastAPI) -> None:
 
 
 # -- the OAI-PMH endpoint (GET|POST /oai), described by hand: the route reads its arguments
-# itself (services.provider.responses.request_pairs), so FastAPI cannot see them.
+# itself (wiscat.provider.responses.request_pairs), so FastAPI cannot see them.
 
 #: The six verbs (OAI-PMH 2.0 §4); any other string is a badVerb answer, not a refusal.
 OAI_VERBS = (

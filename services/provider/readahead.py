@@ -28,9 +28,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from shared.db.records import ListScope
-from shared.oaipmh.tokens import ListPosition
-from shared.tasks import abandon, forget
+from wiscat.shared.db.records import ListScope
+from wiscat.shared.oaipmh.tokens import ListPosition
+from wiscat.shared.tasks import abandon, forget
 
 log = logging.getLogger("wiscat.provider")
 

@@ -23,14 +23,20 @@ from fastapi import APIRouter, FastAPI, Query, Request
 from fastapi.responses import HTMLResponse, PlainTextResponse, Response
 from lxml import etree
 
-from services.provider.limits import RateLimiter
-from services.provider.openapi import NO_REGISTRY, XMLResponse, body, form, text
-from services.provider.state import ProviderState
-from shared.db import registry as store
-from shared.db.pool import Pool
-from shared.registry.chain import ChainError, InvalidBlock, NotAMember, UnknownParent, url_problem
-from shared.registry.keyfile import NETWORK_NAME, Network, load_network, load_private_key
-from shared.registry.node import (
+from wiscat.provider.limits import RateLimiter
+from wiscat.provider.openapi import NO_REGISTRY, XMLResponse, body, form, text
+from wiscat.provider.state import ProviderState
+from wiscat.shared.db import registry as store
+from wiscat.shared.db.pool import Pool
+from wiscat.shared.registry.chain import (
+    ChainError,
+    InvalidBlock,
+    NotAMember,
+    UnknownParent,
+    url_problem,
+)
+from wiscat.shared.registry.keyfile import NETWORK_NAME, Network, load_network, load_private_key
+from wiscat.shared.registry.node import (
     TRACKER_MEMBER_TTL,
     NodeConfig,
     RegistryNode,
@@ -39,8 +45,8 @@ from shared.registry.node import (
     peers_xml,
     status_xml,
 )
-from shared.registry.safe_fetch import SafeFetcher
-from shared.settings import Settings
+from wiscat.shared.registry.safe_fetch import SafeFetcher
+from wiscat.shared.settings import Settings
 
 log = logging.getLogger("wiscat.registry")
 

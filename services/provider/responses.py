@@ -18,8 +18,8 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from isal import isal_zlib
 from starlette.types import Send
 
-from services.provider.lists import ListPage
-from shared.oaipmh.errors import BadArgument
+from wiscat.provider.lists import ListPage
+from wiscat.shared.oaipmh.errors import BadArgument
 
 log = logging.getLogger("wiscat.provider")
 
@@ -256,5 +256,5 @@ class _CutOff(logging.Filter):
         return True
 
 
-#: Installed on the server's logger by :func:`services.provider.app.create_app`.
+#: Installed on the server's logger by :func:`wiscat.provider.app.create_app`.
 CUT_OFF = _CutOff()

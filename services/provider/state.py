@@ -12,11 +12,11 @@ from typing import Annotated, cast
 
 from fastapi import Depends, Request
 
-from services.provider.lists import Lists
-from services.provider.metrics import ProviderMetrics
-from shared.db.pool import Pool
-from shared.oaipmh.tokens import TokenCodec
-from shared.settings import Settings
+from wiscat.provider.lists import Lists
+from wiscat.provider.metrics import ProviderMetrics
+from wiscat.shared.db.pool import Pool
+from wiscat.shared.oaipmh.tokens import TokenCodec
+from wiscat.shared.settings import Settings
 
 
 @dataclass

@@ -3,7 +3,7 @@
 First a status strip (the node, its database, whether its harvester answers, the links that fail
 or lag, the latest consistency check); then its links (last run, outcome, lag, counts, last error,
 and a "harvest now" button that calls the admin API with the admin token the operator types in);
-then three plots (:mod:`services.provider.plots`): harvest duration and lag per link over time,
+then three plots (:mod:`wiscat.provider.plots`): harvest duration and lag per link over time,
 records arriving per day; then the catalogue (records per set), recent harvest runs, quarantined
 records (each viewable on a page of its own, ``/quarantine/ID``), the latest consistency reports
 and the registry (its network, chain, peers and URLs). The page reloads itself every
@@ -25,7 +25,7 @@ import aiohttp
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import HTMLResponse
 
-from services.provider.plots import (
+from wiscat.provider.plots import (
     bar_plot,
     duration,
     e,
@@ -34,17 +34,17 @@ from services.provider.plots import (
     link_colour,
     when,
 )
-from services.provider.registry import RegistryState
-from services.provider.state import State
-from shared.db import checks as check_store
-from shared.db import links as link_store
-from shared.db import overview
-from shared.db import registry as registry_store
-from shared.db.migrate import not_ready
-from shared.db.pool import Pool
-from shared.settings import Settings
-from shared.urls import safe_url, url_host
-from shared.version import VERSION
+from wiscat.provider.registry import RegistryState
+from wiscat.provider.state import State
+from wiscat.shared.db import checks as check_store
+from wiscat.shared.db import links as link_store
+from wiscat.shared.db import overview
+from wiscat.shared.db import registry as registry_store
+from wiscat.shared.db.migrate import not_ready
+from wiscat.shared.db.pool import Pool
+from wiscat.shared.settings import Settings
+from wiscat.shared.urls import safe_url, url_host
+from wiscat.shared.version import VERSION
 
 router = APIRouter()
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import asyncpg
 
-from shared.db.links import Executor, fields_as_json
-from shared.db.queries import load
-from shared.urls import safe_url
+from wiscat.shared.db.links import Executor, fields_as_json
+from wiscat.shared.db.queries import load
+from wiscat.shared.urls import safe_url
 
 _SQL = load("checks.sql")
 

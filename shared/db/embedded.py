@@ -31,7 +31,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from shared.db.errors import EmbeddedServerError
+from wiscat.shared.db.errors import EmbeddedServerError
 
 log = logging.getLogger("wiscat.db")
 
@@ -76,8 +76,11 @@ def import_pgserver() -> Any:
             # and uses a folder in /tmp instead: nothing for an operator to do
             warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
             import pgserver
-    except ImportError as exc:  # pragma: no cover - pgserver is a hard dependency
-        raise EmbeddedServerError("pgserver is not installed") from exc
+    except ImportError as exc:
+        raise EmbeddedServerError(
+            "the embedded PostgreSQL is not installed: set WISCAT_DATABASE_URL to a PostgreSQL "
+            "server, or install wiscat with it (pip install 'wiscat[embedded]')"
+        ) from exc
     return pgserver
 
 

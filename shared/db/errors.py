@@ -56,6 +56,7 @@ class EmbeddedServerError(DatabaseError):
 
 
 class NoAnswer(TimeoutError):
-    """The database did not answer within a service's deadline (:func:`shared.db.pool.answered`):
+    """The database did not answer within a service's deadline
+    (:func:`wiscat.shared.db.pool.answered`):
     a server that hangs (wedged, its host or network gone silent) or a lock held for long. A
     ``TimeoutError``, and so an ``OSError``: one of ``UNAVAILABLE``."""

@@ -10,10 +10,10 @@ from typing import Any, Literal
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
-from shared.db.pool import Connection
-from shared.db.queries import load
-from shared.db.records import ensure_set
-from shared.urls import safe_url
+from wiscat.shared.db.pool import Connection
+from wiscat.shared.db.queries import load
+from wiscat.shared.db.records import ensure_set
+from wiscat.shared.urls import safe_url
 
 #: How a run reads its peer (``harvest_runs.mode``): from the high-water mark, everything, one
 #: slice of the rolling window, or a backup synchronisation of another GISC's own set.
@@ -182,7 +182,8 @@ async def set_schedule(
 async def update_link(
     conn: Connection, link: Link, new: NewLink, *, set_kind: str = "remote"
 ) -> tuple[Link, list[str]]:
-    """Write what differs between ``link`` and ``new`` (as :func:`shared.linkspec.changed_link`
+    """Write what differs between ``link`` and ``new`` (as
+    :func:`wiscat.shared.linkspec.changed_link`
     makes it), in one transaction; return the link as it now is and what changed: ``source``
     (peer, remote set, metadataPrefix or local set: high-water mark reset, full harvest next),
     ``strategy``, ``schedule`` (intervals, overlap, window slices: the mark stays).

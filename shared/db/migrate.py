@@ -6,14 +6,15 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 
-from shared.db.errors import DatabaseError, NoAnswer, SchemaNotCurrent
-from shared.db.pool import Connection, Pool, answered
+from wiscat.shared.db.errors import DatabaseError, NoAnswer, SchemaNotCurrent
+from wiscat.shared.db.pool import Connection, Pool, answered
 
 log = logging.getLogger("wiscat.db")
 
-MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
+MIGRATIONS_DIR = Path(str(resources.files("wiscat.migrations")))
 _NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 
 _CREATE_TABLE = """
@@ -35,11 +36,7 @@ class Migration:
 def available(directory: Path = MIGRATIONS_DIR) -> list[Migration]:
     """The migration files, in version order."""
     if not directory.is_dir():
-        # wiscat runs from its source tree (an editable install, as the Dockerfile does)
-        raise FileNotFoundError(
-            f"no migrations folder at {directory}: install wiscat from its source tree "
-            "with `pip install -e .`"
-        )
+        raise FileNotFoundError(f"no migrations folder at {directory}")
     found = []
     for path in sorted(directory.glob("*.sql")):
         match = _NAME.match(path.name)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from shared.db.links import Executor
-from shared.db.queries import load
+from wiscat.shared.db.links import Executor
+from wiscat.shared.db.queries import load
 
 _SQL = load("overview.sql")
 

@@ -12,9 +12,9 @@ from typing import TypeVar
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
-from shared.db.embedded import EmbeddedPostgres
-from shared.db.errors import DatabaseError, NoAnswer
-from shared.tasks import abandon
+from wiscat.shared.db.embedded import EmbeddedPostgres
+from wiscat.shared.db.errors import DatabaseError, NoAnswer
+from wiscat.shared.tasks import abandon
 
 log = logging.getLogger("wiscat.db")
 

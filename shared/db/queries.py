@@ -27,5 +27,5 @@ def parse_queries(text: str) -> dict[str, str]:
 @cache
 def load(filename: str) -> dict[str, str]:
     """The named queries of ``shared/db/sql/<filename>``."""
-    text = resources.files("shared.db").joinpath("sql", filename).read_text(encoding="utf-8")
+    text = resources.files("wiscat.shared.db").joinpath("sql", filename).read_text(encoding="utf-8")
     return parse_queries(text)

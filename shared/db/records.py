@@ -18,9 +18,9 @@ from typing import Literal, NamedTuple, get_args
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
-from shared.db.pool import Connection
-from shared.db.queries import load
-from shared.db.rows import IncomingRecord as IncomingRecord  # the rows its writes take
+from wiscat.shared.db.pool import Connection
+from wiscat.shared.db.queries import load
+from wiscat.shared.db.rows import IncomingRecord as IncomingRecord  # the rows its writes take
 
 _SQL = load("records.sql")
 

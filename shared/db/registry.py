@@ -1,7 +1,8 @@
 """The registry's blocks, main chain, pool, peers and tracker members (seed 004).
 
 Every block received is stored, whatever its branch; ``registry_chain`` names the main chain, the
-branch the fork-choice rule (:func:`shared.registry.chain.better_tip`) picks. :func:`add_block`
+branch the fork-choice rule (:func:`wiscat.shared.registry.chain.better_tip`) picks.
+:func:`add_block`
 does the whole acceptance of one block in one transaction, under an advisory lock, so replicas
 and processes sharing the database never interleave two changes of the chain.
 """
@@ -14,9 +15,9 @@ from datetime import datetime, timedelta
 
 import asyncpg
 
-from shared.db.pool import Connection, Pool
-from shared.db.queries import load
-from shared.registry.chain import (
+from wiscat.shared.db.pool import Connection, Pool
+from wiscat.shared.db.queries import load
+from wiscat.shared.registry.chain import (
     Block,
     InvalidBlock,
     Tip,

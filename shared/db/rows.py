@@ -1,6 +1,6 @@
 """What the record store's writes take, as plain values: no asyncpg here.
 
-Apart from :mod:`shared.db.records` so that a harvester's page workers, which make these, do
+Apart from :mod:`wiscat.shared.db.records` so that a harvester's page workers, which make these, do
 not import the database driver.
 """
 
@@ -13,7 +13,8 @@ from typing import NamedTuple
 class IncomingRecord(NamedTuple):
     """A record ready to store: identifier, gmd:dateStamp, canonical hash and serialized XML.
 
-    ``xml`` is lxml's serialization of a parsed record (:func:`shared.iso19139.parse_record`),
+    ``xml`` is lxml's serialization of a parsed record
+    (:func:`wiscat.shared.iso19139.parse_record`),
     so it holds no character XML 1.0 does not allow: the store's writes say so to the database,
     which then does not check it (migration 0009).
 

@@ -27,10 +27,10 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from shared.oaipmh.dates import Granularity, parse_datestamp
-from shared.oaipmh.errors import BadArgument, BadVerb, CannotDisseminateFormat, OAIError
-from shared.oaipmh.identifiers import any_uri_error
-from shared.text import clipped
+from wiscat.shared.oaipmh.dates import Granularity, parse_datestamp
+from wiscat.shared.oaipmh.errors import BadArgument, BadVerb, CannotDisseminateFormat, OAIError
+from wiscat.shared.oaipmh.identifiers import any_uri_error
+from wiscat.shared.text import clipped
 
 RESUMPTION_TOKEN = "resumptionToken"  # noqa: S105 - an argument name, not a secret
 
@@ -76,7 +76,8 @@ class OAIRequest:
 
     ``from_`` and ``until`` are the inclusive bounds as given (a day value is midnight UTC of
     that day; ``until_granularity`` tells how far an inclusive ``until`` reaches, see
-    :func:`shared.oaipmh.dates.until_upper_bound`). ``echo`` holds the arguments, verb first, as
+    :func:`wiscat.shared.oaipmh.dates.until_upper_bound`). ``echo`` holds the arguments, verb
+    first, as
     the response's ``request`` element must repeat them (§3.2).
     """
 

@@ -10,7 +10,7 @@ import re
 from datetime import UTC, datetime, timedelta
 from enum import Enum
 
-from shared.oaipmh.errors import BadArgument
+from wiscat.shared.oaipmh.errors import BadArgument
 
 
 class Granularity(Enum):

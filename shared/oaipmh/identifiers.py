@@ -28,7 +28,7 @@ from __future__ import annotations
 import ipaddress
 import re
 
-from shared.text import clipped
+from wiscat.shared.text import clipped
 
 # RFC 3986 §3.1: scheme = ALPHA *( ALPHA / DIGIT / "+" / "-" / "." )
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+\-.]*")

@@ -5,7 +5,7 @@ A page is parsed incrementally with lxml's pull parser: items are yielded as soo
 whatever the page size. Parsing never resolves entities, never touches the network, refuses any
 DOCTYPE outright (billion laughs, XXE) and never runs in lxml's recover mode.
 
-Exception tree (besides the OAI-PMH errors of :mod:`shared.oaipmh.errors`)::
+Exception tree (besides the OAI-PMH errors of :mod:`wiscat.shared.oaipmh.errors`)::
 
     ResponseError            a response that is not a usable OAI-PMH document
      +-- NotOAIResponse      an HTML page, another XML vocabulary, an empty body
@@ -23,9 +23,9 @@ from typing import cast
 
 from lxml import etree
 
-from shared.oaipmh.dates import shifted
-from shared.oaipmh.errors import OAIError, error_for_code
-from shared.text import clipped
+from wiscat.shared.oaipmh.dates import shifted
+from wiscat.shared.oaipmh.errors import OAIError, error_for_code
+from wiscat.shared.text import clipped
 
 log = logging.getLogger("wiscat.harvester.pages")
 
@@ -34,7 +34,7 @@ _Q = "{" + OAI_NS + "}"
 # Fed to libxml2 this much at a time: 256 KB reads a page about 1.6 times faster than 64 KB,
 # and holds only a few dozen records' trees at once.
 _CHUNK = 256 * 1024
-WISCAT_NS = "urn:wiscat:oai-pmh:1"  # as shared.oaipmh.render writes it
+WISCAT_NS = "urn:wiscat:oai-pmh:1"  # as wiscat.shared.oaipmh.render writes it
 
 
 class ResponseError(Exception):

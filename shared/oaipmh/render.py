@@ -26,9 +26,9 @@ from typing import Any
 
 from lxml import etree
 
-from shared.oaipmh.arguments import ARGUMENTS, VERBS
-from shared.oaipmh.dates import Granularity, format_datestamp
-from shared.oaipmh.errors import NoMetadataFormats, NoSetHierarchy, OAIError
+from wiscat.shared.oaipmh.arguments import ARGUMENTS, VERBS
+from wiscat.shared.oaipmh.dates import Granularity, format_datestamp
+from wiscat.shared.oaipmh.errors import NoMetadataFormats, NoSetHierarchy, OAIError
 
 __all__ = [
     "OAI_NS",
@@ -181,7 +181,7 @@ def render_error(
     §3.6: "In event of an error or exception condition, repositories must indicate OAI-PMH
     errors, distinguished from HTTP Status-Codes, by including one or more error elements in
     their replies." Pass ``echo`` None after badVerb or badArgument (§3.2, see
-    :func:`shared.oaipmh.arguments.echo_allowed`).
+    :func:`wiscat.shared.oaipmh.arguments.echo_allowed`).
     """
     if not errors:
         raise ValueError("an error response needs at least one error")

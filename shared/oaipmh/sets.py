@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from lxml import etree
 
-from shared.oaipmh.pages import OAI_NS, NotOAIResponse, PageReader, PageSummary
+from wiscat.shared.oaipmh.pages import OAI_NS, NotOAIResponse, PageReader, PageSummary
 
 _Q = "{" + OAI_NS + "}"
 

@@ -28,7 +28,7 @@ import struct
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from shared.oaipmh.errors import BadResumptionToken
+from wiscat.shared.oaipmh.errors import BadResumptionToken
 
 _VERSION = 1
 # 128 bits of HMAC-SHA256 are ample against forgery (the truncation RFC 4868 uses) and keep

@@ -1,13 +1,17 @@
 """The distributed registry of OAI-PMH base URLs (seed 004, DESIGN §6).
 
-- :mod:`shared.registry.chain`: transactions and blocks in the seed's XML shapes, hashing, proof
+- :mod:`wiscat.shared.registry.chain`: transactions and blocks in the seed's XML shapes, hashing,
+  proof
   of work, Ed25519 signatures, chain verification and the fork-choice rule (pure, no I/O).
-- :mod:`shared.registry.keyfile`: the network key file (name, genesis block, peers, tracker,
+- :mod:`wiscat.shared.registry.keyfile`: the network key file (name, genesis block, peers, tracker,
   members' public keys).
-- :mod:`shared.registry.addresses`: which addresses a URL chosen by someone else may reach (the
+- :mod:`wiscat.shared.registry.addresses`: which addresses a URL chosen by someone else may reach
+  (the
   IANA special-purpose ranges written out, each with its RFC).
-- :mod:`shared.registry.safe_fetch`: the outbound HTTP client that refuses non-global addresses
+- :mod:`wiscat.shared.registry.safe_fetch`: the outbound HTTP client that refuses non-global
+  addresses
   at connect time, and ports off the configured list before it.
-- :mod:`shared.registry.node`: one node: validation of submitted URLs, minting, accepting blocks,
+- :mod:`wiscat.shared.registry.node`: one node: validation of submitted URLs, minting, accepting
+  blocks,
   fork choice on the stored chain, peers, tracker announces and sync.
 """

@@ -53,8 +53,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from lxml import etree
 
-from shared.oaipmh.pages import has_doctype
-from shared.text import clipped
+from wiscat.shared.oaipmh.pages import has_doctype
+from wiscat.shared.text import clipped
 
 ZERO_HASH = "0" * 128
 MAX_TRANSACTIONS = 500

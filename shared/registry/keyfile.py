@@ -36,7 +36,7 @@ from cryptography.hazmat.primitives.serialization import (
 )
 from lxml import etree
 
-from shared.registry.chain import (
+from wiscat.shared.registry.chain import (
     MAX_DIFFICULTY,
     Block,
     ChainError,

@@ -23,13 +23,13 @@ from urllib.parse import urlsplit, urlunsplit
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from lxml import etree
 
-from shared.db import links as link_store
-from shared.db import registry as store
-from shared.db.pool import Pool
-from shared.linkspec import REGISTRY_LINK_PREFIX, LinkSpecError, build_link, set_kind
-from shared.oaipmh.errors import OAIError
-from shared.oaipmh.pages import ResponseError, has_doctype, read_identify
-from shared.registry.chain import (
+from wiscat.shared.db import links as link_store
+from wiscat.shared.db import registry as store
+from wiscat.shared.db.pool import Pool
+from wiscat.shared.linkspec import REGISTRY_LINK_PREFIX, LinkSpecError, build_link, set_kind
+from wiscat.shared.oaipmh.errors import OAIError
+from wiscat.shared.oaipmh.pages import ResponseError, has_doctype, read_identify
+from wiscat.shared.registry.chain import (
     MAX_TRANSACTIONS,
     Block,
     ChainError,
@@ -46,10 +46,15 @@ from shared.registry.chain import (
     url_hash,
     url_problem,
 )
-from shared.registry.keyfile import Network
-from shared.registry.safe_fetch import FetchError, ForbiddenAddress, ForbiddenPort, SafeFetcher
-from shared.text import clipped
-from shared.urls import safe_url
+from wiscat.shared.registry.keyfile import Network
+from wiscat.shared.registry.safe_fetch import (
+    FetchError,
+    ForbiddenAddress,
+    ForbiddenPort,
+    SafeFetcher,
+)
+from wiscat.shared.text import clipped
+from wiscat.shared.urls import safe_url
 
 log = logging.getLogger("wiscat.registry")
 

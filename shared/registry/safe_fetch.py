@@ -7,7 +7,7 @@ else, so every connection the registry makes goes through :class:`SafeFetcher`:
   (aiohttp's ``socket_factory``): IP literals, every address a name resolves to, and a name that
   resolves differently the second time (DNS rebinding) are all covered; a refused address is never
   connected to;
-- an address that is not global unicast (:mod:`shared.registry.addresses`: the IANA
+- an address that is not global unicast (:mod:`wiscat.shared.registry.addresses`: the IANA
   special-purpose ranges that are not globally reachable, NAT64, 6to4, site-local, multicast) is
   refused unless the node is configured for a closed network (``WISCAT_ALLOW_PRIVATE_FETCH``);
 - a port off the configured list (``WISCAT_REGISTRY_FETCH_PORTS``) is refused before any
@@ -39,10 +39,10 @@ import aiohttp
 from aiohappyeyeballs import AddrInfoType
 from aiohttp.abc import AbstractResolver
 
-from shared.registry.addresses import address_allowed, address_refusal
-from shared.text import clipped
-from shared.tls import client_context, refusal
-from shared.version import VERSION
+from wiscat.shared.registry.addresses import address_allowed, address_refusal
+from wiscat.shared.text import clipped
+from wiscat.shared.tls import client_context, refusal
+from wiscat.shared.version import VERSION
 
 Params = Mapping[str, str] | Sequence[tuple[str, str]]
 _REDIRECTS = {301, 302, 303, 307, 308}

@@ -19,9 +19,9 @@ from urllib.parse import urlsplit, urlunsplit
 import aiohttp
 
 from bench.run import descendants, spooled_mb, tree_memory_mb
-from shared.db.pool import Pool
-from shared.oaipmh.pages import announced_token
 from tests import factories
+from wiscat.shared.db.pool import Pool
+from wiscat.shared.oaipmh.pages import announced_token
 
 #: Records of the catalogue that L01, L03 and L04 page through (``make soak``: 100,000).
 RECORDS = "WISCAT_LOAD_RECORDS"

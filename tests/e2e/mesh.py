@@ -23,11 +23,11 @@ from typing import Any
 
 import aiohttp
 
-from shared.db.pool import connect
-from shared.generator import generate_record
-from shared.iso19139 import parse_record
 from tests.e2e.nodes import Node
 from tests.pg import clone_template, drop_database
+from wiscat.shared.db.pool import connect
+from wiscat.shared.generator import generate_record
+from wiscat.shared.iso19139 import parse_record
 
 # catalogue entry: identifier -> (content hash or None for a tombstone, live sets, deleted)
 Entry = tuple[bytes | None, frozenset[str], bool]

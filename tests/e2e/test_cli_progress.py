@@ -12,11 +12,11 @@ from pathlib import Path
 
 from aiohttp import web
 
-from shared.generator import generate_record
-from shared.iso19139 import parse_record
-from shared.oaipmh import render
 from tests.e2e.nodes import NodeFactory
 from tests.servers import list_records_page, loopback_socket, serving
+from wiscat.shared.generator import generate_record
+from wiscat.shared.iso19139 import parse_record
+from wiscat.shared.oaipmh import render
 
 FILES = 3000
 INGEST_PROGRESS = re.compile(

@@ -16,14 +16,14 @@ import os
 import random
 import signal
 
-from shared.db import links as link_store
-from shared.db import records as store
-from shared.db.pool import Pool, create_pool
-from shared.linkspec import build_link
 from tests import factories
 from tests.e2e.test_harvester_killed import WISCAT, content, env_for, wiscat
 from tests.pg import clone_template, drop_database
 from tests.servers import running_provider
+from wiscat.shared.db import links as link_store
+from wiscat.shared.db import records as store
+from wiscat.shared.db.pool import Pool, create_pool
+from wiscat.shared.linkspec import build_link
 
 SOURCE_SET = "WIS-GISC-TEST"
 TRIALS = int(os.environ.get("WISCAT_CRASH_TRIALS", "10"))

@@ -16,13 +16,13 @@ from aiohttp import web
 from playwright.async_api import Page, async_playwright
 from pydantic import ValidationError
 
-from services.provider.ui import harvester_address, probe_harvester
-from shared.generator import generate_record
-from shared.iso19139 import parse_record
-from shared.oaipmh import render
 from tests.e2e.mesh import Mesh
 from tests.e2e.nodes import NodeFactory
 from tests.servers import list_records_page, provider_settings, serving, serving_app
+from wiscat.provider.ui import harvester_address, probe_harvester
+from wiscat.shared.generator import generate_record
+from wiscat.shared.iso19139 import parse_record
+from wiscat.shared.oaipmh import render
 
 CHROMIUM = "/usr/bin/chromium"
 LAPTOP_WIDTH = 1366

@@ -17,14 +17,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from shared.db import links as link_store
-from shared.db import migrate
-from shared.db.embedded import EmbeddedPostgres
-from shared.db.pool import Pool, connect, create_pool
 from tests import factories
 from tests.e2e.test_harvester_killed import WISCAT, content, env_for, wiscat
 from tests.pg import with_database
 from tests.servers import running_provider
+from wiscat.shared.db import links as link_store
+from wiscat.shared.db import migrate
+from wiscat.shared.db.embedded import EmbeddedPostgres
+from wiscat.shared.db.pool import Pool, connect, create_pool
 
 SOURCE_SET = "WIS-GISC-TEST"
 RECORDS = 2000

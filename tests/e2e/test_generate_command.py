@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from shared.db.pool import connect
-from shared.generator import generate_record, identifier_for
-from shared.iso19139 import parse_record
 from tests.e2e.nodes import NodeFactory
+from wiscat.shared.db.pool import connect
+from wiscat.shared.generator import generate_record, identifier_for
+from wiscat.shared.iso19139 import parse_record
 
 
 async def test_generated_records_are_valid_and_ingest_stores_them(

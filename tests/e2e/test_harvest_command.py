@@ -13,12 +13,12 @@ from datetime import UTC, datetime
 import pytest
 from aiohttp import web
 
-from shared.db.pool import connect
-from shared.generator import generate_record
-from shared.iso19139 import parse_record
-from shared.oaipmh import render
 from tests.e2e.nodes import WISCAT, Node, NodeFactory, stop_signals_by_default
 from tests.servers import list_records_page, serving
+from wiscat.shared.db.pool import connect
+from wiscat.shared.generator import generate_record
+from wiscat.shared.iso19139 import parse_record
+from wiscat.shared.oaipmh import render
 
 PAGES = 30
 

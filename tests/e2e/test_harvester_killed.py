@@ -9,12 +9,12 @@ import signal
 import sys
 from pathlib import Path
 
-from shared.db import links as link_store
-from shared.db import records as store
-from shared.db.pool import Pool, create_pool
 from tests import factories
 from tests.pg import clone_template, drop_database
 from tests.servers import running_provider
+from wiscat.shared.db import links as link_store
+from wiscat.shared.db import records as store
+from wiscat.shared.db.pool import Pool, create_pool
 
 SOURCE_SET = "WIS-GISC-TEST"
 WISCAT = str(Path(sys.executable).with_name("wiscat"))

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from shared.db.pool import connect
-from shared.generator import generate_record
 from tests.e2e.nodes import WISCAT, NodeFactory, stop_signals_by_default
+from wiscat.shared.db.pool import connect
+from wiscat.shared.generator import generate_record
 
 FILES = 1000
 

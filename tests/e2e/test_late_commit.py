@@ -22,20 +22,20 @@ from pathlib import Path
 
 import aiohttp
 
-from services.harvester.harvest import harvest_link
-from services.harvester.service import harvest_context
-from shared.db import links as link_store
-from shared.db import records as store
-from shared.db.pool import Pool, connect, create_pool
-from shared.generator import generate_record, identifier_for
-from shared.ingest import incoming
-from shared.iso19139 import parse_record
-from shared.linkspec import build_link
 from tests import factories
 from tests.e2e.nodes import NodeFactory
 from tests.harvest_pair import sink_settings
 from tests.oai_client import OAI, list_all
 from tests.servers import running_provider
+from wiscat.harvester.harvest import harvest_link
+from wiscat.harvester.service import harvest_context
+from wiscat.shared.db import links as link_store
+from wiscat.shared.db import records as store
+from wiscat.shared.db.pool import Pool, connect, create_pool
+from wiscat.shared.generator import generate_record, identifier_for
+from wiscat.shared.ingest import incoming
+from wiscat.shared.iso19139 import parse_record
+from wiscat.shared.linkspec import build_link
 
 SETTLE = 1.0  # the provider's settle window here: whole seconds, from = HWM + 1 s is asked
 TRIALS = int(os.environ.get("WISCAT_LATE_COMMIT_TRIALS", "20"))

@@ -10,11 +10,11 @@ from datetime import UTC, datetime
 import aiohttp
 from lxml import etree
 
-from shared.generator import generate_record
-from shared.iso19139 import parse_record
-from shared.oaipmh import render
 from tests.e2e.nodes import NodeFactory
 from tests.servers import list_records_page, serving
+from wiscat.shared.generator import generate_record
+from wiscat.shared.iso19139 import parse_record
+from wiscat.shared.oaipmh import render
 
 # Not ISO 19139 (no fileIdentifier): quarantined.
 GMD = "http://www.isotc211.org/2005/gmd"

@@ -8,11 +8,11 @@ from pathlib import Path
 
 from aiohttp import ClientSession, web
 
-from shared.db.pool import connect
-from shared.generator import generate_record
-from shared.iso19139 import parse_record
 from tests.e2e.nodes import Node, NodeFactory, free_port
 from tests.servers import serving_app
+from wiscat.shared.db.pool import connect
+from wiscat.shared.generator import generate_record
+from wiscat.shared.iso19139 import parse_record
 
 RECORDS = 7
 

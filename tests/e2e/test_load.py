@@ -26,11 +26,11 @@ import aiohttp
 import pytest
 
 from bench.run import bare_harvest
-from shared.db.pool import Pool, create_pool
 from tests import factories
 from tests.e2e import load
 from tests.e2e.nodes import WISCAT, Node, NodeFactory
 from tests.pg import clone_template, drop_database
+from wiscat.shared.db.pool import Pool, create_pool
 
 pytestmark = pytest.mark.e2e
 
@@ -317,7 +317,7 @@ def test_l05_an_unclosed_client_session_shows_in_the_log() -> None:
         """
         import asyncio, gc
         import aiohttp
-        from shared.logs import configure
+        from wiscat.shared.logs import configure
 
         configure(fmt="json")
 

@@ -14,13 +14,13 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from services.harvester.page_records import WORKER_MIN_BYTES
-from shared.generator import generate_record
-from shared.iso19139 import parse_record
-from shared.oaipmh import render
-from shared.version import VERSION
 from tests.e2e.nodes import WISCAT, Node, NodeFactory, stop_signals_by_default
 from tests.servers import list_records_page, serving
+from wiscat.harvester.page_records import WORKER_MIN_BYTES
+from wiscat.shared.generator import generate_record
+from wiscat.shared.iso19139 import parse_record
+from wiscat.shared.oaipmh import render
+from wiscat.shared.version import VERSION
 
 PEER_SET = "WIS-GISC-PEER"
 

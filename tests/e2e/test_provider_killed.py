@@ -20,15 +20,15 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime
 
-from shared.db import links as link_store
-from shared.db import records as store
-from shared.db.pool import Pool, create_pool
-from shared.linkspec import build_link
 from tests import factories
 from tests.e2e.nodes import Node
 from tests.e2e.test_harvester_killed import WISCAT, content, env_for
 from tests.faultproxy import FaultProxy, Latency
 from tests.pg import clone_template, drop_database
+from wiscat.shared.db import links as link_store
+from wiscat.shared.db import records as store
+from wiscat.shared.db.pool import Pool, create_pool
+from wiscat.shared.linkspec import build_link
 
 SOURCE_SET = "WIS-GISC-TEST"
 PAGE = 50

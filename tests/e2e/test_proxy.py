@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 import trustme
 
-from shared.generator import generate_record
-from shared.iso19139 import parse_record
-from shared.oaipmh import render
 from tests.e2e.nodes import Node, NodeFactory, free_port
 from tests.forward_proxy import forward_proxy
 from tests.servers import list_records_page, serving
+from wiscat.shared.generator import generate_record
+from wiscat.shared.iso19139 import parse_record
+from wiscat.shared.oaipmh import render
 
 RECORDS = 3
 PASSWORD = "s3cret-proxy-pw"

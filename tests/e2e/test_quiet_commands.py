@@ -13,8 +13,8 @@ from pathlib import Path
 
 from pgserver._commands import pg_ctl
 
-from shared.db.migrate import available
 from tests.e2e.nodes import WISCAT
+from wiscat.shared.db.migrate import available
 
 
 async def _wiscat(env: dict[str, str], *args: str) -> tuple[int, str, str]:

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from shared.db.pool import connect
-from shared.generator import generate_record, identifier_for
 from tests.e2e.nodes import Node, NodeFactory
+from wiscat.shared.db.pool import connect
+from wiscat.shared.generator import generate_record, identifier_for
 
 PEER = "http://127.0.0.1:9/oai"
 

@@ -15,11 +15,11 @@ import pytest
 import trustme
 from aiohttp import web
 
-from shared.generator import generate_record
-from shared.iso19139 import parse_record
-from shared.oaipmh import render
 from tests.e2e.nodes import Node, NodeFactory
 from tests.servers import list_records_page, serving
+from wiscat.shared.generator import generate_record
+from wiscat.shared.iso19139 import parse_record
+from wiscat.shared.oaipmh import render
 
 RECORDS = 3
 

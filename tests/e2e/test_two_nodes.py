@@ -9,8 +9,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from shared.generator import generate_record
 from tests.e2e.nodes import Node, NodeFactory
+from wiscat.shared.generator import generate_record
 
 
 @pytest.fixture

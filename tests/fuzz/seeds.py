@@ -10,9 +10,9 @@ import base64
 from datetime import timedelta
 from pathlib import Path
 
-from shared.generator import generate_record, identifier_for
-from shared.oaipmh.tokens import ListPosition
 from tests.fuzz import targets
+from wiscat.shared.generator import generate_record, identifier_for
+from wiscat.shared.oaipmh.tokens import ListPosition
 
 HERE = Path(__file__).parent
 CORPUS = HERE / "corpus"

@@ -31,27 +31,27 @@ from datetime import UTC, datetime, timedelta
 
 from lxml import etree
 
-from services.harvester.errors import BadResponse
-from services.harvester.page_records import read_copy
-from services.provider import oai, responses
-from shared.oaipmh import render
-from shared.oaipmh.arguments import echo_allowed, parse_request
-from shared.oaipmh.dates import (
+from wiscat.harvester.errors import BadResponse
+from wiscat.harvester.page_records import read_copy
+from wiscat.provider import oai, responses
+from wiscat.shared.oaipmh import render
+from wiscat.shared.oaipmh.arguments import echo_allowed, parse_request
+from wiscat.shared.oaipmh.dates import (
     Granularity,
     format_datestamp,
     format_day,
     parse_datestamp,
     until_upper_bound,
 )
-from shared.oaipmh.errors import BadResumptionToken, NoRecordsMatch, OAIError
-from shared.oaipmh.pages import (
+from wiscat.shared.oaipmh.errors import BadResumptionToken, NoRecordsMatch, OAIError
+from wiscat.shared.oaipmh.pages import (
     MalformedResponse,
     ResponseError,
     announced_token,
     parse_oai_date,
     read_identify,
 )
-from shared.oaipmh.tokens import TokenCodec
+from wiscat.shared.oaipmh.tokens import TokenCodec
 
 PEER_URL = "http://127.0.0.1:9/oai"
 BASE_URL = "http://127.0.0.1:8080/oai"

@@ -6,8 +6,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from shared.db.pool import Pool
 from tests.harvest_pair import Pair, open_pair
+from wiscat.shared.db.pool import Pool
 
 
 @pytest.fixture

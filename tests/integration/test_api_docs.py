@@ -14,8 +14,8 @@ from urllib.parse import urljoin, urlsplit
 import aiohttp
 import pytest
 
-from services.provider.app import create_app
 from tests.servers import provider_settings, running_provider
+from wiscat.provider.app import create_app
 
 # every src= or href= of the page, and the url: given to SwaggerUIBundle
 REFERENCE = re.compile(r"""(?:src|href)\s*=\s*["']([^"']+)["']|\burl\s*:\s*["']([^"']+)["']""")

@@ -19,9 +19,9 @@ import os
 import sys
 from pathlib import Path
 
-from services.provider.app import create_app
 from tests.registry_network import make_network, node_overrides
 from tests.servers import provider_settings, running_provider
+from wiscat.provider.app import create_app
 
 EXAMPLES = int(os.environ.get("WISCAT_SCHEMATHESIS_EXAMPLES", "5"))
 SEED = os.environ.get("WISCAT_SCHEMATHESIS_SEED", "1")

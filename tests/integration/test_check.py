@@ -17,19 +17,19 @@ import pytest
 from aiohttp import web
 from prometheus_client import generate_latest
 
-from services.harvester.check import CheckRequest, run_check
-from services.harvester.client import ClientSettings, OAIClient
-from services.harvester.scheduled_checks import export_check_metrics, run_due_checks
-from services.harvester.service import harvest_context
-from shared.db import checks as check_store
-from shared.db.pool import Pool, create_pool
-from shared.generator import generate_record
-from shared.iso19139 import parse_record
-from shared.oaipmh import render
 from tests import factories
 from tests.harvest_pair import SOURCE_SET, Pair, add_link, run, sink_settings
 from tests.pg import clone_template, drop_database
 from tests.servers import RunningProvider, loopback_socket, running_provider, serving
+from wiscat.harvester.check import CheckRequest, run_check
+from wiscat.harvester.client import ClientSettings, OAIClient
+from wiscat.harvester.scheduled_checks import export_check_metrics, run_due_checks
+from wiscat.harvester.service import harvest_context
+from wiscat.shared.db import checks as check_store
+from wiscat.shared.db.pool import Pool, create_pool
+from wiscat.shared.generator import generate_record
+from wiscat.shared.iso19139 import parse_record
+from wiscat.shared.oaipmh import render
 
 SET = "WIS-GISC-TEST"
 FIXTURES = Path(__file__).parent.parent / "data" / "oai"
@@ -354,7 +354,7 @@ async def wiscat(*args: str) -> tuple[int, str, str]:
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "services.cli",
+        "wiscat.cli",
         *args,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,

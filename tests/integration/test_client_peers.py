@@ -26,8 +26,9 @@ import trustme
 from aiohttp import web
 from multidict import MultiDict
 
-from services.harvester.client import ClientSettings, OAIClient
-from services.harvester.errors import (
+from tests.servers import serving_app
+from wiscat.harvester.client import ClientSettings, OAIClient
+from wiscat.harvester.errors import (
     BadResponse,
     PeerHTTPError,
     PeerTimeout,
@@ -36,12 +37,11 @@ from services.harvester.errors import (
     ResponseTooLarge,
     TooManyEmptyPages,
 )
-from services.harvester.page_records import Page
-from services.harvester.service import client_settings
-from shared.oaipmh import errors
-from shared.oaipmh.pages import HeaderItem, MalformedResponse, NotOAIResponse, RecordItem
-from shared.settings import Settings
-from tests.servers import serving_app
+from wiscat.harvester.page_records import Page
+from wiscat.harvester.service import client_settings
+from wiscat.shared.oaipmh import errors
+from wiscat.shared.oaipmh.pages import HeaderItem, MalformedResponse, NotOAIResponse, RecordItem
+from wiscat.shared.settings import Settings
 
 FIXTURES = Path(__file__).parent.parent / "data" / "oai"
 LOGGER = "wiscat.harvester.client"
@@ -1225,7 +1225,7 @@ async def test_h23_requests_name_the_node_and_its_contact(serve: Serve) -> None:
     peer = await serve(handler)
     async with OAIClient.session(settings) as session:
         await OAIClient(session, settings).identify(peer.url)
-    from shared.version import VERSION
+    from wiscat.shared.version import VERSION
 
     assert peer.headers[0]["User-Agent"] == f"wiscat-harvester/{VERSION} (OAI-PMH 2.0)"
     assert peer.headers[0]["From"] == "ops@gisc.example"

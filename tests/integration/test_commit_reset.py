@@ -20,18 +20,18 @@ import logging
 import asyncpg
 import pytest
 
-from services.harvester.service import harvest_context
-from shared.db import links as link_store
-from shared.db import records as store
-from shared.db.pool import Pool, connect
-from shared.generator import generate_record
-from shared.ingest import incoming
-from shared.iso19139 import parse_record
 from tests import factories
 from tests.faultproxy import Reset, postgres_url, proxy_to_postgres
 from tests.harvest_pair import SOURCE_SET, Pair, add_link, content, run, sink_settings
 from tests.pg import clone_template, drop_database
 from tests.servers import running_provider
+from wiscat.harvester.service import harvest_context
+from wiscat.shared.db import links as link_store
+from wiscat.shared.db import records as store
+from wiscat.shared.db.pool import Pool, connect
+from wiscat.shared.generator import generate_record
+from wiscat.shared.ingest import incoming
+from wiscat.shared.iso19139 import parse_record
 
 SET = "WIS-GISC-D03"
 # PostgreSQL's protocol (v3) as asyncpg speaks it: the COMMIT query as it sends it (a simple

@@ -6,7 +6,7 @@ a broken copy to show that it can fail.
 
 The truth comes from the code: the ``WISCAT_*`` names from ``Settings.model_fields`` and the
 ``env_prefix`` of its ``model_config``, the ports from the settings' defaults (or the values the
-deployment sets), the commands from ``services.cli.build_parser``.
+deployment sets), the commands from ``wiscat.cli.build_parser``.
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-from services.cli import build_parser
-from shared.db import migrate
-from shared.settings import Settings
+from wiscat.cli import build_parser
+from wiscat.shared.db import migrate
+from wiscat.shared.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "compose.yaml"
@@ -422,8 +422,8 @@ def dockerfile_problems(dockerfile: str, pyproject: str) -> list[str]:
     """The image installs the project and starts the ``wiscat`` console script."""
     problems = []
     scripts = tomllib.loads(pyproject).get("project", {}).get("scripts", {})
-    if scripts.get("wiscat") != "services.cli:main":
-        problems.append(f"pyproject.toml has no wiscat = services.cli:main script: {scripts}")
+    if scripts.get("wiscat") != "wiscat.cli:main":
+        problems.append(f"pyproject.toml has no wiscat = wiscat.cli:main script: {scripts}")
     runs = [rest for word, rest in dockerfile_instructions(dockerfile) if word == "RUN"]
     if not any(re.search(r"pip install\b[^&;]*\s\.(\s|$)", run) for run in runs):
         problems.append("Dockerfile does not pip install the project (no wiscat script)")
@@ -654,7 +654,7 @@ MUTATIONS: dict[str, Callable[[dict[str, str]], dict[str, str]]] = {
     ),
     "migrate runs the wrong command": _compose(_svc("migrate", command=["wiscat", "run"])),
     "provider not the console script": _compose(
-        _svc("provider", command=["python", "-m", "services.cli", "provider"])
+        _svc("provider", command=["python", "-m", "wiscat.cli", "provider"])
     ),
     "unknown subcommand": _compose(_svc("harvester", command=["wiscat", "harvest-all"])),
     "unknown variable in compose": _compose(

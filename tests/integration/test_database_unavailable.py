@@ -16,15 +16,15 @@ from collections.abc import AsyncIterator
 import aiohttp
 import pytest
 
-from services.harvester.scheduled_checks import run_due_checks
-from services.harvester.scheduler import Scheduler
-from services.harvester.service import harvest_context, health_app
-from shared.db.pool import Pool
-from shared.settings import Settings
 from tests import factories
 from tests.faultproxy import Down, FaultProxy, Freeze, postgres_url, proxy_to_postgres
 from tests.oai_client import oai_raw
 from tests.servers import running_provider, serving_app
+from wiscat.harvester.scheduled_checks import run_due_checks
+from wiscat.harvester.scheduler import Scheduler
+from wiscat.harvester.service import harvest_context, health_app
+from wiscat.shared.db.pool import Pool
+from wiscat.shared.settings import Settings
 
 
 class Relay:

@@ -20,21 +20,21 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from aiohttp import web
 
-from services.harvester.context import HarvestContext, RunReport
-from services.harvester.harvest import harvest_link
-from services.harvester.service import harvest_context
-from shared.db import links as link_store
-from shared.db import records as store
-from shared.db.pool import Pool
-from shared.generator import generate_record
-from shared.iso19139 import parse_record
-from shared.linkspec import build_link
-from shared.oaipmh import render
 from tests import factories
 from tests.harvest_pair import Pair, sink_settings
 from tests.oai_client import OAI, list_all, oai_get
 from tests.pg import clone_template, drop_database
 from tests.servers import RunningProvider, running_provider, serving
+from wiscat.harvester.context import HarvestContext, RunReport
+from wiscat.harvester.harvest import harvest_link
+from wiscat.harvester.service import harvest_context
+from wiscat.shared.db import links as link_store
+from wiscat.shared.db import records as store
+from wiscat.shared.db.pool import Pool
+from wiscat.shared.generator import generate_record
+from wiscat.shared.iso19139 import parse_record
+from wiscat.shared.linkspec import build_link
+from wiscat.shared.oaipmh import render
 
 A_SET = "WIS-GISC-A"
 
@@ -190,7 +190,7 @@ async def test_d06_a_full_reharvest_of_a_peer_that_restored_an_old_backup(pair: 
 async def test_a_local_ingest_revives_a_deleted_record_whatever_its_date(pair: Pair) -> None:
     """The operator's own set, an explicit act: ingest of a deleted identifier revives it, as
     docs/harvesting.md says."""
-    from shared.ingest import put_record
+    from wiscat.shared.ingest import put_record
 
     own = "WIS-GISC-TEST"
     [identifier] = await factories.load_records(pair.source, own, range(1))

@@ -26,11 +26,11 @@ import psutil
 import pytest
 from pgserver._commands import pg_ctl
 
-from shared.db.embedded import EmbeddedPostgres, _attached, _last_words
-from shared.db.errors import EmbeddedServerError
-from shared.db.pool import connect
-from shared.generator import generate_record
 from tests.e2e.nodes import Node
+from wiscat.shared.db.embedded import EmbeddedPostgres, _attached, _last_words
+from wiscat.shared.db.errors import EmbeddedServerError
+from wiscat.shared.db.pool import connect
+from wiscat.shared.generator import generate_record
 
 
 @pytest.fixture
@@ -146,7 +146,7 @@ def test_a_data_folder_the_server_refuses_is_told_by_its_cause(
 def test_starting_says_nothing_about_xdg_runtime_dir() -> None:
     # servers and containers seldom set it; platformdirs then warns at pgserver's import
     env = {k: v for k, v in os.environ.items() if k != "XDG_RUNTIME_DIR"}
-    probe = "from shared.db.embedded import import_pgserver; import_pgserver()"
+    probe = "from wiscat.shared.db.embedded import import_pgserver; import_pgserver()"
     done = subprocess.run(
         [sys.executable, "-W", "error", "-c", probe], env=env, capture_output=True, text=True
     )
@@ -226,7 +226,7 @@ def test_a_user_killed_with_sigkill_does_not_keep_the_server_running(folder: Pat
     # pgserver stops the server when the last process using it exits; a process killed with
     # SIGKILL stayed on its list for ever, so the server was never stopped again.
     start = (
-        "import sys, time; from pathlib import Path; from shared.db.embedded import "
+        "import sys, time; from pathlib import Path; from wiscat.shared.db.embedded import "
         "EmbeddedPostgres; EmbeddedPostgres(Path(sys.argv[1])).start(); print('up', flush=True); "
         "time.sleep(600)"
     )

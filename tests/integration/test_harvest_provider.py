@@ -9,13 +9,13 @@ from datetime import timedelta
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from services.harvester.service import harvest_context
-from shared.db import links as link_store
-from shared.db.pool import Pool
 from tests import factories
 from tests.harvest_pair import SOURCE_SET, Pair, add_link, content, run, sink_settings
 from tests.pg import clone_template, drop_database
 from tests.servers import running_provider
+from wiscat.harvester.service import harvest_context
+from wiscat.shared.db import links as link_store
+from wiscat.shared.db.pool import Pool
 
 
 async def test_full_then_incremental_harvests_end_identical(pair: Pair) -> None:

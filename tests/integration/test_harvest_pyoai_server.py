@@ -10,12 +10,12 @@ import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from shared.db import links as link_store
-from shared.generator import generate_record
-from shared.iso19139 import parse_record
-from shared.linkspec import build_link
 from tests.harvest_pair import Pair
 from tests.servers import loopback_socket
+from wiscat.shared.db import links as link_store
+from wiscat.shared.generator import generate_record
+from wiscat.shared.iso19139 import parse_record
+from wiscat.shared.linkspec import build_link
 
 RECORDS = 450
 PAGE = 100
@@ -80,7 +80,7 @@ async def test_a_pyoai_server_is_harvested_exactly(pair: Pair, tmp_path: Path) -
         )
         link = await link_store.get_link(pair.sink, "pyoai")
         assert link is not None
-        from services.harvester.harvest import harvest_link
+        from wiscat.harvester.harvest import harvest_link
 
         await _until_listening(port)
         report = await harvest_link(pair.ctx, link, window=False)

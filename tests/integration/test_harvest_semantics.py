@@ -17,30 +17,30 @@ from typing import TYPE_CHECKING
 import pytest
 from aiohttp import web
 
-from services.harvester.client import OAIClient
-from shared.db import links as link_store
-from shared.db.pool import Pool
-from shared.generator import generate_record
-from shared.iso19139 import parse_record
-from shared.oaipmh import render
-from shared.oaipmh.dates import format_datestamp, parse_datestamp
-from shared.oaipmh.errors import (
-    BadArgument,
-    BadResumptionToken,
-    CannotDisseminateFormat,
-    IdDoesNotExist,
-)
-from shared.proxy import Proxy
-from shared.registry.node import NodeConfig, RegistryNode
-from shared.registry.safe_fetch import SafeFetcher
 from tests import factories
 from tests.forward_proxy import forward_proxy
 from tests.harvest_pair import SOURCE_SET, Pair, add_link, content, run
 from tests.registry_network import CountingResolver, canary, make_network
 from tests.servers import identify_document, list_records_page, serving, serving_app
+from wiscat.harvester.client import OAIClient
+from wiscat.shared.db import links as link_store
+from wiscat.shared.db.pool import Pool
+from wiscat.shared.generator import generate_record
+from wiscat.shared.iso19139 import parse_record
+from wiscat.shared.oaipmh import render
+from wiscat.shared.oaipmh.dates import format_datestamp, parse_datestamp
+from wiscat.shared.oaipmh.errors import (
+    BadArgument,
+    BadResumptionToken,
+    CannotDisseminateFormat,
+    IdDoesNotExist,
+)
+from wiscat.shared.proxy import Proxy
+from wiscat.shared.registry.node import NodeConfig, RegistryNode
+from wiscat.shared.registry.safe_fetch import SafeFetcher
 
 if TYPE_CHECKING:
-    from services.harvester.context import RunReport
+    from wiscat.harvester.context import RunReport
 
 
 async def test_list_identifiers_and_get_record_strategy(pair: Pair) -> None:
@@ -58,7 +58,7 @@ async def test_a_record_that_get_record_refuses_is_quarantined(pair: Pair) -> No
     on a repository that keeps no deletions) and cannotDisseminateFormat for another (§3.6: "not
     supported by the item"). Those two are quarantined with the peer's answer, the others stored:
     one record the peer cannot give must not fail the run, and every run after it."""
-    from services.harvester.harvest import harvest_link
+    from wiscat.harvester.harvest import harvest_link
 
     now = datetime.now(UTC)
     records = [parse_record(generate_record(n, centre="peer")) for n in range(4)]
@@ -110,7 +110,7 @@ async def test_a_record_that_is_not_well_formed_fails_its_page_and_is_quarantine
     with the answer as received, the others stored, the list completed. Failing the run would
     fail every run after it (the peer keeps listing it); the list that named it, from the same
     peer, was well-formed."""
-    from services.harvester.harvest import harvest_link
+    from wiscat.harvester.harvest import harvest_link
 
     now = datetime.now(UTC)
     records = [parse_record(generate_record(n, centre="peer")) for n in range(4)]
@@ -177,7 +177,7 @@ async def test_a_header_that_cannot_be_read_is_quarantined_and_its_list_goes_on(
     """A datestamp that is no date (30 February), in a record or in a deleted header: that item
     is quarantined as received, the rest of the list stored, the high-water mark taken from the
     readable datestamps. The page failed, and so every run after it, by either strategy."""
-    from services.harvester.harvest import harvest_link
+    from wiscat.harvester.harvest import harvest_link
 
     now = datetime.now(UTC).replace(microsecond=0)
     good, bad, gone = (parse_record(generate_record(n, centre="peer")) for n in range(3))
@@ -220,7 +220,7 @@ async def test_an_identify_that_is_not_well_formed_gets_no_hint_about_records(
     """A peer whose Identify is unreadable (here gzip bytes sent without Content-Encoding) fails
     the run; the hint that ListIdentifiers + GetRecord gets past one broken record is for a
     broken list page, and was given for this too."""
-    from services.harvester.harvest import harvest_link
+    from wiscat.harvester.harvest import harvest_link
 
     async def identify(request: web.Request) -> web.Response:
         return web.Response(body=gzip.compress(identify_document(request, datetime.now(UTC))))
@@ -241,7 +241,7 @@ async def test_a_window_from_a_peer_whose_earliest_datestamp_is_year_one(pair: P
     """A peer may state any earliestDatestamp, 0001-01-01T00:00:00Z included: the window slice
     that starts there is asked for with from=0001-01-01T00:00:00Z (a four-digit year, §3.3.1);
     strftime wrote "1-01-01T00:00:00Z", which the peer refused, failing that slice each time."""
-    from services.harvester.harvest import harvest_link
+    from wiscat.harvester.harvest import harvest_link
 
     record = parse_record(generate_record(0, centre="peer"))
     now = datetime.now(UTC)
@@ -299,7 +299,7 @@ async def test_rolling_window_restores_a_lost_record(pair: Pair) -> None:
     await pair.sink.execute("delete from records where identifier = $1", ids[7])
     link = await link_store.get_link(pair.sink, "test")
     assert link is not None
-    from services.harvester.harvest import harvest_link
+    from wiscat.harvester.harvest import harvest_link
 
     report = await harvest_link(pair.ctx, link)  # incremental, then one window slice
     assert report.mode == "incremental"
@@ -344,7 +344,7 @@ async def test_unusable_records_are_quarantined_and_the_rest_stored(pair: Pair) 
 async def test_a_bad_record_sent_again_keeps_one_quarantine_row(pair: Pair) -> None:
     # a peer's bad record comes back at every full and window run: each time it was stored
     # again, raw bytes and all (a peer with 5,000 such records, weekly full runs: 40 MB a week)
-    from services.harvester.harvest import harvest_link
+    from wiscat.harvester.harvest import harvest_link
 
     now = datetime.now(UTC)
     bad = render.record("wrong-root", now, [], False, "<x:thing xmlns:x='urn:x'>hi</x:thing>")
@@ -375,7 +375,7 @@ async def test_dates_the_schema_allows_beyond_the_protocols_two_forms(pair: Pair
     # xs:date or an xs:dateTime in UTC, fractions allowed; peers send them (DSpace sent
     # milliseconds). Each such page failed the run ("... is not an OAI-PMH datestamp"), and so
     # every run after it.
-    from services.harvester.harvest import harvest_link
+    from wiscat.harvester.harvest import harvest_link
 
     now = datetime.now(UTC)
     records = [parse_record(generate_record(n, centre="ms")) for n in range(4)]
@@ -507,7 +507,7 @@ class SlowPeer:
     ) -> asyncio.Task[RunReport]:
         """A full run of a new link ``name`` to this peer at ``url``, started; returns once the
         run has asked for the third page."""
-        from services.harvester.harvest import harvest_link
+        from wiscat.harvester.harvest import harvest_link
 
         await link_store.add_link(pair.sink, _link(name, url))
         link = await link_store.get_link(pair.sink, name)
@@ -536,8 +536,8 @@ async def test_a_long_list_says_how_far_it_has_got(
     pair: Pair, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # a full harvest of a GISC takes hours, and said nothing between its first line and its last
-    from services.harvester import harvest
-    from services.harvester.harvest import harvest_link
+    from wiscat.harvester import harvest
+    from wiscat.harvester.harvest import harvest_link
 
     monkeypatch.setattr(harvest, "PROGRESS_SECONDS", 1.0)
     caplog.set_level(logging.INFO, logger="wiscat.harvester")
@@ -567,7 +567,7 @@ async def test_a_run_whose_link_another_worker_took_over_stops(pair: Pair) -> No
     # another worker lease the link and run it, which closes the first run as abandoned. The
     # first run went on when its worker came back: its pages, and at the end its high-water
     # mark, written while the other run of the same link wrote its own.
-    from services.harvester.harvest import harvest_link
+    from wiscat.harvester.harvest import harvest_link
 
     peer = SlowPeer()
     async with serving(b"", pages=peer.page) as url:
@@ -598,7 +598,7 @@ async def test_a_link_removed_while_its_list_is_completed_is_no_deadlock(
     # The list's last transaction (its deletions, then the high-water mark on the link's row)
     # holds its run's row; a removal of the link takes the link's row, then its runs'. Taken in
     # those orders, each waited for the other, and PostgreSQL ended one of them.
-    from services.harvester.harvest import harvest_link
+    from wiscat.harvester.harvest import harvest_link
 
     now = datetime.now(UTC)
     record = parse_record(generate_record(1, centre="dl"))
@@ -674,7 +674,7 @@ async def test_a_source_changed_during_a_run_keeps_its_reset_high_water_mark(
 async def test_a_registry_link_reaches_only_global_addresses(pair: Pair) -> None:
     # its URL was chosen by whoever registered it: it must not reach into the node's network
     """S10: a harvest never connects to a registry link's non-global address."""
-    from services.harvester.harvest import harvest_link
+    from wiscat.harvester.harvest import harvest_link
 
     good = parse_record(generate_record(1, centre="reg"))
     page = list_records_page(
@@ -717,7 +717,7 @@ async def test_s10_a_registered_name_re_pointed_to_loopback_is_never_connected(
     harvest of its registry link refuses the connection at its socket (the canary listening
     there sees none), fails as PeerUnreachable saying why, and raises what the suggested
     alerts read: a warning, a failed run and a PeerUnreachable error in the metrics."""
-    from services.harvester.harvest import harvest_link
+    from wiscat.harvester.harvest import harvest_link
 
     async def identify(request: web.Request) -> web.Response:
         body = identify_document(request, datetime(2020, 1, 1, tzinfo=UTC))
@@ -775,7 +775,7 @@ async def test_s10_a_registered_name_re_pointed_to_loopback_is_never_connected(
 async def harvest_one_page(pair: Pair, name: str, pieces: list[bytes]) -> RunReport:
     """One full run of a new link ``name`` to a peer serving ``pieces`` as one page; it must
     succeed."""
-    from services.harvester.harvest import harvest_link
+    from wiscat.harvester.harvest import harvest_link
 
     async with serving(list_records_page(pieces)) as url:
         await link_store.add_link(pair.sink, _link(name, url))
@@ -787,7 +787,7 @@ async def harvest_one_page(pair: Pair, name: str, pieces: list[bytes]) -> RunRep
 
 
 def _link(name: str, url: str) -> link_store.NewLink:
-    from shared.linkspec import REGISTRY_LINK_PREFIX, build_link
+    from wiscat.shared.linkspec import REGISTRY_LINK_PREFIX, build_link
 
     return build_link(
         name=name,
@@ -807,7 +807,7 @@ async def test_a_broken_peer_fails_its_own_run_with_a_stored_reason(pair: Pair) 
     async with serving(html, content_type="text/html") as url:
         await link_store.add_link(pair.sink, _link("broken", url))
         broken = await link_store.get_link(pair.sink, "broken")
-        from services.harvester.harvest import harvest_link
+        from wiscat.harvester.harvest import harvest_link
 
         failed = await harvest_link(pair.ctx, broken, window=False)  # type: ignore[arg-type]
     assert failed.status == "failed" and failed.error_kind == "BadResponse"
@@ -820,8 +820,8 @@ async def test_a_broken_peer_fails_its_own_run_with_a_stored_reason(pair: Pair) 
 
 
 async def test_credentials_in_a_peer_url_are_never_stored(pair: Pair) -> None:
-    from services.harvester.harvest import harvest_link
-    from shared.linkspec import build_link
+    from wiscat.harvester.harvest import harvest_link
+    from wiscat.shared.linkspec import build_link
 
     await link_store.add_link(
         pair.sink,
@@ -893,7 +893,7 @@ async def test_a_peer_s_long_error_message_is_stored_cut(pair: Pair) -> None:
         await link_store.add_link(pair.sink, _link("verbose", url))
         link = await link_store.get_link(pair.sink, "verbose")
         assert link is not None
-        from services.harvester.harvest import harvest_link
+        from wiscat.harvester.harvest import harvest_link
 
         report = await harvest_link(pair.ctx, link, window=False)
     assert report.status == "failed" and report.error_kind == "badArgument"
@@ -1003,7 +1003,7 @@ async def test_failure_mid_list_keeps_committed_pages_and_the_old_mark(pair: Pai
     async with serving(first_page, pages=pages) as url:
         await link_store.add_link(pair.sink, _link("midway", url))
         link = await link_store.get_link(pair.sink, "midway")
-        from services.harvester.harvest import harvest_link
+        from wiscat.harvester.harvest import harvest_link
 
         report = await harvest_link(pair.ctx, link, window=False)  # type: ignore[arg-type]
     assert report.status == "failed" and report.error_kind == "badResumptionToken"
@@ -1023,8 +1023,8 @@ async def test_two_peers_that_disagree_on_a_record_do_not_churn_it(
     replaced the other's copy with a new datestamp, which every harvester downstream then took
     again. Now the first copy stays, the other link's run refuses it and says why; also where
     both links file it under one set (two GISCs serving a shared set)."""
-    from services.harvester.harvest import harvest_link
-    from shared.linkspec import build_link
+    from wiscat.harvester.harvest import harvest_link
+    from wiscat.shared.linkspec import build_link
 
     record = generate_record(5, centre="dup")
     edited = record.replace(b"</gmd:MD_Metadata>", b"<gmd:series/></gmd:MD_Metadata>")
@@ -1065,7 +1065,7 @@ async def test_two_peers_that_disagree_on_a_record_do_not_churn_it(
 async def test_a_record_dated_far_ahead_is_quarantined(pair: Pair) -> None:
     """H14: a peer's record whose gmd:dateStamp says 2102 (for 2012): stored, it would block every
     true copy after it as older, on this node and on every node that harvests it here."""
-    from shared.generator import identifier_for
+    from wiscat.shared.generator import identifier_for
 
     now = datetime.now(UTC)
     good = parse_record(generate_record(0, centre="ahead"))
@@ -1106,7 +1106,7 @@ async def test_a_run_of_nothing_but_quarantined_records_says_so(
 ) -> None:
     """A link whose metadataPrefix is not the peer's ISO 19139 format (oai_dc, say): each run
     was 'ok', every record quarantined, with no word on what was wrong with the link."""
-    from shared.crosswalk import to_oai_dc
+    from wiscat.shared.crosswalk import to_oai_dc
 
     now = datetime.now(UTC)
     records = [parse_record(generate_record(n, centre="dc")) for n in range(3)]

@@ -11,12 +11,12 @@ from datetime import UTC, datetime, timedelta
 
 import asyncpg
 
-from shared.db import checks as check_store
-from shared.db import links as link_store
-from shared.oaipmh.dates import parse_datestamp
 from tests import factories
 from tests.oai_client import OAI, list_all, oai_get
 from tests.servers import running_provider
+from wiscat.shared.db import checks as check_store
+from wiscat.shared.db import links as link_store
+from wiscat.shared.oaipmh.dates import parse_datestamp
 
 OLD = "now() - interval '100 days'"
 

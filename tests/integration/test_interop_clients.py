@@ -28,7 +28,7 @@ RECORDS = 10_000
 async def catalogue_provider(
     template_ready: str,
 ) -> AsyncIterator[tuple[RunningProvider, dict[str, tuple[str, bool]]]]:
-    from shared.db.pool import create_pool
+    from wiscat.shared.db.pool import create_pool
 
     url = await clone_template(template_ready)
     pool = await create_pool(url, max_size=4)

@@ -19,21 +19,21 @@ from aiohttp import web
 from lxml import etree
 from prometheus_client.parser import text_string_to_metric_families
 
-from shared.db import links as link_store
-from shared.db import records as store
-from shared.db.pool import Pool
-from shared.db.records import Executor
-from shared.generator import generate_record, identifier_for
-from shared.ingest import incoming, ingest_paths
-from shared.iso19139 import parse_record
-from shared.linkspec import build_link
-from shared.oaipmh import render
 from tests import factories
 from tests.harvest_pair import SOURCE_SET, Pair, add_link, run
 from tests.oai_client import NS, OAI, Answer, oai_get
 from tests.oai_validation import strict_checks, validate_oai
 from tests.servers import RunningProvider, running_provider, serving
 from tests.unit.test_invalid_characters import CODES, allowed
+from wiscat.shared.db import links as link_store
+from wiscat.shared.db import records as store
+from wiscat.shared.db.pool import Pool
+from wiscat.shared.db.records import Executor
+from wiscat.shared.generator import generate_record, identifier_for
+from wiscat.shared.ingest import incoming, ingest_paths
+from wiscat.shared.iso19139 import parse_record
+from wiscat.shared.linkspec import build_link
+from wiscat.shared.oaipmh import render
 
 OWN = "WIS-GISC-TEST"
 GMD = "{http://www.isotc211.org/2005/gmd}"
@@ -415,7 +415,7 @@ async def test_p14_a_harvested_record_with_an_invalid_character_is_quarantined(
     """P14: a peer's record holding a character XML 1.0 does not allow, literal or by reference,
     is quarantined as received with the reason (one by one, by ListIdentifiers + GetRecord; by
     ListRecords its whole page is refused, and nothing of it written); the others are stored."""
-    from services.harvester.harvest import harvest_link
+    from wiscat.harvester.harvest import harvest_link
 
     now = datetime.now(UTC)
     forms = ["U+FFFF", "&#11;", "&#xFFFE;", "&#x1F;"]

@@ -6,10 +6,10 @@ import shutil
 import uuid
 from pathlib import Path
 
-from shared.db import migrate as migrations
-from shared.db.errors import SchemaNotCurrent
-from shared.db.pool import connect
 from tests.pg import drop_database, with_database
+from wiscat.shared.db import migrate as migrations
+from wiscat.shared.db.errors import SchemaNotCurrent
+from wiscat.shared.db.pool import connect
 
 
 async def test_migrations_apply_to_an_empty_database_once(template_ready: str) -> None:

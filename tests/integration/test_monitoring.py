@@ -7,10 +7,10 @@ from datetime import UTC, datetime, timedelta
 
 import aiohttp
 
-from shared.db.pool import Pool
 from tests import factories
 from tests.metrics import assert_process_metrics, scrape
 from tests.servers import running_provider
+from wiscat.shared.db.pool import Pool
 
 OWN = "WIS-GISC-TEST"
 

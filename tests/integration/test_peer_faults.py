@@ -27,24 +27,24 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from services.harvester.client import OAIClient
-from services.harvester.context import HarvestContext, RunReport
-from services.harvester.harvest import harvest_link
-from services.harvester.service import harvest_context
-from shared.db import links as link_store
-from shared.db import records as store
-from shared.db.pool import Pool
-from shared.generator import generate_record
-from shared.iso19139 import parse_record
-from shared.linkspec import build_link
-from shared.oaipmh import render
-from shared.oaipmh.dates import format_datestamp, parse_datestamp
-from shared.oaipmh.errors import BadArgument, BadResumptionToken, NoRecordsMatch
 from tests import factories
 from tests.faultproxy import Down, FaultProxy, Timeout, Toxic
 from tests.harvest_pair import SOURCE_SET, Pair, content, sink_settings
 from tests.pg import clone_template, drop_database
 from tests.servers import RunningProvider, running_provider, serving, serving_app
+from wiscat.harvester.client import OAIClient
+from wiscat.harvester.context import HarvestContext, RunReport
+from wiscat.harvester.harvest import harvest_link
+from wiscat.harvester.service import harvest_context
+from wiscat.shared.db import links as link_store
+from wiscat.shared.db import records as store
+from wiscat.shared.db.pool import Pool
+from wiscat.shared.generator import generate_record
+from wiscat.shared.iso19139 import parse_record
+from wiscat.shared.linkspec import build_link
+from wiscat.shared.oaipmh import render
+from wiscat.shared.oaipmh.dates import format_datestamp, parse_datestamp
+from wiscat.shared.oaipmh.errors import BadArgument, BadResumptionToken, NoRecordsMatch
 
 FAULTS: dict[str, tuple[Toxic, str]] = {
     "H01 peer down (connection refused)": (Down(), "PeerUnreachable"),

@@ -15,13 +15,13 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from shared.db import links as link_store
-from shared.db import records as store
-from shared.db.pool import Pool
-from shared.generator import generate_record, identifier_for
-from shared.ingest import ingest_paths
 from tests import factories
 from tests.servers import RunningProvider, running_provider
+from wiscat.shared.db import links as link_store
+from wiscat.shared.db import records as store
+from wiscat.shared.db.pool import Pool
+from wiscat.shared.generator import generate_record, identifier_for
+from wiscat.shared.ingest import ingest_paths
 
 OWN = "WIS-GISC-TEST"
 AUTH = {"Authorization": "Bearer test-admin-token"}

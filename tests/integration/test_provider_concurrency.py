@@ -6,10 +6,10 @@ from __future__ import annotations
 import asyncio
 import random
 
-from shared.db.pool import Pool
 from tests import factories
 from tests.oai_client import OAI, list_all
 from tests.servers import running_provider
+from wiscat.shared.db.pool import Pool
 
 OWN = "WIS-GISC-TEST"
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from shared.db.pool import Pool
 from tests.servers import running_provider
+from wiscat.shared.db.pool import Pool
 
 
 async def closed_by_server(reader: asyncio.StreamReader, within: float) -> bool:

@@ -18,18 +18,18 @@ import aiohttp
 import pytest
 from lxml import etree
 
-from services.provider.responses import XML_TYPE
-from shared.db import records as store
-from shared.db.pool import Pool
-from shared.generator import generate_record
-from shared.ingest import incoming
-from shared.iso19139 import parse_record
-from shared.oaipmh.errors import BadResumptionToken
-from shared.oaipmh.tokens import ListPosition, TokenCodec
 from tests import factories
 from tests.oai_client import OAI, Answer, list_all, oai_get, oai_post, oai_raw
 from tests.oai_validation import strict_checks, validate_oai
 from tests.servers import RunningProvider, running_provider
+from wiscat.provider.responses import XML_TYPE
+from wiscat.shared.db import records as store
+from wiscat.shared.db.pool import Pool
+from wiscat.shared.generator import generate_record
+from wiscat.shared.ingest import incoming
+from wiscat.shared.iso19139 import parse_record
+from wiscat.shared.oaipmh.errors import BadResumptionToken
+from wiscat.shared.oaipmh.tokens import ListPosition, TokenCodec
 
 OWN = "WIS-GISC-TEST"
 

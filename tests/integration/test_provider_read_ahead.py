@@ -14,10 +14,10 @@ import aiohttp
 import pytest
 from lxml import etree
 
-from shared.db.pool import Pool
 from tests import factories
 from tests.oai_client import OAI, Answer, oai_get
 from tests.servers import RunningProvider, running_provider
+from wiscat.shared.db.pool import Pool
 
 OWN = "WIS-GISC-TEST"
 READ_AHEAD = re.compile(r'^wiscat_oai_pages_read_ahead_total\{outcome="(\w+)"\} (\S+)$', re.M)

@@ -12,15 +12,15 @@ from dataclasses import dataclass
 import pytest
 from lxml import etree
 
-from shared.db import links as link_store
-from shared.db import records as store
-from shared.db.pool import Pool
-from shared.linkspec import build_link
 from tests import factories
 from tests.harvest_pair import Pair, content, run
 from tests.oai_client import OAI, list_all, oai_get
 from tests.oai_validation import strict_checks, validate_oai
 from tests.servers import RunningProvider, running_provider
+from wiscat.shared.db import links as link_store
+from wiscat.shared.db import records as store
+from wiscat.shared.db.pool import Pool
+from wiscat.shared.linkspec import build_link
 
 UNION = "WIS-CATALOGUE"
 

@@ -10,11 +10,11 @@ from datetime import UTC, datetime, timedelta
 import asyncpg
 import pytest
 
-from shared.db import links as link_store
-from shared.db import records as store
-from shared.db.links import NewLink
-from shared.db.records import IncomingRecord
 from tests import factories
+from wiscat.shared.db import links as link_store
+from wiscat.shared.db import records as store
+from wiscat.shared.db.links import NewLink
+from wiscat.shared.db.records import IncomingRecord
 
 OWN = "WIS-GISC-TEST"
 REMOTE = "WIS-GISC-OTHER"

@@ -12,18 +12,6 @@ import aiohttp
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from lxml import etree
 
-from shared.db import links as link_store
-from shared.db.pool import create_pool
-from shared.registry.chain import (
-    Block,
-    Tip,
-    Transaction,
-    blocks_from_xml,
-    blocks_to_xml,
-    meets_difficulty,
-    mine,
-    verify_chain,
-)
 from tests.registry_network import (
     DIFFICULTY,
     eventually,
@@ -36,6 +24,18 @@ from tests.registry_network import (
     urls_of,
 )
 from tests.servers import RunningProvider, running_provider
+from wiscat.shared.db import links as link_store
+from wiscat.shared.db.pool import create_pool
+from wiscat.shared.registry.chain import (
+    Block,
+    Tip,
+    Transaction,
+    blocks_from_xml,
+    blocks_to_xml,
+    meets_difficulty,
+    mine,
+    verify_chain,
+)
 
 # every member announces itself each SYNC_SECONDS (0.3 s), all from 127.0.0.1
 TRACKER: dict[str, object] = {

@@ -18,9 +18,14 @@ import trustme
 from aiohttp import web
 from aiohttp.abc import AbstractResolver, ResolveResult
 
-from shared.registry.safe_fetch import FetchFailed, ForbiddenAddress, ForbiddenPort, SafeFetcher
 from tests.registry_network import TEST_FETCH_PORTS, canary
 from tests.servers import serving_app
+from wiscat.shared.registry.safe_fetch import (
+    FetchFailed,
+    ForbiddenAddress,
+    ForbiddenPort,
+    SafeFetcher,
+)
 
 
 @dataclass

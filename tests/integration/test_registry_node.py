@@ -9,14 +9,14 @@ from pathlib import Path
 import aiohttp
 from lxml import etree
 
-from shared.db import links as link_store
-from shared.db import registry as store
-from shared.db.pool import Pool
-from shared.registry.chain import Transaction, blocks_to_xml, mine
-from shared.registry.node import TRACKER_MEMBER_TTL, NodeConfig, RegistryNode
-from shared.registry.safe_fetch import SafeFetcher
 from tests.registry_network import DIFFICULTY, make_network, node_overrides, post_url, urls_of
 from tests.servers import running_provider
+from wiscat.shared.db import links as link_store
+from wiscat.shared.db import registry as store
+from wiscat.shared.db.pool import Pool
+from wiscat.shared.registry.chain import Transaction, blocks_to_xml, mine
+from wiscat.shared.registry.node import TRACKER_MEMBER_TTL, NodeConfig, RegistryNode
+from wiscat.shared.registry.safe_fetch import SafeFetcher
 
 URL = "https://repository.example.org/oai"
 

@@ -17,9 +17,6 @@ import pytest
 from aiohttp import web
 from aiohttp.abc import AbstractResolver, ResolveResult
 
-from shared.db.pool import Pool
-from shared.registry.node import NodeConfig, RegistryNode, UrlRefused
-from shared.registry.safe_fetch import SafeFetcher
 from tests.registry_network import (
     CountingResolver,
     canary,
@@ -29,6 +26,9 @@ from tests.registry_network import (
     urls_of,
 )
 from tests.servers import running_provider, serving_app
+from wiscat.shared.db.pool import Pool
+from wiscat.shared.registry.node import NodeConfig, RegistryNode, UrlRefused
+from wiscat.shared.registry.safe_fetch import SafeFetcher
 
 UNREACHABLE = "the repository cannot be reached from this registry node (its log says why)"
 

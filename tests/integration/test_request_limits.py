@@ -16,9 +16,9 @@ from urllib.parse import urlsplit
 import aiohttp
 import pytest
 
-from shared.db.pool import Pool
 from tests.registry_network import make_network, node_overrides
 from tests.servers import RunningProvider, running_provider
+from wiscat.shared.db.pool import Pool
 
 AUTH = "Authorization: Bearer test-admin-token\r\n"
 FORM = "application/x-www-form-urlencoded"

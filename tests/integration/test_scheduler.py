@@ -9,16 +9,16 @@ from datetime import timedelta
 
 import pytest
 
-from services.harvester.scheduler import Scheduler, lease_kept
-from services.harvester.service import harvest_context
-from shared.db import links as link_store
-from shared.db import records as store
-from shared.db.pool import Pool
-from shared.linkspec import build_link
 from tests import factories
 from tests.harvest_pair import sink_settings
 from tests.pg import clone_template, drop_database
 from tests.servers import RunningProvider, running_provider
+from wiscat.harvester.scheduler import Scheduler, lease_kept
+from wiscat.harvester.service import harvest_context
+from wiscat.shared.db import links as link_store
+from wiscat.shared.db import records as store
+from wiscat.shared.db.pool import Pool
+from wiscat.shared.linkspec import build_link
 
 SOURCE_SET = "WIS-GISC-TEST"
 LINKS = 120

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import asyncpg
 
-from shared.db.pool import connect
 from tests.pg import drop_database, with_database
+from wiscat.shared.db.pool import connect
 
 SCHEMA = Path(__file__).resolve().parents[2] / "shared" / "db" / "schema.sql"
 

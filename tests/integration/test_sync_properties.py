@@ -41,16 +41,16 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from shared import ingest
-from shared.db import links as link_store
-from shared.db import records as store
-from shared.generator import generate_record, identifier_for
-from shared.iso19139 import parse_record
-from shared.linkspec import build_link
-from shared.oaipmh import render
-from shared.oaipmh.errors import BadResumptionToken
 from tests.harvest_pair import Pair, content, run
 from tests.servers import serving_app
+from wiscat.shared import ingest
+from wiscat.shared.db import links as link_store
+from wiscat.shared.db import records as store
+from wiscat.shared.generator import generate_record, identifier_for
+from wiscat.shared.iso19139 import parse_record
+from wiscat.shared.linkspec import build_link
+from wiscat.shared.oaipmh import render
+from wiscat.shared.oaipmh.errors import BadResumptionToken
 
 T = TypeVar("T")
 

@@ -26,13 +26,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from lxml import etree
 
-from shared.generator import generate_record, identifier_for
-from shared.iso19139 import parse_record, record_from_element
-from shared.oaipmh.pages import PageReader, RecordItem
 from tests.oai_client import OAI, Answer, oai_get
 from tests.oai_validation import strict_checks, validate_oai
 from tests.servers import RunningProvider, running_provider
 from tests.unit.test_invalid_characters import allowed
+from wiscat.shared.generator import generate_record, identifier_for
+from wiscat.shared.iso19139 import parse_record, record_from_element
+from wiscat.shared.oaipmh.pages import PageReader, RecordItem
 
 GMD = "{http://www.isotc211.org/2005/gmd}"
 DC = "{http://purl.org/dc/elements/1.1/}"
@@ -245,7 +245,7 @@ async def test_f02_any_text_xml_allows_is_served_as_put(
         content_hash,
     )
     # the Dublin Core crosswalk of the same record: valid, and the text in it, its runs of
-    # white space folded as the crosswalk folds them (shared.crosswalk)
+    # white space folded as the crosswalk folds them (wiscat.shared.crosswalk)
     dublin_core = [
         (
             [e.text or "" for e in record.iter(f"{DC}title")],

@@ -12,12 +12,12 @@ from pathlib import Path
 import aiohttp
 from aiohttp import web
 
-from services.harvester.client import OAIClient
-from services.harvester.service import client_settings, health_app
-from shared.settings import Settings
 from tests.e2e.nodes import WISCAT
 from tests.harvest_pair import Pair
 from tests.servers import running_provider, serving, serving_app
+from wiscat.harvester.client import OAIClient
+from wiscat.harvester.service import client_settings, health_app
+from wiscat.shared.settings import Settings
 
 PYPROJECT = Path(__file__).parents[2] / "pyproject.toml"
 VERSION = tomllib.loads(PYPROJECT.read_text())["project"]["version"]

@@ -16,19 +16,19 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from services.harvester.harvest import harvest_link
-from shared.db import links as link_store
-from shared.db.pool import Pool
-from shared.generator import generate_record
-from shared.iso19139 import parse_record
-from shared.linkspec import build_link
-from shared.oaipmh import render
-from shared.registry.node import NOT_IDENTIFY
 from tests import factories
 from tests.canary import canary
 from tests.harvest_pair import SOURCE_SET, Pair, add_link, run
 from tests.registry_network import make_network, node_overrides, post_url, urls_of
 from tests.servers import identify_document, running_provider, serving_app
+from wiscat.harvester.harvest import harvest_link
+from wiscat.shared.db import links as link_store
+from wiscat.shared.db.pool import Pool
+from wiscat.shared.generator import generate_record
+from wiscat.shared.iso19139 import parse_record
+from wiscat.shared.linkspec import build_link
+from wiscat.shared.oaipmh import render
+from wiscat.shared.registry.node import NOT_IDENTIFY
 
 LAUGHS = b'<!ENTITY lol "lol">' + b"".join(
     b'<!ENTITY lol%d "%s">' % (n, (b"&lol%s;" % (b"" if n == 1 else b"%d" % (n - 1))) * 10)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from shared.registry.addresses import address_allowed, address_refusal
+from wiscat.shared.registry.addresses import address_allowed, address_refusal
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import pytest
 
-from services.cli import build_parser
+from wiscat.cli import build_parser
 
 PEER = "http://127.0.0.1:8081/oai"
 

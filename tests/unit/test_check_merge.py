@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from services.harvester.check import SortedSpill, collapse, compare_datestamps
+from wiscat.harvester.check import SortedSpill, collapse, compare_datestamps
 
 
 def test_spill_returns_every_entry_sorted_across_many_runs(tmp_path: Path) -> None:

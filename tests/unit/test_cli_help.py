@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from services.cli import build_parser
+from wiscat.cli import build_parser
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser]:
@@ -86,4 +86,4 @@ def test_the_top_help_shows_a_tour_and_the_exit_statuses() -> None:
 def test_each_command_sets_its_handler(words: str, parser: argparse.ArgumentParser) -> None:
     handler = parser.get_default("handler")
     assert callable(handler), words
-    assert handler.__module__.startswith("services.cli."), handler
+    assert handler.__module__.startswith("wiscat.cli."), handler

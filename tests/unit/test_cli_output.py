@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from services.cli.output import table
+from wiscat.cli.output import table
 
 
 def test_columns_are_as_wide_as_their_widest_cell() -> None:

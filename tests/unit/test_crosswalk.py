@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from lxml import etree
 
-from shared.crosswalk import DC, OAI_DC, OAI_DC_SCHEMA, to_oai_dc
-from shared.generator import generate_record, identifier_for
-from shared.iso19139 import GCO, GMD, GML_LEGACY, SRV, XSI, RecordError, parse_record
+from wiscat.shared.crosswalk import DC, OAI_DC, OAI_DC_SCHEMA, to_oai_dc
+from wiscat.shared.generator import generate_record, identifier_for
+from wiscat.shared.iso19139 import GCO, GMD, GML_LEGACY, SRV, XSI, RecordError, parse_record
 
 SCHEMAS = Path(__file__).parent.parent / "data" / "schemas"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime, timedelta
 
-from services.provider.plots import (
+from wiscat.provider.plots import (
     MAX_POINTS,
     MAX_SERIES,
     PALETTE,

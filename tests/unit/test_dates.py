@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from shared.oaipmh.dates import (
+from wiscat.shared.oaipmh.dates import (
     END_OF_TIME,
     START_OF_TIME,
     Granularity,
@@ -16,7 +16,7 @@ from shared.oaipmh.dates import (
     shifted,
     until_upper_bound,
 )
-from shared.oaipmh.errors import BadArgument
+from wiscat.shared.oaipmh.errors import BadArgument
 
 
 def test_years_before_1000_keep_four_digits() -> None:

@@ -17,9 +17,9 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from shared.oaipmh.arguments import parse_request
-from shared.oaipmh.dates import Granularity, format_datestamp, format_day, parse_datestamp
-from shared.oaipmh.errors import BadArgument
+from wiscat.shared.oaipmh.arguments import parse_request
+from wiscat.shared.oaipmh.dates import Granularity, format_datestamp, format_day, parse_datestamp
+from wiscat.shared.oaipmh.errors import BadArgument
 
 # §3.3.1's two forms, ASCII digits only (OAI-PMH.xsd's UTCdatetimeType)
 SECONDS_FORM = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z", re.ASCII)

@@ -55,7 +55,7 @@ def _parser_calls(path: Path) -> list[tuple[int, dict[str, object]]]:
 
 
 def test_every_xml_parser_refuses_entities_and_the_network_explicitly() -> None:
-    """X03: every lxml parser the code builds (the factory shared.iso19139.safe_parser among
+    """X03: every lxml parser the code builds (the factory wiscat.shared.iso19139.safe_parser among
     them) passes resolve_entities=False and no_network=True itself, not trusting lxml's
     defaults, which have changed between versions."""
     sources = sorted((ROOT / "shared").rglob("*.py")) + sorted((ROOT / "services").rglob("*.py"))
@@ -123,7 +123,7 @@ class _StaticPaths:
         imported = {
             alias.asname or alias.name
             for node in tree.body
-            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("shared")
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("wiscat.")
             for alias in node.names
             if alias.name.strip("_").isupper()
         }

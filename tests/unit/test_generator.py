@@ -8,14 +8,14 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 from lxml import etree
 
-from shared.generator import (
+from wiscat.shared.generator import (
     METADATA_STANDARD_NAME,
     default_md_datestamp,
     generate_record,
     generate_records,
     identifier_for,
 )
-from shared.iso19139 import NAMESPACES, Record, parse_record, parse_xml
+from wiscat.shared.iso19139 import NAMESPACES, Record, parse_record, parse_xml
 
 RANGE = range(1000)
 

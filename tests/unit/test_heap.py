@@ -1,4 +1,4 @@
-"""shared.heap: pages of megabytes built and dropped again and again reuse the heap's memory
+"""wiscat.shared.heap: pages of megabytes built and dropped again and again reuse the heap's memory
 instead of mapping fresh pages from the kernel each time."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 
 PAGES = """
 import resource, sys
-from shared.heap import tune_heap
+from wiscat.shared.heap import tune_heap
 print(tune_heap())
 parts = [b"x" * 9000] * 500  # a list page of 500 records, twice over: about 9 MB
 for _ in range(3):
@@ -63,7 +63,7 @@ def test_an_operators_own_malloc_settings_are_kept() -> None:
 
 ARENAS = """
 import ctypes, sys, threading
-from shared.heap import one_arena
+from wiscat.shared.heap import one_arena
 
 print(one_arena() if sys.argv[1] == "one" else None)
 worker = threading.Thread(target=lambda: bytes(1_000_000))  # a thread that allocates
@@ -100,7 +100,7 @@ def test_an_operators_own_arena_limit_is_kept() -> None:
 FROZEN = """
 import gc, weakref
 import fastapi, lxml.etree  # start-up: a framework's worth of long-lived objects
-from shared.heap import freeze_startup_objects
+from wiscat.shared.heap import freeze_startup_objects
 
 before = len(gc.get_objects())
 freeze_startup_objects()

@@ -11,9 +11,9 @@ import pytest
 import xmlschema
 from lxml import etree
 
-from shared.oaipmh import render
-from shared.oaipmh.identifiers import any_uri_error
 from tests.oai_validation import SCHEMAS, validate_oai
+from wiscat.shared.oaipmh import render
+from wiscat.shared.oaipmh.identifiers import any_uri_error
 
 NOW = datetime(2025, 1, 1, tzinfo=UTC)
 

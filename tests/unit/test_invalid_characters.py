@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from lxml import etree
 
-from shared.generator import generate_record
-from shared.iso19139 import RecordError, parse_record
-from shared.oaipmh.render import replace_invalid_characters
+from wiscat.shared.generator import generate_record
+from wiscat.shared.iso19139 import RecordError, parse_record
+from wiscat.shared.oaipmh.render import replace_invalid_characters
 
 
 def allowed(code: int) -> bool:
@@ -54,7 +54,7 @@ def test_p14_every_such_character_is_replaced_and_the_first_named() -> None:
 
 @pytest.mark.parametrize("character", ["\x00", "\x0b", "\x1f", "\ufffe", "\uffff", "\ud800"])
 def test_p14_no_lxml_element_holds_one_so_no_record_written_does(character: str) -> None:
-    """P14: every record stored is the serialization of an lxml element (shared.iso19139
+    """P14: every record stored is the serialization of an lxml element (wiscat.shared.iso19139
     .record_from_element), and no lxml element can hold such a character: its parser refuses
     one, literal or by a character reference (tests/integration/test_invalid_characters.py),
     and so does its API, in text, a tail, an attribute or a comment."""

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 from lxml import etree
 
-from shared.generator import generate_record, identifier_for
-from shared.iso19139 import (
+from tests.canary import canary, knock
+from wiscat.shared.generator import generate_record, identifier_for
+from wiscat.shared.iso19139 import (
     GCO,
     GMD,
     NAMESPACES,
@@ -25,7 +26,6 @@ from shared.iso19139 import (
     record_from_element,
     safe_parser,
 )
-from tests.canary import canary, knock
 
 NS_DECL = f'xmlns:gmd="{GMD}" xmlns:gco="{GCO}"'
 
@@ -166,7 +166,7 @@ def test_file_identifier_longer_than_an_index_entry_can_hold() -> None:
 
 
 def test_file_identifier_that_no_oai_answer_can_carry() -> None:
-    # OAI-PMH.xsd: a header's identifier is an xs:anyURI (shared.oaipmh.identifiers)
+    # OAI-PMH.xsd: a header's identifier is an xs:anyURI (wiscat.shared.oaipmh.identifiers)
     assert reason(iso(file_id("urn:x:a#b#c"))) == (
         "gmd:fileIdentifier 'urn:x:a#b#c' is not a URI, as an OAI-PMH identifier must be "
         "(xs:anyURI): more than one '#'"

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from shared.logs import Outage, configure
+from wiscat.shared.logs import Outage, configure
 
 
 @pytest.fixture

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from services.harvester.metrics import HarvesterMetrics
-from services.provider.metrics import ProviderMetrics
+from wiscat.harvester.metrics import HarvesterMetrics
+from wiscat.provider.metrics import ProviderMetrics
 
 ROOT = Path(__file__).resolve().parents[2]
 TYPE_LINE = re.compile(r"^# TYPE (\S+) (\S+)$", re.MULTILINE)

@@ -8,9 +8,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from shared.generator import generate_record
-from shared.oaipmh import render
 from tests.oai_validation import validate_oai
+from wiscat.shared.generator import generate_record
+from wiscat.shared.oaipmh import render
 
 ASKED = {
     "verb": "GetRecord",

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 from lxml import etree
 
-from shared.oaipmh import errors, pages
-from shared.oaipmh.pages import (
+from tests.canary import canary, knock
+from wiscat.shared.oaipmh import errors, pages
+from wiscat.shared.oaipmh.pages import (
     HeaderItem,
     MalformedResponse,
     NotOAIResponse,
@@ -26,7 +27,6 @@ from shared.oaipmh.pages import (
     read_errors,
     read_identify,
 )
-from tests.canary import canary, knock
 
 FIXTURES = Path(__file__).parent.parent / "data" / "oai"
 GMD = "{http://www.isotc211.org/2005/gmd}"

@@ -6,7 +6,7 @@ import base64
 
 import pytest
 
-from shared.proxy import Proxy, proxy_url_problem
+from wiscat.shared.proxy import Proxy, proxy_url_problem
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from services.provider.limits import RateLimiter, client_key
+from wiscat.provider.limits import RateLimiter, client_key
 
 
 class Clock:

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from services.provider.readahead import ListPageItems, PageKey, ReadAhead
+from wiscat.provider.readahead import ListPageItems, PageKey, ReadAhead
 
 BOUND = datetime(2026, 1, 1, tzinfo=UTC)
 STAMP = datetime(2025, 1, 1, tzinfo=UTC)

@@ -9,8 +9,8 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from lxml import etree
 
-from shared.registry.addresses import address_allowed
-from shared.registry.chain import (
+from wiscat.shared.registry.addresses import address_allowed
+from wiscat.shared.registry.chain import (
     ZERO_HASH,
     Block,
     InvalidBlock,
@@ -29,7 +29,7 @@ from shared.registry.chain import (
     url_problem,
     verify_chain,
 )
-from shared.registry.keyfile import KeyFileError, new_network, parse_network
+from wiscat.shared.registry.keyfile import KeyFileError, new_network, parse_network
 
 DIFFICULTY = 6
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from shared.oaipmh.hierarchy import ancestors, minimal, with_ancestors
+from wiscat.shared.oaipmh.hierarchy import ancestors, minimal, with_ancestors
 
 
 def test_ancestors_are_the_paths_above() -> None:

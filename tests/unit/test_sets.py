@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from shared.oaipmh.errors import NoRecordsMatch
-from shared.oaipmh.pages import NotOAIResponse
-from shared.oaipmh.sets import SetsPage, read_sets_page
+from wiscat.shared.oaipmh.errors import NoRecordsMatch
+from wiscat.shared.oaipmh.pages import NotOAIResponse
+from wiscat.shared.oaipmh.sets import SetsPage, read_sets_page
 
 FIXTURES = Path(__file__).parent.parent / "data" / "oai"
 

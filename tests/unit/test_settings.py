@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from services.cli.settings import settings_rows
-from shared.settings import Settings, explain, unknown
+from wiscat.cli.settings import settings_rows
+from wiscat.shared.settings import Settings, explain, unknown
 
 
 def settings(**values: object) -> Settings:
@@ -72,8 +72,8 @@ def test_an_unset_base_url_follows_where_the_provider_listens() -> None:
 
 
 def test_a_peer_is_this_node_by_its_url_or_by_the_base_url_set_here() -> None:
-    from services.harvester.plan import is_this_node
-    from shared.oaipmh.pages import IdentifyInfo
+    from wiscat.harvester.plan import is_this_node
+    from wiscat.shared.oaipmh.pages import IdentifyInfo
 
     def identify(base_url: str) -> IdentifyInfo:
         return IdentifyInfo("peer", base_url, "2.0", datetime.now(UTC), "persistent", "", ())

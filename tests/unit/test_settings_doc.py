@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from shared.settings import Settings
 from tools import settings_doc
+from wiscat.shared.settings import Settings
 
 
 def test_the_settings_page_is_what_the_generator_writes() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from shared.urls import safe_url
+from wiscat.shared.urls import safe_url
 
 
 @pytest.mark.parametrize(

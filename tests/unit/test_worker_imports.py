@@ -9,12 +9,12 @@ import sys
 def test_the_page_workers_import_neither_the_http_client_nor_the_database_driver() -> None:
     # a fresh interpreter, as the fork server is: what importing the module pulls in
     probe = (
-        "import sys, services.harvester.page_records; "
+        "import sys, wiscat.harvester.page_records; "
         "print(' '.join(sorted(m for m in ('aiohttp', 'asyncpg', 'pydantic', 'fastapi', "
-        "'lxml.etree', 'shared.iso19139') if m in sys.modules)))"
+        "'lxml.etree', 'wiscat.shared.iso19139') if m in sys.modules)))"
     )
     loaded = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True
     ).stdout.split()
     # what a worker needs, and nothing of the event loop's side
-    assert loaded == ["lxml.etree", "shared.iso19139"]
+    assert loaded == ["lxml.etree", "wiscat.shared.iso19139"]

@@ -1,4 +1,5 @@
-"""The write outcomes are one typed vocabulary (shared.db.records.WriteOutcome): every outcome
+"""The write outcomes are one typed vocabulary (wiscat.shared.db.records.WriteOutcome): every
+outcome
 records.sql can give is in it, every one in it is given, and an unknown one is refused, so that
 a misspelled outcome is an error, never a silent zero in a count."""
 
@@ -9,8 +10,8 @@ from typing import get_args
 
 import pytest
 
-from shared.db import records
-from shared.db.queries import load
+from wiscat.shared.db import records
+from wiscat.shared.db.queries import load
 
 OUTCOME_CASE = re.compile(r"case\b((?:(?!\bas outcome\b).)*?)\bend as outcome", re.DOTALL)
 

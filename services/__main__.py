@@ -1,0 +1,7 @@
+"""``python -m wiscat``: the ``wiscat`` command."""
+
+import sys
+
+from wiscat.cli.app import main
+
+sys.exit(main())
