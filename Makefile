@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 .DEFAULT_GOAL := all
-.PHONY: all help venv run test test-unit test-integration soak fuzz lint format bench schema settings-doc demo chromium promtool clean
+.PHONY: all help venv lock run test test-unit test-integration soak fuzz lint format bench schema settings-doc demo chromium promtool clean
 
 all: lint test ## lint, then the whole test suite
 
@@ -17,21 +17,34 @@ help: ## list the targets
 # package as installed. A file added or removed changes its folder, which makes the tree again.
 PACKAGE_DIRS := $(shell find services shared migrations -type d -not -name __pycache__ 2>/dev/null)
 
-$(STAMP): pyproject.toml $(PACKAGE_DIRS)
+$(STAMP): pyproject.toml requirements/dev.txt $(PACKAGE_DIRS)
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet --config-settings editable_mode=strict -e '.[embedded,test,lint]'
+	$(BIN)/pip install --quiet -c requirements/dev.txt --config-settings editable_mode=strict \
+		-e '.[embedded,test,lint]'
 	touch $(STAMP)
 
 venv: $(STAMP) ## create .venv and install wiscat with its test and lint tools
 
+# The lock files pin every package, for Linux on x86_64 and Python 3.11 (the image's and CI's):
+# requirements/node.txt what a node runs (make run, the image), requirements/dev.txt that and the
+# test and lint tools (make venv, CI). Installs take them as pip constraints. uv resolves them.
+LOCK := uv pip compile pyproject.toml --python-version 3.11 --python-platform x86_64-manylinux_2_28 \
+	--only-binary atheris --custom-compile-command "make lock" --quiet
+
+lock: ## resolve requirements/*.txt again from pyproject.toml (after a dependency changed)
+	test -x .lock-tools/bin/uv || { $(PYTHON) -m venv .lock-tools && .lock-tools/bin/pip install --quiet uv; }
+	.lock-tools/bin/$(LOCK) --extra embedded -o requirements/node.txt
+	.lock-tools/bin/$(LOCK) --all-extras -o requirements/dev.txt
+
 # make run installs what a node needs and the embedded PostgreSQL, not the test and lint tools.
 RUN_STAMP := $(VENV)/.installed-run
 
-$(RUN_STAMP): pyproject.toml $(PACKAGE_DIRS)
+$(RUN_STAMP): pyproject.toml requirements/node.txt $(PACKAGE_DIRS)
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet --config-settings editable_mode=strict -e '.[embedded]'
+	$(BIN)/pip install --quiet -c requirements/node.txt --config-settings editable_mode=strict \
+		-e '.[embedded]'
 	touch $(RUN_STAMP)
 
 run: $(RUN_STAMP) ## start a node (embedded PostgreSQL unless WISCAT_DATABASE_URL is set)
