@@ -15,13 +15,12 @@ import contextlib
 import copy
 import io
 import json
-import posixpath
 import re
 import shlex
 import tomllib
 from collections.abc import Callable
 from fnmatch import fnmatch
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -29,7 +28,6 @@ import pytest
 import yaml
 
 from wiscat.cli import build_parser
-from wiscat.shared.db import migrate
 from wiscat.shared.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -425,7 +423,7 @@ def dockerfile_problems(dockerfile: str, pyproject: str) -> list[str]:
     if scripts.get("wiscat") != "wiscat.cli:main":
         problems.append(f"pyproject.toml has no wiscat = wiscat.cli:main script: {scripts}")
     runs = [rest for word, rest in dockerfile_instructions(dockerfile) if word == "RUN"]
-    if not any(re.search(r"pip install\b[^&;]*\s\.(\s|$)", run) for run in runs):
+    if not any(re.search(r"pip install\b[^&;]*\s'?\.(\[[a-z,]+\])?'?(\s|$)", run) for run in runs):
         problems.append("Dockerfile does not pip install the project (no wiscat script)")
     entrypoint, cmd, form = image_argv(dockerfile)
     problems += form
@@ -458,59 +456,29 @@ def dockerignore_problems(dockerignore: str, dockerfile: str) -> list[str]:
     return problems
 
 
-def migrations_problems(dockerfile: str, pyproject: str) -> list[str]:
-    """The image holds migrations/ where shared/db/migrate.py looks for it.
+def install_problems(dockerfile: str) -> list[str]:
+    """The image installs wiscat as a package (not editable), from the sources it copies.
 
-    ``MIGRATIONS_DIR`` is found relative to the imported ``shared`` package, so it depends on where
-    the image imports the code from: the WORKDIR (editable install or PYTHONPATH), or
-    site-packages, where only the package data declared in pyproject.toml is installed.
+    The migrations and SQL files are package data (tests/integration/test_packaging.py shows the
+    wheel holds them), so a plain install carries them; an editable install would run the code
+    from the build folder instead. The build needs services/, shared/ and migrations/ copied in.
     """
-    package_root = Path(migrate.__file__).resolve().parents[2]
-    try:
-        rel = PurePosixPath(migrate.MIGRATIONS_DIR.resolve().relative_to(package_root).as_posix())
-    except ValueError:
-        return [f"{migrate.MIGRATIONS_DIR} is outside the project: the image cannot hold it"]
-    workdir = PurePosixPath("/")
-    copies: list[PurePosixPath] = []
-    editable = on_path = False
+    problems = []
+    copied: set[str] = set()
     for word, rest in dockerfile_instructions(dockerfile):
-        if word == "WORKDIR":
-            workdir = workdir / rest
-        elif word == "COPY":
-            tokens = shlex.split(rest)
-            if any(t.startswith("--from") for t in tokens):
-                continue  # from another stage or image, not the build context
-            args = [t for t in tokens if not t.startswith("--")]
-            *sources, dest = args
-            target = workdir / dest
-            for source in sources:
-                if source in (".", "./"):
-                    copies.append(target / rel)
-                elif PurePosixPath(source) == rel:
-                    many = len(sources) > 1 or dest.endswith("/")
-                    copies.append(target / rel.name if many else target)
+        if word == "COPY":
+            tokens = [t for t in shlex.split(rest) if not t.startswith("--")]
+            if any(t.startswith("--from") for t in shlex.split(rest)):
+                continue
+            copied.update(source.removeprefix("./").rstrip("/") for source in tokens[:-1])
         elif word == "RUN" and re.search(r"pip install\b[^&;]*(\s-e|--editable)\s", rest):
-            editable = True
-        elif word == "ENV" and re.search(rf"PYTHONPATH[= ]\S*{re.escape(str(workdir))}\b", rest):
-            on_path = True
-    copies = [PurePosixPath(posixpath.normpath(c)) for c in copies]
-    if editable or on_path:
-        if workdir / rel not in copies:
-            return [f"the image imports the code from {workdir} but copies no {rel}/ there"]
-        return []
-    package_data = tomllib.loads(pyproject).get("tool", {}).get("setuptools", {})
-    globs = [
-        f"{package.replace('.', '/')}/{pattern}"
-        for package, patterns in package_data.get("package-data", {}).items()
-        for pattern in patterns
+            problems.append("the image installs wiscat editable: install it as a package")
+    missing = [
+        d for d in ("services", "shared", "migrations") if d not in copied and "." not in copied
     ]
-    wanted = [m.path.resolve().relative_to(package_root).as_posix() for m in migrate.available()]
-    if not wanted or not all(any(fnmatch(f, g) for g in globs) for f in wanted):
-        return [
-            f"the image imports the code from site-packages, where {rel}/ is not installed: "
-            "`wiscat migrate` would apply nothing (install with -e, or ship it as package data)"
-        ]
-    return []
+    if missing:
+        problems.append(f"the image builds wiscat without {', '.join(missing)}/")
+    return problems
 
 
 # --- the tests on the real files ------------------------------------------------------------
@@ -577,9 +545,8 @@ def test_dockerfile_runs_wiscat(files: dict[str, str]) -> None:
     assert dockerfile_problems(files["dockerfile"], files["pyproject"]) == []
 
 
-def test_image_holds_the_migrations(files: dict[str, str]) -> None:
-    assert migrate.available(), "no migrations found"
-    assert migrations_problems(files["dockerfile"], files["pyproject"]) == []
+def test_image_installs_the_package(files: dict[str, str]) -> None:
+    assert install_problems(files["dockerfile"]) == []
 
 
 def test_build_context_leaves_out_secrets_and_data(files: dict[str, str]) -> None:
@@ -630,7 +597,7 @@ def _run_all(files: dict[str, str]) -> list[str]:
         + harvester_exposure_problems(compose)
         + database_problems(compose, files["env"])
         + dockerfile_problems(files["dockerfile"], files["pyproject"])
-        + migrations_problems(files["dockerfile"], files["pyproject"])
+        + install_problems(files["dockerfile"])
         + dockerignore_problems(files["dockerignore"], files["dockerfile"])
     )
 
@@ -706,15 +673,14 @@ MUTATIONS: dict[str, Callable[[dict[str, str]], dict[str, str]]] = {
         "dockerfile", 'CMD ["wiscat", "run"]', 'ENTRYPOINT ["wiscat"]\nCMD ["run"]'
     ),
     "Dockerfile does not expose 8081": _text("dockerfile", "EXPOSE 8080 8081", "EXPOSE 8080"),
-    "Dockerfile does not install": _text("dockerfile", "pip install --no-compile -e .", "true"),
-    "image imports from site-packages": _text(
-        "dockerfile", "pip install --no-compile -e .", "pip install --no-compile ."
+    "Dockerfile does not install": _text(
+        "dockerfile", "pip install --no-compile -c requirements/node.txt '.[embedded]'", "true"
     ),
     "image without migrations": _text("dockerfile", "COPY migrations ./migrations\n", ""),
     "build context with the secrets": _text("dockerignore", "\n.env\n", "\n"),
     "build context without migrations": _text("dockerignore", "\nvar\n", "\nvar\nmigrations\n"),
-    "migrations copied elsewhere": _text(
-        "dockerfile", "COPY migrations ./migrations", "COPY migrations /srv/migrations"
+    "editable install": _text(
+        "dockerfile", "pip install --no-compile -c", "pip install --no-compile -e -c"
     ),
 }
 
