@@ -68,6 +68,19 @@ class Settings(BaseSettings):
         default=None,
         description="libpq URL of the database; unset starts an embedded PostgreSQL in DATA_DIR",
     )
+    database_session_url: str | None = Field(
+        default=None,
+        description="libpq URL of the database server itself, for what needs a session of its "
+        "own (the schema migration's lock, harvest leases) when DATABASE_URL goes through a "
+        "transaction pooler; unset: DATABASE_URL",
+    )
+    database_statement_cache: int = Field(
+        default=100,
+        ge=0,
+        le=10_000,
+        description="prepared statements kept per database connection; 0 behind a transaction "
+        "pooler that cannot keep them (PgBouncer before 1.21, or without max_prepared_statements)",
+    )
     data_dir: Path = Field(
         default=Path("./var"),
         description="folder of the embedded PostgreSQL (DATA_DIR/postgres); not used when "
@@ -350,7 +363,7 @@ class Settings(BaseSettings):
             )
         return value
 
-    @field_validator("database_url")
+    @field_validator("database_url", "database_session_url")
     @classmethod
     def _database_url_is_libpq(cls, value: str | None) -> str | None:
         if not value:
@@ -513,6 +526,14 @@ class Settings(BaseSettings):
         every address, so that Identify and every response name 127.0.0.1."""
         return self._derived_base_url and _every_address(self.provider_host)
 
+    def session_url(self, url: str) -> str:
+        """The URL for what needs a database session of its own (a session-level advisory
+        lock, held across transactions), where ``url`` is the one in use: DATABASE_SESSION_URL
+        when ``url`` is DATABASE_URL and a transaction pooler may stand behind it."""
+        if self.database_session_url and url == self.database_url:
+            return self.database_session_url
+        return url
+
     @property
     def proxy(self) -> Proxy | None:
         """The outbound proxy of harvests and checks, or None."""
@@ -544,7 +565,7 @@ def explain(error: ValidationError) -> list[str]:
 
     The value is quoted unless the setting is a secret or may hold one (the database URL).
     """
-    secret = {"database_url"} | {
+    secret = {"database_url", "database_session_url"} | {
         name
         for name, field in Settings.model_fields.items()
         if field.annotation in (SecretStr, SecretStr | None)

@@ -206,7 +206,9 @@ def create_app(settings: Settings, database_url: str) -> FastAPI:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        pool = await create_pool(database_url, max_size=10)
+        pool = await create_pool(
+            database_url, max_size=10, statement_cache=settings.database_statement_cache
+        )
         try:
             async with pool.acquire() as conn:
                 await check_current(conn)
