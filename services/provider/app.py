@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -189,6 +189,15 @@ def token_codec(settings: Settings, secret: bytes) -> TokenCodec:
     hours = settings.token_lifetime_hours
     retired = []
     if settings.token_secret_previous and settings.token_secret_previous_until:
+        until = settings.token_secret_previous_until
+        if until <= datetime.now(UTC):
+            log.warning(
+                "the grace period of WISCAT_TOKEN_SECRET_PREVIOUS ended at %s: its tokens are "
+                "refused; remove it and WISCAT_TOKEN_SECRET_PREVIOUS_UNTIL",
+                until.isoformat(),
+            )
+        else:
+            log.info("tokens of WISCAT_TOKEN_SECRET_PREVIOUS are taken until %s", until.isoformat())
         retired.append(
             RetiredSecret(
                 settings.token_secret_previous.get_secret_value().encode(),

@@ -4,6 +4,7 @@ rotation of WISCAT_TOKEN_SECRET keeps the lists in progress for its grace period
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
@@ -112,13 +113,14 @@ async def test_p10_a_lifetime_set_expires_tokens(catalogue: None, database_url: 
 
 
 async def test_a_rotated_secret_takes_the_previous_ones_tokens_until_its_end(
-    provider: RunningProvider, database_url: str
+    provider: RunningProvider, database_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """After WISCAT_TOKEN_SECRET is rotated, with WISCAT_TOKEN_SECRET_PREVIOUS the old one and
     WISCAT_TOKEN_SECRET_PREVIOUS_UNTIL in an hour, a list begun under the old secret goes on
     with the same page; the next token is signed with the new secret only (the old provider
-    refuses it); once the grace period is over, the old token is refused saying so; a token
-    signed with any other key is still refused."""
+    refuses it); once the grace period is over, the old token is refused saying so, and the
+    provider warns at its start that the previous secret is left over; a token signed with any
+    other key is still refused."""
     first = await oai_get(provider.oai, verb="ListIdentifiers", metadataPrefix="iso19139")
     old_token = token_of(first).text
     assert old_token
@@ -154,6 +156,7 @@ async def test_a_rotated_secret_takes_the_previous_ones_tokens_until_its_end(
             "this resumptionToken was not issued by this repository"
         ]
     ended = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=1)
+    caplog.clear()
     async with running_provider(
         database_url,
         token_secret=NEW_SECRET,
@@ -167,6 +170,12 @@ async def test_a_rotated_secret_takes_the_previous_ones_tokens_until_its_end(
             f"this resumptionToken was signed with a key retired at "
             f"{ended:%Y-%m-%dT%H:%M:%SZ}; start the list again"
         ]
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings == [
+        f"the grace period of WISCAT_TOKEN_SECRET_PREVIOUS ended at {ended.isoformat()}: its "
+        "tokens are refused; remove it and WISCAT_TOKEN_SECRET_PREVIOUS_UNTIL"
+    ]
+    assert OLD_SECRET not in caplog.text and NEW_SECRET not in caplog.text
 
 
 def test_positions_of_tokens_that_never_expire_round_trip() -> None:
