@@ -15,10 +15,13 @@ from urllib.parse import urlsplit
 
 from tests import factories
 from tests.e2e.nodes import Node
-from tests.e2e.test_harvester_killed import WISCAT, content, env_for
+from tests.e2e.test_harvester_killed import content
+from tests.harvest_pair import sink_settings
 from tests.oai_client import NS, oai_get
 from tests.pg import clone_template, drop_database, with_database
 from tests.pgbouncer import running_pgbouncer
+from wiscat.harvester.harvest import harvest_link
+from wiscat.harvester.service import harvest_context
 from wiscat.shared.db import links as link_store
 from wiscat.shared.db import records as store
 from wiscat.shared.db.pool import Pool, create_pool
@@ -95,8 +98,9 @@ async def test_a_provider_and_a_harvester_work_through_pgbouncer(
 ) -> None:
     """A ``wiscat provider`` whose database is behind PgBouncer (transaction mode, two server
     connections, statement cache 0, its migration's lock over WISCAT_DATABASE_SESSION_URL)
-    serves four lists of 3 pages at once, each whole; ``wiscat harvest`` of a sink behind the
-    same PgBouncer harvests it: the sink holds the source's 120 records, each once."""
+    serves four lists of 3 pages at once, each whole; the harvester of a sink behind the same
+    PgBouncer (statement cache 0) harvests it: the sink holds the source's 120 records, each
+    once."""
     ids = await factories.load_records(db, SOURCE_SET, range(120))
     sink_url = await clone_template(template_ready)
     sink = await create_pool(sink_url, max_size=2)
@@ -128,16 +132,14 @@ async def test_a_provider_and_a_harvester_work_through_pgbouncer(
             )
             await store.ensure_set(sink, new.local_set, new.local_set, "remote")
             await link_store.add_link(sink, new)
-            harvest = await asyncio.create_subprocess_exec(
-                WISCAT,
-                "harvest",
-                "src",
-                env=env_for(pooled_sink) | POOLED | {"WISCAT_DATABASE_SESSION_URL": sink_url},
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.STDOUT,
+            settings = sink_settings(
+                pooled_sink, database_statement_cache=0, database_session_url=sink_url
             )
-            out, _ = await asyncio.wait_for(harvest.communicate(), 120)
-            assert harvest.returncode == 0, out.decode()
+            async with harvest_context(settings, pooled_sink) as ctx:
+                link = await link_store.get_link(ctx.pool, "src")
+                assert link is not None
+                report = await harvest_link(ctx, link, window=False)
+            assert report.status == "ok", report.summary()
             assert await content(sink) == await content(db)
             assert len(await content(sink)) == 120
             await source.stop()
