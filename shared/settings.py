@@ -12,11 +12,20 @@ import ipaddress
 import os
 import re
 from collections.abc import Iterable, Mapping
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Literal
 
 from dotenv import dotenv_values
-from pydantic import Field, PrivateAttr, SecretStr, ValidationError, field_validator
+from pydantic import (
+    Field,
+    PrivateAttr,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    ValidatorFunctionWrapHandler,
+    field_validator,
+)
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from wiscat.shared import tls
@@ -59,6 +68,19 @@ class Settings(BaseSettings):
         default=None,
         description="libpq URL of the database; unset starts an embedded PostgreSQL in DATA_DIR",
     )
+    database_session_url: str | None = Field(
+        default=None,
+        description="libpq URL of the database server itself, for what needs a session of its "
+        "own (the schema migration's lock, harvest leases) when DATABASE_URL goes through a "
+        "transaction pooler; unset: DATABASE_URL",
+    )
+    database_statement_cache: int = Field(
+        default=100,
+        ge=0,
+        le=10_000,
+        description="prepared statements kept per database connection; 0 behind a transaction "
+        "pooler that cannot keep them (PgBouncer before 1.21, or without max_prepared_statements)",
+    )
     data_dir: Path = Field(
         default=Path("./var"),
         description="folder of the embedded PostgreSQL (DATA_DIR/postgres); not used when "
@@ -98,7 +120,22 @@ class Settings(BaseSettings):
         "database, made on first use",
     )
     token_lifetime_hours: float = Field(
-        default=24.0, gt=0, le=24 * 366, description="how long a resumptionToken stays valid"
+        default=0,
+        ge=0,
+        le=24 * 366,
+        description="how long a resumptionToken stays valid (its expirationDate); 0: for ever, "
+        "so any provider of the node continues a list at any time",
+    )
+    token_secret_previous: SecretStr | None = Field(
+        default=None,
+        description="the TOKEN_SECRET before the last rotation: tokens it signed are still taken "
+        "until TOKEN_SECRET_PREVIOUS_UNTIL; it never signs",
+    )
+    token_secret_previous_until: datetime | None = Field(
+        default=None,
+        validate_default=True,
+        description="end of the rotation's grace period, with its time zone (e.g. "
+        "2026-12-01T00:00:00Z): tokens of TOKEN_SECRET_PREVIOUS are refused from then on",
     )
     deleted_retention_days: float = Field(
         default=90,
@@ -326,13 +363,40 @@ class Settings(BaseSettings):
             )
         return value
 
-    @field_validator("database_url")
+    @field_validator("database_url", "database_session_url")
     @classmethod
     def _database_url_is_libpq(cls, value: str | None) -> str | None:
         if not value:
             return None  # set empty (`WISCAT_DATABASE_URL=` in .env): the embedded server
         if not value.startswith(("postgresql://", "postgres://")):
             raise ValueError("a libpq URL: postgresql://user@host:port/database")
+        return value
+
+    @field_validator("token_secret_previous_until", mode="wrap")
+    @classmethod
+    def _rotation_is_complete(
+        cls, given: object, parse: ValidatorFunctionWrapHandler, info: ValidationInfo
+    ) -> datetime | None:
+        # checked on the value as given, so that an error quotes it as the operator wrote it
+        value: datetime | None = None if given in (None, "") else parse(given)
+        previous = info.data.get("token_secret_previous")
+        if previous is None or not previous.get_secret_value():
+            if value is not None:
+                raise ValueError("set only with WISCAT_TOKEN_SECRET_PREVIOUS")
+            return None
+        secret = info.data.get("token_secret")
+        if secret is None or not secret.get_secret_value():
+            raise ValueError(
+                "WISCAT_TOKEN_SECRET_PREVIOUS is the secret WISCAT_TOKEN_SECRET replaced: set "
+                "WISCAT_TOKEN_SECRET too"
+            )
+        if value is None:
+            raise ValueError(
+                "WISCAT_TOKEN_SECRET_PREVIOUS needs the end of its grace period, e.g. "
+                "2026-12-01T00:00:00Z"
+            )
+        if value.tzinfo is None:
+            raise ValueError("give the time zone, e.g. 2026-12-01T00:00:00Z")
         return value
 
     @field_validator("base_url")
@@ -462,6 +526,14 @@ class Settings(BaseSettings):
         every address, so that Identify and every response name 127.0.0.1."""
         return self._derived_base_url and _every_address(self.provider_host)
 
+    def session_url(self, url: str) -> str:
+        """The URL for what needs a database session of its own (a session-level advisory
+        lock, held across transactions), where ``url`` is the one in use: DATABASE_SESSION_URL
+        when ``url`` is DATABASE_URL and a transaction pooler may stand behind it."""
+        if self.database_session_url and url == self.database_url:
+            return self.database_session_url
+        return url
+
     @property
     def proxy(self) -> Proxy | None:
         """The outbound proxy of harvests and checks, or None."""
@@ -493,7 +565,7 @@ def explain(error: ValidationError) -> list[str]:
 
     The value is quoted unless the setting is a secret or may hold one (the database URL).
     """
-    secret = {"database_url"} | {
+    secret = {"database_url", "database_session_url"} | {
         name
         for name, field in Settings.model_fields.items()
         if field.annotation in (SecretStr, SecretStr | None)

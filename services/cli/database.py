@@ -67,7 +67,8 @@ async def migrated_database(
         if stop is None:
             stack.enter_context(quiet_database())
         async with database_url(settings.database_url, settings.data_dir, on_lost=on_lost) as url:
-            conn = await connect(url)
+            # the migration's lock is held across transactions: never through a pooler
+            conn = await connect(settings.session_url(url))
             try:
                 applied = await migrations.migrate(conn)
                 other = await records_store.other_own_set(conn, settings.own_set)
@@ -93,7 +94,9 @@ async def migrated_database(
 async def migrated_pool(settings: Settings, *, max_size: int = 4) -> AsyncIterator[Pool]:
     """A pool on :func:`migrated_database`, for a one-shot command; closed on exit."""
     async with migrated_database(settings) as url:
-        pool = await create_pool(url, max_size=max_size)
+        pool = await create_pool(
+            url, max_size=max_size, statement_cache=settings.database_statement_cache
+        )
         try:
             yield pool
         finally:

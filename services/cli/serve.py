@@ -77,7 +77,7 @@ def add_parsers(sub: Any) -> None:
 async def cmd_migrate(settings: Settings, args: argparse.Namespace) -> int:
     with quiet_database():
         async with database_url(settings.database_url, settings.data_dir) as url:
-            conn = await connect(url)
+            conn = await connect(settings.session_url(url))  # the lock: never through a pooler
             try:
                 applied = await migrations.migrate(conn)
             finally:

@@ -49,7 +49,11 @@ def client_settings(settings: Settings) -> ClientSettings:
 async def harvest_context(settings: Settings, database_url: str) -> AsyncIterator[HarvestContext]:
     """A pool, one HTTP session for the whole process, and the client over it."""
     one_arena()  # before the threads that spool pages and receive what workers made of them
-    pool = await create_pool(database_url, max_size=max(4, settings.harvest_concurrency // 2))
+    pool = await create_pool(
+        database_url,
+        max_size=max(4, settings.harvest_concurrency // 2),
+        statement_cache=settings.database_statement_cache,
+    )
     try:
         async with contextlib.AsyncExitStack() as stack:
             client_config = client_settings(settings)

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -35,7 +35,7 @@ from wiscat.shared.db.migrate import check_current, not_ready
 from wiscat.shared.db.pool import Pool, answered, create_pool
 from wiscat.shared.ingest import ensure_own_set
 from wiscat.shared.iso19139 import MAX_RECORD_BYTES
-from wiscat.shared.oaipmh.tokens import TokenCodec
+from wiscat.shared.oaipmh.tokens import RetiredSecret, TokenCodec
 from wiscat.shared.settings import Settings
 from wiscat.shared.tasks import abandon
 from wiscat.shared.version import VERSION
@@ -183,13 +183,41 @@ async def _purge_loop(state: ProviderState) -> None:
         await asyncio.sleep(every)
 
 
+def token_codec(settings: Settings, secret: bytes) -> TokenCodec:
+    """The resumptionToken codec: signing with ``secret``, taking tokens of the previous secret
+    until the end of its grace period (a rotation), expiring them if a lifetime is set."""
+    hours = settings.token_lifetime_hours
+    retired = []
+    if settings.token_secret_previous and settings.token_secret_previous_until:
+        until = settings.token_secret_previous_until
+        if until <= datetime.now(UTC):
+            log.warning(
+                "the grace period of WISCAT_TOKEN_SECRET_PREVIOUS ended at %s: its tokens are "
+                "refused; remove it and WISCAT_TOKEN_SECRET_PREVIOUS_UNTIL",
+                until.isoformat(),
+            )
+        else:
+            log.info("tokens of WISCAT_TOKEN_SECRET_PREVIOUS are taken until %s", until.isoformat())
+        retired.append(
+            RetiredSecret(
+                settings.token_secret_previous.get_secret_value().encode(),
+                settings.token_secret_previous_until,
+            )
+        )
+    return TokenCodec(
+        secret, lifetime=timedelta(hours=hours) if hours > 0 else None, retired=retired
+    )
+
+
 def create_app(settings: Settings, database_url: str) -> FastAPI:
     """The provider app; the pool and everything else are made in its lifespan."""
     logging.getLogger("uvicorn.error").addFilter(CUT_OFF)  # added once, however many apps
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        pool = await create_pool(database_url, max_size=10)
+        pool = await create_pool(
+            database_url, max_size=10, statement_cache=settings.database_statement_cache
+        )
         try:
             async with pool.acquire() as conn:
                 await check_current(conn)
@@ -199,7 +227,7 @@ def create_app(settings: Settings, database_url: str) -> FastAPI:
                 if settings.token_secret
                 else await store.node_secret(pool, "resumption_token")
             )
-            codec = TokenCodec(secret, lifetime=timedelta(hours=settings.token_lifetime_hours))
+            codec = token_codec(settings, secret)
             state = ProviderState(settings, pool, codec, ProviderMetrics())
             app.state.provider = state
             await registry.start(app, state)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
@@ -225,7 +225,7 @@ async def _start_position(
         last_identifier="",
         cursor=0,
         complete_list_size=-1,
-        expires=response_date + timedelta(hours=state.settings.token_lifetime_hours),
+        expires=state.codec.expiry(response_date),
     )
 
 
@@ -279,7 +279,7 @@ def _list_tail(
             last_identifier=page.following.last_identifier,
             cursor=cursor + page.count,
             complete_list_size=complete_list_size,
-            expires=response_date + timedelta(hours=state.settings.token_lifetime_hours),
+            expires=state.codec.expiry(response_date),
         )
         token = state.codec.encode(next_position)
         expiration = next_position.expires

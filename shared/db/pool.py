@@ -21,9 +21,30 @@ log = logging.getLogger("wiscat.db")
 T = TypeVar("T")
 
 
+# Datestamps are UTC throughout. Sent when the session starts, so that it holds behind a
+# transaction pooler too: PgBouncer passes the time zone on to every server connection it lends
+# the session (a SET there would hold only on the one it ran on).
+_SESSION = {"timezone": "UTC"}
+
+# prepared statements asyncpg keeps per connection (its own default)
+STATEMENT_CACHE = 100
+
+
 async def _init_connection(conn: asyncpg.Connection) -> None:
-    # Datestamps are UTC throughout; JIT only slows the short queries of this workload.
-    await conn.execute("set timezone to 'UTC'; set jit to off")
+    # JIT only slows the short queries of this workload. Not a start-up parameter, which
+    # PgBouncer refuses ("unsupported startup parameter: jit"): behind a transaction pooler
+    # this holds only on the server connection it ran on (a speed matter alone; ALTER ROLE
+    # ... SET jit = off makes it hold everywhere).
+    await conn.execute("set jit to off")
+
+
+async def _reset_connection(conn: asyncpg.Connection) -> None:
+    # What asyncpg does to a connection going back to its pool, less its RESET ALL: that
+    # undid _init_connection after the connection's first use, and behind a transaction pooler
+    # it reset the server connection's time zone, which PgBouncer then took for the session's.
+    # Nothing here sets a session variable for one use only (set_config(..., true) ends with
+    # its transaction).
+    await conn.execute("close all; select pg_advisory_unlock_all()")
 
 
 async def limit_statements(conn: Connection, seconds: float) -> None:
@@ -34,11 +55,25 @@ async def limit_statements(conn: Connection, seconds: float) -> None:
     )
 
 
-async def create_pool(url: str, *, min_size: int = 1, max_size: int = 10) -> asyncpg.Pool:
-    """An asyncpg pool on ``url`` whose sessions use UTC."""
+async def create_pool(
+    url: str, *, min_size: int = 1, max_size: int = 10, statement_cache: int = STATEMENT_CACHE
+) -> asyncpg.Pool:
+    """An asyncpg pool on ``url`` whose sessions use UTC.
+
+    ``statement_cache``: prepared statements kept per connection (Settings.
+    database_statement_cache); 0 behind a transaction pooler that cannot keep them (PgBouncer
+    before 1.21): each statement is then prepared unnamed, within the transaction that runs it.
+    """
     try:
         pool = await asyncpg.create_pool(
-            url, min_size=min_size, max_size=max_size, init=_init_connection, command_timeout=300
+            url,
+            min_size=min_size,
+            max_size=max_size,
+            init=_init_connection,
+            reset=_reset_connection,
+            command_timeout=300,
+            statement_cache_size=statement_cache,
+            server_settings=_SESSION,
         )
     except (OSError, asyncpg.PostgresError) as exc:
         raise DatabaseError(f"cannot connect to the database: {exc}") from exc
@@ -111,7 +146,7 @@ async def _watch(server: EmbeddedPostgres, on_lost: Callable[[str], None]) -> No
 async def connect(url: str) -> asyncpg.Connection:
     """One connection (for migrations and one-shot commands)."""
     try:
-        conn = await asyncpg.connect(url)
+        conn = await asyncpg.connect(url, server_settings=_SESSION)
     except (OSError, asyncpg.PostgresError) as exc:
         raise DatabaseError(f"cannot connect to the database: {exc}") from exc
     await _init_connection(conn)

@@ -25,6 +25,7 @@ import hashlib
 import hmac
 import re
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -58,7 +59,7 @@ class ListPosition:
     arrivals wait for the next list. ``last_datestamp`` and ``last_identifier`` are the key of the
     last record delivered (``last_datestamp`` None before the first page). ``cursor`` counts the
     records already delivered; ``complete_list_size`` may be negative for "not counted yet".
-    Every datetime must be timezone-aware.
+    ``expires`` None: the token never expires. Every datetime must be timezone-aware.
     """
 
     verb: str
@@ -71,7 +72,16 @@ class ListPosition:
     last_identifier: str
     cursor: int
     complete_list_size: int
-    expires: datetime
+    expires: datetime | None
+
+
+@dataclass(frozen=True)
+class RetiredSecret:
+    """A secret that signed tokens before the current one: its tokens are still taken before
+    ``taken_until`` (timezone-aware), and it never signs."""
+
+    secret: bytes
+    taken_until: datetime
 
 
 def _b64(data: bytes) -> str:
@@ -114,22 +124,53 @@ class _Reader:
 
 
 class TokenCodec:
-    """Encodes and checks resumptionTokens under one secret."""
+    """Encodes resumptionTokens under one secret, and checks them under it and the retired ones.
 
-    def __init__(self, secret: bytes, *, lifetime: timedelta) -> None:
+    ``lifetime`` None: tokens never expire (a list can be continued at any time, by any
+    provider of the node); else each token expires that long after it was issued.
+    """
+
+    def __init__(
+        self,
+        secret: bytes,
+        *,
+        lifetime: timedelta | None = None,
+        retired: Sequence[RetiredSecret] = (),
+    ) -> None:
         if not secret:
             raise ValueError("the token secret must not be empty")
-        if lifetime <= timedelta(0):
+        if lifetime is not None and lifetime <= timedelta(0):
             raise ValueError("the token lifetime must be positive")
+        for old in retired:
+            if not old.secret:
+                raise ValueError("a retired token secret must not be empty")
+            if old.taken_until.tzinfo is None:
+                raise ValueError("a retired secret's end must be timezone-aware")
         self._secret = secret
+        self._retired = tuple(retired)
         self.lifetime = lifetime
 
-    def expiry(self, now: datetime) -> datetime:
-        """When a token issued at ``now`` expires (the ``expirationDate`` of §3.5)."""
-        return now + self.lifetime
+    def expiry(self, now: datetime) -> datetime | None:
+        """When a token issued at ``now`` expires (the ``expirationDate`` of §3.5); None:
+        never."""
+        return None if self.lifetime is None else now + self.lifetime
 
-    def _mac(self, signed: bytes) -> bytes:
-        return hmac.new(self._secret, signed, hashlib.sha256).digest()[:_MAC_BYTES]
+    def _mac(self, signed: bytes, secret: bytes | None = None) -> bytes:
+        key = self._secret if secret is None else secret
+        return hmac.new(key, signed, hashlib.sha256).digest()[:_MAC_BYTES]
+
+    def _check_mac(self, signed: bytes, mac: bytes, now: datetime) -> None:
+        if hmac.compare_digest(mac, self._mac(signed)):
+            return
+        for old in self._retired:
+            if hmac.compare_digest(mac, self._mac(signed, old.secret)):
+                if now < old.taken_until:
+                    return
+                raise BadResumptionToken(
+                    "this resumptionToken was signed with a key retired at "
+                    f"{old.taken_until.astimezone(UTC):%Y-%m-%dT%H:%M:%SZ}; start the list again"
+                )
+        raise BadResumptionToken("this resumptionToken was not issued by this repository")
 
     def encode(self, position: ListPosition) -> str:
         """The resumptionToken for ``position``: URL-safe, signed, opaque to harvesters (§3.5).
@@ -158,7 +199,7 @@ class TokenCodec:
                 verb,
                 flags,
                 _micros(position.upper_bound),
-                _micros(position.expires),
+                0 if position.expires is None else _micros(position.expires),
                 position.cursor,
                 position.complete_list_size,
             )
@@ -173,8 +214,9 @@ class TokenCodec:
         """Check ``token`` and return its position.
 
         Raises :class:`BadResumptionToken` ("the value of the resumptionToken argument is invalid
-        or expired", §3.6) for garbage, a token altered or signed under another secret, an unknown
-        format version, or one whose expiry is not after ``now`` (timezone-aware).
+        or expired", §3.6) for garbage, a token altered or signed under another secret (or under
+        a retired one at or after its end), an unknown format version, or one whose expiry is not
+        after ``now`` (timezone-aware).
         """
         if now.tzinfo is None:
             raise ValueError("now must be timezone-aware")
@@ -191,13 +233,12 @@ class TokenCodec:
         if raw[0] != _VERSION:
             raise BadResumptionToken("this resumptionToken has an unknown format version")
         signed, mac = raw[:-_MAC_BYTES], raw[-_MAC_BYTES:]
-        if not hmac.compare_digest(mac, self._mac(signed)):
-            raise BadResumptionToken("this resumptionToken was not issued by this repository")
+        self._check_mac(signed, mac, now)
         try:
             position = self._unpack(signed)
         except (struct.error, ValueError, OverflowError, KeyError) as exc:
             raise BadResumptionToken("this resumptionToken is malformed") from exc
-        if position.expires <= now:
+        if position.expires is not None and position.expires <= now:
             raise BadResumptionToken("this resumptionToken has expired; start the list again")
         return position
 
@@ -224,5 +265,5 @@ class TokenCodec:
             last_identifier=last_identifier,
             cursor=cursor,
             complete_list_size=size,
-            expires=_moment(expires),
+            expires=_moment(expires) if expires else None,
         )

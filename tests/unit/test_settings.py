@@ -128,3 +128,44 @@ def test_the_port_list_is_shown_as_it_is_set(monkeypatch: pytest.MonkeyPatch) ->
     assert [r for r in rows if r["setting"] == "WISCAT_REGISTRY_FETCH_PORTS"] == [
         {"setting": "WISCAT_REGISTRY_FETCH_PORTS", "value": "443,8443", "from": "environment"}
     ]
+
+
+def test_a_token_secret_rotation_is_set_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    """WISCAT_TOKEN_SECRET_PREVIOUS needs the end of its grace period, with its time zone, and
+    a current WISCAT_TOKEN_SECRET; neither secret is ever shown."""
+    monkeypatch.setenv("WISCAT_TOKEN_SECRET", "new-secret")
+    monkeypatch.setenv("WISCAT_TOKEN_SECRET_PREVIOUS", "old-secret")
+    monkeypatch.setenv("WISCAT_TOKEN_SECRET_PREVIOUS_UNTIL", "2026-12-01T00:00:00Z")
+    rotated = settings()
+    assert rotated.token_secret_previous_until == datetime(2026, 12, 1, tzinfo=UTC)
+    for values, problem in (
+        (
+            {"WISCAT_TOKEN_SECRET_PREVIOUS_UNTIL": ""},
+            "WISCAT_TOKEN_SECRET_PREVIOUS_UNTIL='': WISCAT_TOKEN_SECRET_PREVIOUS needs the end "
+            "of its grace period, e.g. 2026-12-01T00:00:00Z",
+        ),
+        (
+            {"WISCAT_TOKEN_SECRET_PREVIOUS_UNTIL": "2026-12-01T00:00:00"},
+            "WISCAT_TOKEN_SECRET_PREVIOUS_UNTIL='2026-12-01T00:00:00': give the "
+            "time zone, e.g. 2026-12-01T00:00:00Z",
+        ),
+        (
+            {"WISCAT_TOKEN_SECRET": ""},
+            "WISCAT_TOKEN_SECRET_PREVIOUS_UNTIL='2026-12-01T00:00:00Z': "
+            "WISCAT_TOKEN_SECRET_PREVIOUS is the secret "
+            "WISCAT_TOKEN_SECRET replaced: set WISCAT_TOKEN_SECRET too",
+        ),
+        (
+            {"WISCAT_TOKEN_SECRET_PREVIOUS": ""},
+            "WISCAT_TOKEN_SECRET_PREVIOUS_UNTIL='2026-12-01T00:00:00Z': set only with "
+            "WISCAT_TOKEN_SECRET_PREVIOUS",
+        ),
+    ):
+        with monkeypatch.context() as changed:
+            for name, value in values.items():
+                changed.setenv(name, value)
+            with pytest.raises(ValidationError) as caught:
+                settings()
+            assert explain(caught.value) == [problem]
+            shown = str(caught.value)
+            assert "old-secret" not in shown and "new-secret" not in shown
