@@ -144,6 +144,12 @@ class Settings(BaseSettings):
         description="let the registry fetch private, loopback and other non-global addresses "
         "(a closed network, tests)",
     )
+    registry_allow_private_peers: bool = Field(
+        default=False,
+        description="let the registry contact peers a tracker names at private, loopback and "
+        "other non-global addresses (a closed network on a private network, tests); their "
+        "fetches need WISCAT_ALLOW_PRIVATE_FETCH too",
+    )
     proxy_url: SecretStr | None = Field(
         default=None,
         description="http://[user:password@]host:port of the proxy harvests and checks go "

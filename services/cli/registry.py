@@ -18,9 +18,12 @@ from wiscat.shared.registry.chain import load_public_key, public_key_text
 from wiscat.shared.registry.keyfile import (
     KeyFileError,
     Member,
+    Network,
+    is_metainfo,
     load_network,
     load_private_key,
     new_network,
+    parse_network,
     write_private_key,
 )
 from wiscat.shared.registry.node import NodeConfig, RegistryNode, node_root
@@ -35,7 +38,7 @@ def add_parsers(sub: Any) -> None:
         help="the distributed registry of OAI-PMH base URLs (seed 004)",
         examples=[
             "wiscat registry keygen --out node.key",
-            "wiscat registry init-network wis --key node.key --out wis.network",
+            "wiscat registry init-network wis --key node.key --out wis.torrent",
             "wiscat registry status",
         ],
     )
@@ -51,11 +54,13 @@ def add_parsers(sub: Any) -> None:
     p = command(
         registry,
         "init-network",
-        help="found a network: mine its genesis block, write its key file",
+        help="found a network: mine its genesis block, write its key file (a BitTorrent metainfo)",
         handler=cmd_init_network,
         examples=[
-            "wiscat registry init-network wis --key node.key --out wis.network "
-            "--tracker https://gisc.example.org/registry/announce"
+            "wiscat registry init-network wis --key node.key --out wis.torrent "
+            "--tracker https://gisc.example.org/registry/announce",
+            "wiscat registry init-network wis-open --open --key node.key --out wis-open.torrent "
+            "--tracker http://tracker.example.org:6969/announce",
         ],
         exits={0: "the key file was written", 2: "a key or public key cannot be used"},
     )
@@ -69,9 +74,38 @@ def add_parsers(sub: Any) -> None:
         metavar="PRIVATE_KEY_FILE",
         help="the founder's private key (made if the file does not exist)",
     )
-    p.add_argument("--tracker", help="a tracker's announce URL (any node's /registry/announce)")
+    p.add_argument(
+        "--tracker",
+        action="append",
+        default=[],
+        help="an HTTP BitTorrent tracker's announce URL, or any node's /registry/announce "
+        "(repeat: one tier each, tried in order, BEP 12)",
+    )
     p.add_argument("--peer", action="append", default=[], help="a static peer's root URL")
     p.add_argument("--member", action="append", default=[], help="another member's public key")
+    p.add_argument(
+        "--open",
+        action="store_true",
+        help="an open network: no members, any node may make blocks (the proof of work limits "
+        "them)",
+    )
+    p.add_argument("--xml", action="store_true", help="write the XML form of old instead")
+    p = command(
+        registry,
+        "convert",
+        help="rewrite a key file in the other form (metainfo <-> XML); the info_hash stays",
+        handler=cmd_convert,
+        examples=["wiscat registry convert wis.network --out wis.torrent"],
+        exits={0: "written", 1: "the output file exists", 2: "the key file cannot be used"},
+    )
+    p.add_argument("keyfile", type=Path, help="the key file to read (either form)")
+    p.add_argument("--out", type=Path, required=True, metavar="KEYFILE")
+    p.add_argument(
+        "--to",
+        choices=("metainfo", "xml"),
+        default=None,
+        help="the form to write (default: the other one)",
+    )
     p = command(
         registry,
         "add-member",
@@ -136,18 +170,42 @@ async def cmd_init_network(settings: Settings, args: argparse.Namespace) -> int:
             args.name,
             args.difficulty,
             key,
-            tracker=args.tracker,
+            trackers=tuple((url,) for url in args.tracker),
             peers=tuple(args.peer),
             members=tuple(members),
+            open_network=args.open,
         )
     except (KeyFileError, ValueError) as exc:
         print(f"wiscat: {exc}", file=sys.stderr)
         return 2
-    args.out.write_bytes(network.to_xml())
-    print(
-        f"network {network.name}: genesis {network.genesis.hash[:16]}..., "
-        f"{len(network.members)} member(s); key file {args.out}"
-    )
+    args.out.write_bytes(network.to_xml() if args.xml else network.to_metainfo())
+    print(f"network {network.name}: {_describe(network)}; key file {args.out}")
+    return 0
+
+
+def _describe(network: Network) -> str:
+    kind = "open" if network.is_open else f"closed, {len(network.members)} member(s)"
+    return f"info_hash {network.info_hash.hex()}, genesis {network.genesis.hash[:16]}..., {kind}"
+
+
+async def cmd_convert(settings: Settings, args: argparse.Namespace) -> int:
+    try:
+        body = args.keyfile.read_bytes()
+        network = parse_network(body)
+    except OSError as exc:
+        print(f"wiscat: cannot read {args.keyfile}: {exc}", file=sys.stderr)
+        return 2
+    except KeyFileError as exc:
+        print(f"wiscat: {args.keyfile}: {exc}", file=sys.stderr)
+        return 2
+    to = args.to or ("xml" if is_metainfo(body) else "metainfo")
+    try:
+        with args.out.open("xb") as out:
+            out.write(network.to_xml() if to == "xml" else network.to_metainfo())
+    except FileExistsError:
+        print(f"wiscat: {args.out} exists; not overwritten", file=sys.stderr)
+        return 1
+    print(f"{args.out}: the {to} form of network {network.name}, {_describe(network)}")
     return 0
 
 
@@ -158,8 +216,20 @@ async def cmd_add_member(settings: Settings, args: argparse.Namespace) -> int:
     except (KeyFileError, ValueError) as exc:
         print(f"wiscat: {exc}", file=sys.stderr)
         return 2
-    args.keyfile.write_bytes(network.with_member(args.public_key, args.name).to_xml())
-    print(f"{args.keyfile}: {len(network.with_member(args.public_key).members)} member(s)")
+    if network.is_open:
+        print(
+            f"wiscat: {args.keyfile} is an open network: listing a member would close it "
+            "(found a closed network instead)",
+            file=sys.stderr,
+        )
+        return 2
+    changed = network.with_member(args.public_key, args.name)
+    metainfo = is_metainfo(args.keyfile.read_bytes())
+    args.keyfile.write_bytes(changed.to_metainfo() if metainfo else changed.to_xml())
+    print(
+        f"{args.keyfile}: {len(changed.members)} member(s); the new info_hash is "
+        f"{changed.info_hash.hex()}: give every node the new key file"
+    )
     return 0
 
 
@@ -237,6 +307,13 @@ async def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
         tip = await registry_store.chain_tip(pool)
         urls = await registry_store.accepted_urls(pool)
         waiting = await registry_store.pool_size(pool)
+    if settings.registry_key_file is not None:
+        try:
+            network = load_network(settings.registry_key_file)
+        except KeyFileError as exc:
+            print(f"wiscat: {exc}", file=sys.stderr)
+        else:
+            print(f"network {network.name}: {_describe(network)}")
     if tip is None:
         print("no registry chain in this database (the provider starts it from the key file)")
         return 1
