@@ -297,8 +297,8 @@ class Settings(BaseSettings):
         default=30,
         ge=1,
         le=1000,
-        description="POST /registry/announce per client address and minute (a node announces "
-        "itself every REGISTRY_SYNC_SECONDS)",
+        description="announces (POST /registry/announce, GET with an info_hash) per client "
+        "address and minute (as a tracker, this node asks for one every REGISTRY_SYNC_SECONDS)",
     )
     registry_fetch_timeout_seconds: float = Field(
         default=10.0, gt=0, le=3600, description="timeout of the registry's outbound fetches"
