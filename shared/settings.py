@@ -287,6 +287,11 @@ class Settings(BaseSettings):
         default=False,
         description="add accepted registry URLs as enabled links, not disabled candidates",
     )
+    registry_register_self: bool = Field(
+        default=False,
+        description="submit this node's own BASE_URL to the registry network at start-up, "
+        "retried every REGISTRY_SYNC_SECONDS until it is accepted or known",
+    )
     registry_sync_seconds: float = Field(
         default=60.0, gt=0, le=_DAY, description="interval between syncs with registry peers"
     )

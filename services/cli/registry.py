@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from wiscat.cli.arguments import command, group
@@ -133,6 +134,14 @@ def add_parsers(sub: Any) -> None:
         handler=cmd_sync,
         examples=["WISCAT_REGISTRY_KEY_FILE=wis.network wiscat registry sync"],
         exits={0: "synchronised", 2: "WISCAT_REGISTRY_KEY_FILE is unset or cannot be used"},
+    )
+    command(
+        registry,
+        "announce-self",
+        help="submit this node's own BASE_URL to the network, at this node's POST /urls",
+        handler=cmd_announce_self,
+        examples=["wiscat registry announce-self"],
+        exits={0: "accepted, or in the registry already", 1: "refused (the node says why)"},
     )
     command(
         registry,
@@ -299,6 +308,30 @@ async def cmd_sync(settings: Settings, args: argparse.Namespace) -> int:
         tip = await registry_store.chain_tip(pool)
     assert tip is not None
     print(f"{accepted} block(s) accepted; the chain is {tip.height} block(s) long")
+    return 0
+
+
+async def cmd_announce_self(settings: Settings, args: argparse.Namespace) -> int:
+    root = settings.registry_node_url or node_root(settings.base_url)
+    timeout = aiohttp.ClientTimeout(total=settings.registry_fetch_timeout_seconds + 30)
+    try:
+        async with (
+            aiohttp.ClientSession(timeout=timeout) as session,
+            session.post(root.rstrip("/") + "/urls", data={"baseURL": settings.base_url}) as reply,
+        ):
+            answer = (await reply.text()).strip()
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        print(f"wiscat: this node's {root}/urls cannot be reached: {exc}", file=sys.stderr)
+        return 1
+    if reply.status == 409:
+        print(f"{settings.base_url} is in the registry already")
+        return 0
+    if reply.status != 200:
+        print(
+            f"wiscat: {settings.base_url} refused (HTTP {reply.status}): {answer}", file=sys.stderr
+        )
+        return 1
+    print(answer)
     return 0
 
 

@@ -39,6 +39,7 @@ from wiscat.shared.registry.chain import (
     UnknownParent,
     url_problem,
 )
+from wiscat.shared.registry.discovery import peers_xml, status_xml
 from wiscat.shared.registry.keyfile import NETWORK_NAME, Network, load_network, load_private_key
 from wiscat.shared.registry.node import (
     TRACKER_MEMBER_TTL,
@@ -46,8 +47,6 @@ from wiscat.shared.registry.node import (
     RegistryNode,
     SubmitError,
     node_root,
-    peers_xml,
-    status_xml,
 )
 from wiscat.shared.registry.safe_fetch import SafeFetcher
 from wiscat.shared.registry.tracker import (
@@ -117,6 +116,7 @@ async def start(app: FastAPI, provider: ProviderState) -> None:
             sync_seconds=settings.registry_sync_seconds,
             auto_enable_links=settings.registry_auto_enable_links,
             allow_private_peers=settings.registry_allow_private_peers,
+            register_self=settings.registry_register_self,
         )
         state.node = RegistryNode(provider.pool, network, key, state.fetcher, config)
         try:
@@ -423,7 +423,9 @@ async def _bittorrent_announce(request: Request) -> Response:
         await store.announce(pool, name, own, None, TRACKER_MEMBER_TTL)
         urls = await store.network_members(pool, name, TRACKER_MEMBER_TTL, announce.numwant + 1)
         peers = [address for url in urls if url != own and (address := _address(url))]
-    interval = max(1, math.ceil(_state(request).settings.registry_sync_seconds))
+    # asked to come back within the members' lifetime, or the node would be forgotten meanwhile
+    ttl = int(TRACKER_MEMBER_TTL.total_seconds()) // 2
+    interval = min(max(1, math.ceil(_state(request).settings.registry_sync_seconds)), ttl)
     return Response(reply_body(interval, peers[: announce.numwant]), media_type=BENCODED)
 
 

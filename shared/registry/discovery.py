@@ -13,6 +13,10 @@ Every address a tracker returns is untrusted input (anyone may announce anything
 2. the node is then asked for its status, which must name the same info_hash and genesis block
    (``verify``, given by the node);
 3. only then is it a peer, and every block pulled from it is checked back to a block held here.
+
+A node's status (``GET /registry/status``, :func:`status_xml`) says which network it serves:
+name, genesis block, info_hash, its tip, and its peer id (so that a node that reached itself
+through its own address knows it).
 """
 
 from __future__ import annotations
@@ -20,11 +24,14 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+from lxml import etree
+
 from wiscat.shared.registry.addresses import address_refusal
+from wiscat.shared.registry.chain import InvalidBlock, Tip, parse_xml
 from wiscat.shared.registry.keyfile import Network
 from wiscat.shared.registry.safe_fetch import FetchError, SafeFetcher
 from wiscat.shared.registry.tracker import (
@@ -143,6 +150,58 @@ class Discovery:
                 continue
             found.append(root)
         return found
+
+
+@dataclass(frozen=True)
+class PeerStatus:
+    network: str
+    genesis: str
+    tip: Tip
+    info_hash: str | None = None  # hex; None from a node of a version before the metainfo
+    peer_id: str | None = None  # hex: tells a node that it has reached itself
+
+
+def status_xml(
+    network: Network, tip: Tip, public_key: str | None, peer_id: bytes | None = None
+) -> bytes:
+    root = etree.Element(
+        "registry",
+        network=network.name,
+        genesis=network.genesis.hash,
+        difficulty=str(network.difficulty),
+        height=str(tip.height),
+        tip=tip.hash,
+    )
+    root.set("info-hash", network.info_hash.hex())
+    root.set("open", "true" if network.is_open else "false")
+    if public_key:
+        root.set("public-key", public_key)
+    if peer_id:
+        root.set("peer-id", peer_id.hex())
+    return etree.tostring(root, encoding="utf-8", xml_declaration=True)
+
+
+def parse_status(body: bytes) -> PeerStatus:
+    root = parse_xml(body)
+    if root.tag != "registry":
+        raise InvalidBlock(f"not a registry status: <{root.tag}>")
+    try:
+        return PeerStatus(
+            root.get("network", ""),
+            root.get("genesis", ""),
+            Tip(int(root.get("height", "")), root.get("tip", "")),
+            root.get("info-hash"),
+            root.get("peer-id"),
+        )
+    except ValueError as exc:
+        raise InvalidBlock("the status has no height") from exc
+
+
+def peers_xml(network: str, urls: Sequence[str]) -> bytes:
+    root = etree.Element("peers", network=network)
+    for url in urls:
+        etree.SubElement(root, "peer").text = url
+    return etree.tostring(root, encoding="utf-8", xml_declaration=True)
 
 
 def _is_address(host: str) -> bool:

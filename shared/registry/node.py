@@ -35,19 +35,21 @@ from wiscat.shared.registry.chain import (
     Block,
     ChainError,
     InvalidBlock,
-    Tip,
     Transaction,
     UnknownParent,
     better_tip,
     blocks_from_xml,
     blocks_to_xml,
     mine,
-    parse_xml,
     public_key_text,
     url_hash,
     url_problem,
 )
-from wiscat.shared.registry.discovery import Discovery
+from wiscat.shared.registry.discovery import (
+    Discovery,
+    PeerStatus,
+    parse_status,
+)
 from wiscat.shared.registry.keyfile import Network
 from wiscat.shared.registry.safe_fetch import (
     FetchError,
@@ -119,58 +121,7 @@ class NodeConfig:
     sync_seconds: float = 60.0
     auto_enable_links: bool = False
     allow_private_peers: bool = False  # addresses from a tracker (discovery.py)
-
-
-@dataclass(frozen=True)
-class PeerStatus:
-    network: str
-    genesis: str
-    tip: Tip
-    info_hash: str | None = None  # hex; None from a node of a version before the metainfo
-    peer_id: str | None = None  # hex: tells a node that it has reached itself
-
-
-def status_xml(
-    network: Network, tip: Tip, public_key: str | None, peer_id: bytes | None = None
-) -> bytes:
-    root = etree.Element(
-        "registry",
-        network=network.name,
-        genesis=network.genesis.hash,
-        difficulty=str(network.difficulty),
-        height=str(tip.height),
-        tip=tip.hash,
-    )
-    root.set("info-hash", network.info_hash.hex())
-    root.set("open", "true" if network.is_open else "false")
-    if public_key:
-        root.set("public-key", public_key)
-    if peer_id:
-        root.set("peer-id", peer_id.hex())
-    return etree.tostring(root, encoding="utf-8", xml_declaration=True)
-
-
-def parse_status(body: bytes) -> PeerStatus:
-    root = parse_xml(body)
-    if root.tag != "registry":
-        raise InvalidBlock(f"not a registry status: <{root.tag}>")
-    try:
-        return PeerStatus(
-            root.get("network", ""),
-            root.get("genesis", ""),
-            Tip(int(root.get("height", "")), root.get("tip", "")),
-            root.get("info-hash"),
-            root.get("peer-id"),
-        )
-    except ValueError as exc:
-        raise InvalidBlock("the status has no height") from exc
-
-
-def peers_xml(network: str, urls: Sequence[str]) -> bytes:
-    root = etree.Element("peers", network=network)
-    for url in urls:
-        etree.SubElement(root, "peer").text = url
-    return etree.tostring(root, encoding="utf-8", xml_declaration=True)
+    register_self: bool = False  # submit own_base_url at start (seed 004, "Future Work")
 
 
 class RegistryNode:
@@ -237,6 +188,8 @@ class RegistryNode:
             asyncio.create_task(self._sync_loop(), name="registry-sync"),
             asyncio.create_task(self._mint_loop(), name="registry-mint"),
         ]
+        if self.config.register_self:
+            self._loops.append(asyncio.create_task(self._register_self(), name="registry-self"))
         self._mint_wanted.set()
 
     async def stop(self) -> None:
@@ -317,6 +270,26 @@ class RegistryNode:
         log.info("accepted %s into the pool", url)
         self._mint_wanted.set()
         return tx
+
+    async def _register_self(self) -> None:
+        """Submit this node's own base URL (seed 004, "Automated Registration"), again every
+        sync interval while it fails: at start-up the node does not listen yet, so its own
+        Identify cannot answer the first try."""
+        url = self.config.own_base_url
+        while True:
+            try:
+                await self.submit(url)
+            except UrlExists:
+                return
+            except NotMinting as exc:
+                log.warning("this node's base URL is not registered: %s", exc)
+                return
+            except SubmitError as exc:
+                log.info("this node's base URL %s is not registered yet: %s", url, exc)
+            else:
+                log.info("registered this node's base URL %s", url)
+                return
+            await asyncio.sleep(self.config.sync_seconds)
 
     async def wait_in_chain(self, tx: Transaction, seconds: float) -> bool:
         """Wait until ``tx`` is in the main chain (True) or ``seconds`` pass (False)."""
