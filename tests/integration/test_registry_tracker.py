@@ -1,6 +1,7 @@
 """Nodes that find each other through a real BitTorrent tracker (Debian's opentracker on
-loopback, whitelist mode), in an open network; and a tracker's addresses held to the outbound
-address rules. Real providers, a real tracker, a real database; no mocks."""
+loopback, whitelist mode), in an open network; a tracker's addresses held to the outbound
+address rules; fork choice in an open network. Real providers, a real tracker, real databases;
+no mocks."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from tests.registry_network import (
 from tests.servers import RunningProvider, running_provider, serving_app
 from wiscat.shared.db import registry as store
 from wiscat.shared.db.pool import Pool, create_pool
+from wiscat.shared.registry.chain import Tip, Transaction, url_hash
 from wiscat.shared.registry.discovery import Discovery
 from wiscat.shared.registry.node import NodeConfig, RegistryNode
 from wiscat.shared.registry.safe_fetch import SafeFetcher
@@ -213,3 +215,49 @@ async def test_a_node_is_a_bittorrent_tracker(database_url: str) -> None:
         assert str(refused.value) == (
             "the tracker refused: info_hash: 20 bytes, %-escaped, are required"
         )
+
+
+async def test_two_nodes_of_an_open_network_minting_at_once_converge(
+    tmp_path: Path, template_ready: str
+) -> None:
+    """Fork choice (docs/registry.md): equal work, so the lower tip hash wins on both nodes, and
+    the URL of the losing block goes back to its node's pool and is minted again."""
+    net = make_network(tmp_path, 1, open_network=True)
+    urls = ("https://a.example.org/oai", "https://b.example.org/oai")
+    async with (
+        fresh_databases(template_ready, 2) as dbs,
+        SafeFetcher(timeout=2) as fetcher,
+        contextlib.AsyncExitStack() as stack,
+    ):
+        nodes = []
+        for n, url in enumerate(dbs):
+            pool = await create_pool(url, max_size=2)
+            stack.push_async_callback(pool.close)
+            root = f"http://node{n}.example.org"
+            config = NodeConfig(node_url=root, own_base_url=root + "/oai", own_set="WIS-GISC-T")
+            node = RegistryNode(pool, net.network, None, fetcher, config)  # keys of their own
+            stack.push_async_callback(node.stop)
+            await node.prepare()
+            nodes.append(node)
+        for node, url in zip(nodes, urls, strict=True):
+            assert await store.pool_add_new(node.pool, Transaction.new(url))
+        first, second = [await node.mint_once() for node in nodes]
+        assert first is not None and second is not None and first.signer != second.signer
+        minted = [first, second]
+        assert {block.previous_hash for block in minted} == {net.network.genesis.hash}
+        results = [await nodes[0].accept(second), await nodes[1].accept(first)]
+        winner = 0 if first.hash < second.hash else 1
+        loser = 1 - winner
+        tips = {await store.chain_tip(node.pool) for node in nodes}
+        assert tips == {Tip(1, minted[winner].hash)}
+        # the node that switched put its URL back in its pool
+        assert results[loser].new_tip and results[loser].returned_to_pool == 1
+        assert not results[winner].new_tip
+        assert await store.url_status(nodes[loser].pool, url_hash(urls[loser])) == "pool"
+        again = await nodes[loser].mint_once()
+        assert again is not None and again.previous_hash == minted[winner].hash
+        await nodes[winner].accept(again)
+        for node in nodes:
+            assert await store.chain_tip(node.pool) == Tip(2, again.hash)
+            listed = [tx.base_url for tx in await store.accepted_urls(node.pool)]
+            assert listed == [urls[winner], urls[loser]]
