@@ -17,7 +17,14 @@ import aiohttp
 from yarl import URL
 
 from tests.servers import loopback_socket
-from wiscat.shared.registry.tracker import Announce, TrackerReply, announce_url, parse_reply
+from wiscat.shared.registry.tracker import (
+    Announce,
+    TrackerError,
+    TrackerReply,
+    announce_url,
+    new_peer_id,
+    parse_reply,
+)
 
 
 @dataclass(frozen=True)
@@ -55,12 +62,31 @@ async def running_opentracker(*info_hashes: bytes) -> AsyncIterator[Tracker]:
             await process.wait()
         else:
             raise AssertionError("opentracker did not start on loopback")
-        yield Tracker(f"http://127.0.0.1:{port}/announce", folder)
+        tracker = Tracker(f"http://127.0.0.1:{port}/announce", folder)
+        if info_hashes:
+            await _whitelist_loaded(tracker, info_hashes[0])
+        yield tracker
     finally:
         if process is not None and process.returncode is None:
             process.terminate()
             await process.wait()
         shutil.rmtree(folder, ignore_errors=True)
+
+
+async def _whitelist_loaded(tracker: Tracker, info_hash: bytes) -> None:
+    """Wait until opentracker serves ``info_hash``: it reads its access list in a thread of its
+    own, after it listens (an announce before that is refused as for a hash not listed)."""
+    # event=stopped: asks without adding a peer
+    probe = Announce(info_hash, new_peer_id(), 1, "stopped")
+    async with aiohttp.ClientSession() as session:
+        for _ in range(100):
+            try:
+                await announce(session, tracker.announce, probe)
+            except TrackerError:
+                await asyncio.sleep(0.05)
+            else:
+                return
+    raise AssertionError("opentracker did not load its whitelist")
 
 
 async def _listening(port: int, process: asyncio.subprocess.Process) -> bool:

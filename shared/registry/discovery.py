@@ -66,6 +66,10 @@ class Discovery:
     peer_id: bytes = field(default_factory=new_peer_id)
     _trackers: dict[str, _TrackerState] = field(default_factory=dict)
     _order: dict[int, list[str]] = field(default_factory=dict)  # each tier's, as BEP 12 has it
+    # the last answer's addresses: those not yet taken are tried again at each sync until the
+    # next announce (a node that was starting when the tracker named it is taken then)
+    last_addresses: list[tuple[str, int]] = field(default_factory=list)
+    _refused: set[str] = field(default_factory=set)
 
     def peer_refusal(self, host: str, port: int) -> str | None:
         """Why a tracker's ``host:port`` is not to be contacted, or None. A host name (which
@@ -100,6 +104,7 @@ class Discovery:
                 state.next_at = loop.time() + reply.wait_seconds
                 order.remove(url)  # BEP 12: the tracker that answered goes first in its tier
                 order.insert(0, url)
+                self.last_addresses = list(reply.peers)
                 return list(reply.peers)
         for error in errors:
             log.warning("tracker %s", error)
@@ -141,7 +146,9 @@ class Discovery:
                 parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80)
             )
             if refusal is not None:
-                log.warning("peer %s from a tracker refused, not contacted: %s", root, refusal)
+                if root not in self._refused:  # once: the same answer is looked at each sync
+                    self._refused.add(root)
+                    log.warning("peer %s from a tracker refused, not contacted: %s", root, refusal)
                 continue
             try:
                 await verify(root)

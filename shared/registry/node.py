@@ -137,12 +137,11 @@ class RegistryNode:
     ) -> None:
         self.pool = pool
         self.network = network
-        self.key = key
         self.fetcher = fetcher
         self.config = config
         if key is None and network.is_open:
-            # an open network takes a block of any key: one made for this process will do (a
-            # key file's WISCAT_REGISTRY_PRIVATE_KEY_FILE keeps the node's blocks under one key)
+            # an open network takes a block of any key: one made for this process will do
+            # (WISCAT_REGISTRY_PRIVATE_KEY_FILE keeps a node's blocks under one key across starts)
             key = Ed25519PrivateKey.generate()
             log.info("open network %s: this node signs its blocks with a new key", network.name)
         self.key = key
@@ -444,7 +443,9 @@ class RegistryNode:
             answered = await store.network_members(self.pool, name, TRACKER_MEMBER_TTL)
         else:
             addresses = await self.discovery.announce(force=force)
-            answered = [peer_root(host, port) for host, port in addresses or ()]
+            if addresses is None:  # not due, or no tracker answered
+                addresses = self.discovery.last_addresses
+            answered = [peer_root(host, port) for host, port in addresses]
         known = {peer.url for peer in await store.all_peers(self.pool)}
         learnt = await self.discovery.learn(answered, known, self.config.node_url, self.peer_status)
         for url in learnt:
