@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 .DEFAULT_GOAL := all
-.PHONY: all help venv lock run test test-unit test-integration soak fuzz lint format bench schema settings-doc demo chromium promtool pgbouncer clean
+.PHONY: all help venv lock run test test-unit test-integration soak fuzz lint format bench schema settings-doc demo chromium promtool pgbouncer opentracker clean
 
 all: lint test ## lint, then the whole test suite
 
@@ -55,7 +55,7 @@ run: $(RUN_STAMP) ## start a node (embedded PostgreSQL unless WISCAT_DATABASE_UR
 # and servers, so two workers on two cores take about two thirds of the time of one.
 TEST_WORKERS ?= 2
 
-test: $(STAMP) chromium promtool pgbouncer ## the whole suite on a real PostgreSQL (WISCAT_TEST_DATABASE_URL or embedded)
+test: $(STAMP) chromium promtool pgbouncer opentracker ## the whole suite on a real PostgreSQL (WISCAT_TEST_DATABASE_URL or embedded)
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadscope
 
 chromium: ## install Debian's chromium when missing (the dashboard's browser test drives it)
@@ -75,6 +75,12 @@ pgbouncer: ## install Debian's pgbouncer when missing (the connection pooler's t
 		echo "installing Debian's pgbouncer for the connection pooler's tests"; \
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq --no-install-recommends pgbouncer; }
+
+opentracker: ## install Debian's opentracker when missing (the registry's tracker tests run it)
+	@command -v opentracker >/dev/null 2>&1 || { \
+		echo "installing Debian's opentracker for the registry's tracker tests"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq --no-install-recommends opentracker; }
 
 test-unit: $(STAMP) ## the fast, pure tests only
 	$(BIN)/pytest tests/unit

@@ -181,6 +181,12 @@ class Settings(BaseSettings):
         description="let the registry fetch private, loopback and other non-global addresses "
         "(a closed network, tests)",
     )
+    registry_allow_private_peers: bool = Field(
+        default=False,
+        description="let the registry contact peers a tracker names at private, loopback and "
+        "other non-global addresses (a closed network on a private network, tests); their "
+        "fetches need WISCAT_ALLOW_PRIVATE_FETCH too",
+    )
     proxy_url: SecretStr | None = Field(
         default=None,
         description="http://[user:password@]host:port of the proxy harvests and checks go "
@@ -318,6 +324,11 @@ class Settings(BaseSettings):
         default=False,
         description="add accepted registry URLs as enabled links, not disabled candidates",
     )
+    registry_register_self: bool = Field(
+        default=False,
+        description="submit this node's own BASE_URL to the registry network at start-up, "
+        "retried every REGISTRY_SYNC_SECONDS until it is accepted or known",
+    )
     registry_sync_seconds: float = Field(
         default=60.0, gt=0, le=_DAY, description="interval between syncs with registry peers"
     )
@@ -328,8 +339,8 @@ class Settings(BaseSettings):
         default=30,
         ge=1,
         le=1000,
-        description="POST /registry/announce per client address and minute (a node announces "
-        "itself every REGISTRY_SYNC_SECONDS)",
+        description="announces (POST /registry/announce, GET with an info_hash) per client "
+        "address and minute (as a tracker, this node asks for one every REGISTRY_SYNC_SECONDS)",
     )
     registry_fetch_timeout_seconds: float = Field(
         default=10.0, gt=0, le=3600, description="timeout of the registry's outbound fetches"

@@ -36,15 +36,23 @@ class NetworkFiles:
 
 
 def make_network(
-    folder: Path, members: int, *, tracker: str | None = None, peers: tuple[str, ...] = ()
+    folder: Path,
+    members: int,
+    *,
+    tracker: str | None = None,
+    peers: tuple[str, ...] = (),
+    open_network: bool = False,
 ) -> NetworkFiles:
-    """A network of ``members`` member keys (the first founds it), written under ``folder``."""
+    """A network of ``members`` member keys (the first founds it), written under ``folder`` as a
+    metainfo key file; ``open_network``: the keys are made, but the key file lists none."""
     keys = [Ed25519PrivateKey.generate() for _ in range(members)]
-    network = new_network("wis-test", DIFFICULTY, keys[0], tracker=tracker, peers=peers)
-    for n, key in enumerate(keys[1:], start=2):
+    network = new_network(
+        "wis-test", DIFFICULTY, keys[0], tracker=tracker, peers=peers, open_network=open_network
+    )
+    for n, key in enumerate([] if open_network else keys[1:], start=2):
         network = network.with_member(public_key_text(key.public_key()), f"NODE{n}")
-    key_file = folder / "network.xml"
-    key_file.write_bytes(network.to_xml())
+    key_file = folder / "network.torrent"
+    key_file.write_bytes(network.to_metainfo())
     key_files = []
     for n, key in enumerate(keys, start=1):
         path = folder / f"node{n}.pem"
@@ -68,6 +76,8 @@ def node_overrides(net: NetworkFiles, member: int | None, **extra: object) -> di
         "registry_key_file": net.key_file,
         "registry_private_key_file": net.key_files[member] if member is not None else None,
         "allow_private_fetch": True,
+        # the nodes of a test are all on loopback: taken from a tracker only when allowed
+        "registry_allow_private_peers": True,
         "registry_fetch_ports": TEST_FETCH_PORTS,
         "registry_sync_seconds": SYNC_SECONDS,
         "registry_submit_wait_seconds": 5.0,

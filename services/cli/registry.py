@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from wiscat.cli.arguments import command, group
@@ -18,9 +19,12 @@ from wiscat.shared.registry.chain import load_public_key, public_key_text
 from wiscat.shared.registry.keyfile import (
     KeyFileError,
     Member,
+    Network,
+    is_metainfo,
     load_network,
     load_private_key,
     new_network,
+    parse_network,
     write_private_key,
 )
 from wiscat.shared.registry.node import NodeConfig, RegistryNode, node_root
@@ -35,7 +39,7 @@ def add_parsers(sub: Any) -> None:
         help="the distributed registry of OAI-PMH base URLs (seed 004)",
         examples=[
             "wiscat registry keygen --out node.key",
-            "wiscat registry init-network wis --key node.key --out wis.network",
+            "wiscat registry init-network wis --key node.key --out wis.torrent",
             "wiscat registry status",
         ],
     )
@@ -51,11 +55,13 @@ def add_parsers(sub: Any) -> None:
     p = command(
         registry,
         "init-network",
-        help="found a network: mine its genesis block, write its key file",
+        help="found a network: mine its genesis block, write its key file (a BitTorrent metainfo)",
         handler=cmd_init_network,
         examples=[
-            "wiscat registry init-network wis --key node.key --out wis.network "
-            "--tracker https://gisc.example.org/registry/announce"
+            "wiscat registry init-network wis --key node.key --out wis.torrent "
+            "--tracker https://gisc.example.org/registry/announce",
+            "wiscat registry init-network wis-open --open --key node.key --out wis-open.torrent "
+            "--tracker http://tracker.example.org:6969/announce",
         ],
         exits={0: "the key file was written", 2: "a key or public key cannot be used"},
     )
@@ -69,9 +75,38 @@ def add_parsers(sub: Any) -> None:
         metavar="PRIVATE_KEY_FILE",
         help="the founder's private key (made if the file does not exist)",
     )
-    p.add_argument("--tracker", help="a tracker's announce URL (any node's /registry/announce)")
+    p.add_argument(
+        "--tracker",
+        action="append",
+        default=[],
+        help="an HTTP BitTorrent tracker's announce URL, or any node's /registry/announce "
+        "(repeat: one tier each, tried in order, BEP 12)",
+    )
     p.add_argument("--peer", action="append", default=[], help="a static peer's root URL")
     p.add_argument("--member", action="append", default=[], help="another member's public key")
+    p.add_argument(
+        "--open",
+        action="store_true",
+        help="an open network: no members, any node may make blocks (the proof of work limits "
+        "them)",
+    )
+    p.add_argument("--xml", action="store_true", help="write the XML form of old instead")
+    p = command(
+        registry,
+        "convert",
+        help="rewrite a key file in the other form (metainfo <-> XML); the info_hash stays",
+        handler=cmd_convert,
+        examples=["wiscat registry convert wis.network --out wis.torrent"],
+        exits={0: "written", 1: "the output file exists", 2: "the key file cannot be used"},
+    )
+    p.add_argument("keyfile", type=Path, help="the key file to read (either form)")
+    p.add_argument("--out", type=Path, required=True, metavar="KEYFILE")
+    p.add_argument(
+        "--to",
+        choices=("metainfo", "xml"),
+        default=None,
+        help="the form to write (default: the other one)",
+    )
     p = command(
         registry,
         "add-member",
@@ -99,6 +134,14 @@ def add_parsers(sub: Any) -> None:
         handler=cmd_sync,
         examples=["WISCAT_REGISTRY_KEY_FILE=wis.network wiscat registry sync"],
         exits={0: "synchronised", 2: "WISCAT_REGISTRY_KEY_FILE is unset or cannot be used"},
+    )
+    command(
+        registry,
+        "announce-self",
+        help="submit this node's own BASE_URL to the network, at this node's POST /urls",
+        handler=cmd_announce_self,
+        examples=["wiscat registry announce-self"],
+        exits={0: "accepted, or in the registry already", 1: "refused (the node says why)"},
     )
     command(
         registry,
@@ -136,18 +179,42 @@ async def cmd_init_network(settings: Settings, args: argparse.Namespace) -> int:
             args.name,
             args.difficulty,
             key,
-            tracker=args.tracker,
+            trackers=tuple((url,) for url in args.tracker),
             peers=tuple(args.peer),
             members=tuple(members),
+            open_network=args.open,
         )
     except (KeyFileError, ValueError) as exc:
         print(f"wiscat: {exc}", file=sys.stderr)
         return 2
-    args.out.write_bytes(network.to_xml())
-    print(
-        f"network {network.name}: genesis {network.genesis.hash[:16]}..., "
-        f"{len(network.members)} member(s); key file {args.out}"
-    )
+    args.out.write_bytes(network.to_xml() if args.xml else network.to_metainfo())
+    print(f"network {network.name}: {_describe(network)}; key file {args.out}")
+    return 0
+
+
+def _describe(network: Network) -> str:
+    kind = "open" if network.is_open else f"closed, {len(network.members)} member(s)"
+    return f"info_hash {network.info_hash.hex()}, genesis {network.genesis.hash[:16]}..., {kind}"
+
+
+async def cmd_convert(settings: Settings, args: argparse.Namespace) -> int:
+    try:
+        body = args.keyfile.read_bytes()
+        network = parse_network(body)
+    except OSError as exc:
+        print(f"wiscat: cannot read {args.keyfile}: {exc}", file=sys.stderr)
+        return 2
+    except KeyFileError as exc:
+        print(f"wiscat: {args.keyfile}: {exc}", file=sys.stderr)
+        return 2
+    to = args.to or ("xml" if is_metainfo(body) else "metainfo")
+    try:
+        with args.out.open("xb") as out:
+            out.write(network.to_xml() if to == "xml" else network.to_metainfo())
+    except FileExistsError:
+        print(f"wiscat: {args.out} exists; not overwritten", file=sys.stderr)
+        return 1
+    print(f"{args.out}: the {to} form of network {network.name}, {_describe(network)}")
     return 0
 
 
@@ -158,8 +225,20 @@ async def cmd_add_member(settings: Settings, args: argparse.Namespace) -> int:
     except (KeyFileError, ValueError) as exc:
         print(f"wiscat: {exc}", file=sys.stderr)
         return 2
-    args.keyfile.write_bytes(network.with_member(args.public_key, args.name).to_xml())
-    print(f"{args.keyfile}: {len(network.with_member(args.public_key).members)} member(s)")
+    if network.is_open:
+        print(
+            f"wiscat: {args.keyfile} is an open network: listing a member would close it "
+            "(found a closed network instead)",
+            file=sys.stderr,
+        )
+        return 2
+    changed = network.with_member(args.public_key, args.name)
+    metainfo = is_metainfo(args.keyfile.read_bytes())
+    args.keyfile.write_bytes(changed.to_metainfo() if metainfo else changed.to_xml())
+    print(
+        f"{args.keyfile}: {len(changed.members)} member(s); the new info_hash is "
+        f"{changed.info_hash.hex()}: give every node the new key file"
+    )
     return 0
 
 
@@ -232,11 +311,42 @@ async def cmd_sync(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+async def cmd_announce_self(settings: Settings, args: argparse.Namespace) -> int:
+    root = settings.registry_node_url or node_root(settings.base_url)
+    timeout = aiohttp.ClientTimeout(total=settings.registry_fetch_timeout_seconds + 30)
+    try:
+        async with (
+            aiohttp.ClientSession(timeout=timeout) as session,
+            session.post(root.rstrip("/") + "/urls", data={"baseURL": settings.base_url}) as reply,
+        ):
+            answer = (await reply.text()).strip()
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        print(f"wiscat: this node's {root}/urls cannot be reached: {exc}", file=sys.stderr)
+        return 1
+    if reply.status == 409:
+        print(f"{settings.base_url} is in the registry already")
+        return 0
+    if reply.status != 200:
+        print(
+            f"wiscat: {settings.base_url} refused (HTTP {reply.status}): {answer}", file=sys.stderr
+        )
+        return 1
+    print(answer)
+    return 0
+
+
 async def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
     async with migrated_pool(settings) as pool:
         tip = await registry_store.chain_tip(pool)
         urls = await registry_store.accepted_urls(pool)
         waiting = await registry_store.pool_size(pool)
+    if settings.registry_key_file is not None:
+        try:
+            network = load_network(settings.registry_key_file)
+        except KeyFileError as exc:
+            print(f"wiscat: {exc}", file=sys.stderr)
+        else:
+            print(f"network {network.name}: {_describe(network)}")
     if tip is None:
         print("no registry chain in this database (the provider starts it from the key file)")
         return 1

@@ -7,16 +7,20 @@
 - ``GET /urls/form``: a small HTML form that posts to ``/urls``.
 - ``GET /registry/status``, ``GET /registry/blocks?after=HASH...``, ``POST /registry/blocks``:
   block exchange between the network's nodes.
-- ``POST /registry/announce`` (form ``network``, ``url``, ``public_key``; 429 too many from
-  this client) and ``GET /registry/announce?network=NAME``: any node is a tracker for any
-  network.
+- ``GET /registry/announce?info_hash=...&peer_id=...&port=...``: any node is a BitTorrent
+  tracker (BEP 3, answers compact as BEP 23 has it) for any network; bencoded answers.
+- ``POST /registry/announce`` (form ``network``, ``url``, ``public_key``) and
+  ``GET /registry/announce?network=NAME``: the XML tracker of wiscat's first versions, kept for
+  their nodes. Both announce forms: 429 too many from this client.
 """
 
 from __future__ import annotations
 
 import html
 import logging
+import math
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from fastapi import APIRouter, FastAPI, Query, Request
@@ -35,6 +39,7 @@ from wiscat.shared.registry.chain import (
     UnknownParent,
     url_problem,
 )
+from wiscat.shared.registry.discovery import peers_xml, status_xml
 from wiscat.shared.registry.keyfile import NETWORK_NAME, Network, load_network, load_private_key
 from wiscat.shared.registry.node import (
     TRACKER_MEMBER_TTL,
@@ -42,10 +47,15 @@ from wiscat.shared.registry.node import (
     RegistryNode,
     SubmitError,
     node_root,
-    peers_xml,
-    status_xml,
 )
 from wiscat.shared.registry.safe_fetch import SafeFetcher
+from wiscat.shared.registry.tracker import (
+    TrackerError,
+    failure_body,
+    parse_announce_query,
+    peer_root,
+    reply_body,
+)
 from wiscat.shared.settings import Settings
 
 log = logging.getLogger("wiscat.registry")
@@ -105,6 +115,8 @@ async def start(app: FastAPI, provider: ProviderState) -> None:
             own_set=settings.own_set,
             sync_seconds=settings.registry_sync_seconds,
             auto_enable_links=settings.registry_auto_enable_links,
+            allow_private_peers=settings.registry_allow_private_peers,
+            register_self=settings.registry_register_self,
         )
         state.node = RegistryNode(provider.pool, network, key, state.fetcher, config)
         try:
@@ -263,7 +275,9 @@ async def status(request: Request) -> Response:
         return _text(exc.status, str(exc))
     tip = await store.chain_tip(node.pool)
     assert tip is not None
-    return Response(status_xml(node.network, tip, node.public_key), media_type=XML)
+    return Response(
+        status_xml(node.network, tip, node.public_key, node.discovery.peer_id), media_type=XML
+    )
 
 
 @router.get(
@@ -362,16 +376,64 @@ async def announce(request: Request) -> Response:
     return await _members(request, network)
 
 
+BENCODED = "text/plain"  # BEP 3 names no media type; trackers (opentracker) send text/plain
+
+
 @router.get(
     "/registry/announce",
     response_class=XMLResponse,
-    responses={400: text("not a network name")},
+    responses={
+        200: {
+            "description": "with info_hash: the tracker's bencoded answer (BEP 3, BEP 23), a "
+            "failure reason included; with network: the XML member list of old",
+            "content": {BENCODED: {"schema": {"type": "string"}}, XML: {}},
+        },
+        400: text("neither info_hash nor a network name"),
+        429: text("too many announcements from this client"),
+    },
 )
-async def members(request: Request, network: str) -> Response:
-    """Tracker: the nodes that announced themselves for ``network`` within the last hour."""
-    if not NETWORK_NAME.fullmatch(network):
+async def members(request: Request, network: str | None = None) -> Response:
+    """Tracker: with ``info_hash``, BitTorrent's HTTP announce (BEP 3): this node remembers
+    ``http://<client address>:<port>`` for the info_hash (``event=stopped`` forgets it) and
+    answers the others in the compact form (BEP 23). With ``network``: the nodes that announced
+    themselves for it within the last hour, as XML (wiscat's first tracker protocol)."""
+    if "info_hash" in request.query_params:
+        if refusal := _over_limit(request, _state(request).announcements, "announcements"):
+            return refusal
+        return await _bittorrent_announce(request)
+    if network is None or not NETWORK_NAME.fullmatch(network):
         return _text(400, "network: a network name is required")
     return await _members(request, network)
+
+
+async def _bittorrent_announce(request: Request) -> Response:
+    # BEP 3: a refusal is a 200 answer with a "failure reason"; clients read no other status
+    try:
+        announce = parse_announce_query(request.url.query)
+    except TrackerError as exc:
+        return Response(failure_body(str(exc)), media_type=BENCODED)
+    pool = _state(request).pool
+    name = announce.info_hash.hex()
+    host = request.client.host if request.client else ""
+    own = peer_root(host, announce.port)
+    if announce.event == "stopped":
+        await store.forget_member(pool, name, own)
+        peers: list[tuple[str, int]] = []
+    else:
+        await store.announce(pool, name, own, None, TRACKER_MEMBER_TTL)
+        urls = await store.network_members(pool, name, TRACKER_MEMBER_TTL, announce.numwant + 1)
+        peers = [address for url in urls if url != own and (address := _address(url))]
+    # asked to come back within the members' lifetime, or the node would be forgotten meanwhile
+    ttl = int(TRACKER_MEMBER_TTL.total_seconds()) // 2
+    interval = min(max(1, math.ceil(_state(request).settings.registry_sync_seconds)), ttl)
+    return Response(reply_body(interval, peers[: announce.numwant]), media_type=BENCODED)
+
+
+def _address(url: str) -> tuple[str, int] | None:
+    parts = urlsplit(url)
+    if parts.hostname is None or parts.port is None:
+        return None
+    return parts.hostname, parts.port
 
 
 @router.get("/registry/peers", response_class=XMLResponse, responses={404: NO_REGISTRY})

@@ -292,6 +292,11 @@ async def announce(
     await db.execute(_SQL["announce"], network, url, public_key)
 
 
+async def forget_member(db: Executor, network: str, url: str) -> None:
+    """Tracker side: ``url`` left ``network`` (BitTorrent's ``event=stopped``)."""
+    await db.execute(_SQL["forget_member"], network, url)
+
+
 async def network_members(
     db: Executor, network: str, max_age: timedelta, limit: int = 200
 ) -> list[str]:

@@ -18,15 +18,18 @@ The XML shapes are the seed's::
       <transactions><transaction>...</transaction>...</transactions>
     </block>
 
-Two elements are wiscat's additions, because the seed's blocks are anonymous and anyone could
-flood a network with them: ``signer`` and ``signature``. The signature covers the block's hash,
-which covers the previous hash, every transaction and the nonce; only members listed in the
-network key file may sign.
+Two elements are wiscat's additions: ``signer`` and ``signature``. The signature covers the
+block's hash, which covers the previous hash, every transaction and the nonce. In an open network
+(a key file that lists no members: seed 004's model, "open for external contributions by
+design") any key may sign, and the proof of work is what keeps the network from being flooded;
+in a closed network only the members listed in the key file may.
 
 The proof of work: a block's hash, read as a 512-bit number, has at least ``difficulty`` leading
 zero bits (``difficulty`` is set per network, in the key file). Every block of a network costs the
 same work, so "most work" is "most blocks", and equal work is settled by the lowest tip hash
 (:func:`better_tip`): every node applying this one rule to the same blocks ends on the same chain.
+The URLs of a block that loses go back to the pool of the node that holds them, and are minted
+again on the winning chain.
 
 Exception tree::
 
@@ -224,9 +227,10 @@ class Block:
         return etree.tostring(self.element(), encoding="utf-8", xml_declaration=False)
 
     def check(self, difficulty: int, members: frozenset[str], *, genesis: bool = False) -> None:
-        """Check everything a block says about itself: hashes, proof of work, signature, members.
+        """Check everything a block says about itself: hashes, proof of work, signature, members
+        (``members`` empty: an open network, any signer).
 
-        Raise :class:`NotAMember` for a signer the network does not list, :class:`InvalidBlock`
+        Raise :class:`NotAMember` for a signer a closed network does not list, :class:`InvalidBlock`
         for anything else. Links to other blocks are the caller's business.
         """
         for name, value in (
@@ -254,7 +258,7 @@ class Block:
             raise InvalidBlock("hash is not SHA-512(previous-hash + transactions-hash + nonce)")
         if not meets_difficulty(self.hash, difficulty):
             raise InvalidBlock(f"the hash does not solve the puzzle (difficulty {difficulty})")
-        if not genesis and self.signer not in members:
+        if not genesis and members and self.signer not in members:
             raise NotAMember("the block is not signed by a member of the network")
         try:
             key = load_public_key(self.signer)

@@ -6,7 +6,8 @@ Exception tree (what :meth:`RegistryNode.submit` raises, each with the reason)::
     SubmitError            the URL was not accepted; ``status`` is the HTTP status to answer
      +-- UrlRefused        400: malformed, unreachable, refused address, not OAI-PMH 2.0
      +-- UrlExists         409: in the chain or waiting in the pool already
-     +-- NotMinting        503: this node has no member key, so it cannot make blocks
+     +-- NotMinting        503: this node has no key a closed network lists, so it cannot make
+                           blocks
 """
 
 from __future__ import annotations
@@ -34,17 +35,20 @@ from wiscat.shared.registry.chain import (
     Block,
     ChainError,
     InvalidBlock,
-    Tip,
     Transaction,
     UnknownParent,
     better_tip,
     blocks_from_xml,
     blocks_to_xml,
     mine,
-    parse_xml,
     public_key_text,
     url_hash,
     url_problem,
+)
+from wiscat.shared.registry.discovery import (
+    Discovery,
+    PeerStatus,
+    parse_status,
 )
 from wiscat.shared.registry.keyfile import Network
 from wiscat.shared.registry.safe_fetch import (
@@ -53,6 +57,7 @@ from wiscat.shared.registry.safe_fetch import (
     ForbiddenPort,
     SafeFetcher,
 )
+from wiscat.shared.registry.tracker import peer_root
 from wiscat.shared.text import clipped
 from wiscat.shared.urls import safe_url
 
@@ -94,7 +99,7 @@ class UrlExists(SubmitError):
 
 
 class NotMinting(SubmitError):
-    """This node holds no member key, so it cannot make blocks."""
+    """This node holds no key that the (closed) network lists, so it cannot make blocks."""
 
     status = 503
 
@@ -115,55 +120,8 @@ class NodeConfig:
     own_set: str
     sync_seconds: float = 60.0
     auto_enable_links: bool = False
-
-
-@dataclass(frozen=True)
-class PeerStatus:
-    network: str
-    genesis: str
-    tip: Tip
-
-
-def status_xml(network: Network, tip: Tip, public_key: str | None) -> bytes:
-    root = etree.Element(
-        "registry",
-        network=network.name,
-        genesis=network.genesis.hash,
-        difficulty=str(network.difficulty),
-        height=str(tip.height),
-        tip=tip.hash,
-    )
-    if public_key:
-        root.set("public-key", public_key)
-    return etree.tostring(root, encoding="utf-8", xml_declaration=True)
-
-
-def parse_status(body: bytes) -> PeerStatus:
-    root = parse_xml(body)
-    if root.tag != "registry":
-        raise InvalidBlock(f"not a registry status: <{root.tag}>")
-    try:
-        return PeerStatus(
-            root.get("network", ""),
-            root.get("genesis", ""),
-            Tip(int(root.get("height", "")), root.get("tip", "")),
-        )
-    except ValueError as exc:
-        raise InvalidBlock("the status has no height") from exc
-
-
-def peers_xml(network: str, urls: Sequence[str]) -> bytes:
-    root = etree.Element("peers", network=network)
-    for url in urls:
-        etree.SubElement(root, "peer").text = url
-    return etree.tostring(root, encoding="utf-8", xml_declaration=True)
-
-
-def parse_peers(body: bytes) -> list[str]:
-    root = parse_xml(body)
-    if root.tag != "peers":
-        raise InvalidBlock(f"not a peer list: <{root.tag}>")
-    return [p.text or "" for p in root.iterfind("peer") if not url_problem(p.text or "")]
+    allow_private_peers: bool = False  # addresses from a tracker (discovery.py)
+    register_self: bool = False  # submit own_base_url at start (seed 004, "Future Work")
 
 
 class RegistryNode:
@@ -179,16 +137,29 @@ class RegistryNode:
     ) -> None:
         self.pool = pool
         self.network = network
-        self.key = key
         self.fetcher = fetcher
         self.config = config
+        if key is None and network.is_open:
+            # an open network takes a block of any key: one made for this process will do
+            # (WISCAT_REGISTRY_PRIVATE_KEY_FILE keeps a node's blocks under one key across starts)
+            key = Ed25519PrivateKey.generate()
+            log.info("open network %s: this node signs its blocks with a new key", network.name)
+        self.key = key
         self.public_key = public_key_text(key.public_key()) if key else None
         self.candidate_set = f"REGISTRY-{network.name}"
+        parts = urlsplit(config.node_url)
+        self.discovery = Discovery(
+            network,
+            fetcher,
+            port=parts.port or (443 if parts.scheme == "https" else 80),
+            allow_private_peers=config.allow_private_peers,
+            fetch_ports=fetcher.ports,
+        )
         self._mint_wanted = asyncio.Event()
         self._sync_wanted = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
         self._loops: list[asyncio.Task[None]] = []
-        if self.public_key and self.public_key not in network.member_keys:
+        if self.public_key and not network.is_open and self.public_key not in network.member_keys:
             log.warning(
                 "this node's key is not a member of network %s: it relays but cannot mint",
                 network.name,
@@ -196,7 +167,9 @@ class RegistryNode:
 
     @property
     def can_mint(self) -> bool:
-        return self.key is not None and self.public_key in self.network.member_keys
+        if self.key is None:
+            return False
+        return self.network.is_open or self.public_key in self.network.member_keys
 
     # -- life ------------------------------------------------------------------------------------
 
@@ -214,11 +187,14 @@ class RegistryNode:
             asyncio.create_task(self._sync_loop(), name="registry-sync"),
             asyncio.create_task(self._mint_loop(), name="registry-mint"),
         ]
+        if self.config.register_self:
+            self._loops.append(asyncio.create_task(self._register_self(), name="registry-self"))
         self._mint_wanted.set()
 
     async def stop(self) -> None:
         for task in [*self._loops, *self._tasks]:
             task.cancel()
+        await self.discovery.stop()
         for task in [*self._loops, *self._tasks]:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
@@ -293,6 +269,26 @@ class RegistryNode:
         log.info("accepted %s into the pool", url)
         self._mint_wanted.set()
         return tx
+
+    async def _register_self(self) -> None:
+        """Submit this node's own base URL (seed 004, "Automated Registration"), again every
+        sync interval while it fails: at start-up the node does not listen yet, so its own
+        Identify cannot answer the first try."""
+        url = self.config.own_base_url
+        while True:
+            try:
+                await self.submit(url)
+            except UrlExists:
+                return
+            except NotMinting as exc:
+                log.warning("this node's base URL is not registered: %s", exc)
+                return
+            except SubmitError as exc:
+                log.info("this node's base URL %s is not registered yet: %s", url, exc)
+            else:
+                log.info("registered this node's base URL %s", url)
+                return
+            await asyncio.sleep(self.config.sync_seconds)
 
     async def wait_in_chain(self, tx: Transaction, seconds: float) -> bool:
         """Wait until ``tx`` is in the main chain (True) or ``seconds`` pass (False)."""
@@ -434,31 +430,24 @@ class RegistryNode:
     def _is_self(self, url: str) -> bool:
         return url.rstrip("/") == self.config.node_url.rstrip("/")
 
-    async def announce(self) -> list[str]:
-        """Announce this node to the network's tracker and remember the members it answers."""
-        tracker = self.network.tracker
-        if not tracker:
-            return []
-        if tracker == self.config.node_url.rstrip("/") + "/registry/announce":
+    async def announce(self, *, force: bool = False) -> list[str]:
+        """Announce this node to the network's trackers (BitTorrent's HTTP protocol, when their
+        interval has passed or ``force``) and keep as peers the nodes they name that serve this
+        network (:mod:`wiscat.shared.registry.discovery`); the peers learnt."""
+        own_tracker = self.config.node_url.rstrip("/") + "/registry/announce"
+        if own_tracker in self.network.tracker_urls:
             # this node is the network's tracker: its members are in this database already (an
             # HTTP call to itself would also fail while the node starts, before it listens)
-            await store.announce(
-                self.pool,
-                self.network.name,
-                self.config.node_url,
-                self.public_key,
-                TRACKER_MEMBER_TTL,
-            )
-            answered = await store.network_members(self.pool, self.network.name, TRACKER_MEMBER_TTL)
+            name = self.network.info_hash.hex()
+            await store.announce(self.pool, name, self.config.node_url, None, TRACKER_MEMBER_TTL)
+            answered = await store.network_members(self.pool, name, TRACKER_MEMBER_TTL)
         else:
-            form = {"network": self.network.name, "url": self.config.node_url}
-            if self.public_key:
-                form["public_key"] = self.public_key
-            response = await self.fetcher.post(tracker, data=form)
-            if response.status != 200:
-                raise FetchError(f"the tracker answered HTTP {response.status}")
-            answered = parse_peers(response.body)
-        learnt = [url for url in answered if not self._is_self(url)]
+            addresses = await self.discovery.announce(force=force)
+            if addresses is None:  # not due, or no tracker answered
+                addresses = self.discovery.last_addresses
+            answered = [peer_root(host, port) for host, port in addresses]
+        known = {peer.url for peer in await store.all_peers(self.pool)}
+        learnt = await self.discovery.learn(answered, known, self.config.node_url, self.peer_status)
         for url in learnt:
             if await store.add_peer(self.pool, url, "tracker"):
                 log.info("learnt peer %s from the tracker", url)
@@ -469,8 +458,14 @@ class RegistryNode:
         if response.status != 200:
             raise FetchError(f"status: HTTP {response.status}")
         status = parse_status(response.body)
-        if status.network != self.network.name or status.genesis != self.network.genesis.hash:
+        if (
+            status.network != self.network.name
+            or status.genesis != self.network.genesis.hash
+            or status.info_hash not in (None, self.network.info_hash.hex())
+        ):
             raise InvalidBlock(f"{url} is not a node of network {self.network.name}")
+        if status.peer_id == self.discovery.peer_id.hex():
+            raise InvalidBlock(f"{url} is this node")
         return status
 
     async def pull_from(self, url: str) -> int:
@@ -529,7 +524,7 @@ class RegistryNode:
         try:
             await self.announce()
         except (FetchError, ChainError) as exc:
-            log.warning("tracker %s: %s", self.network.tracker, exc)
+            log.warning("announce: %s", exc)
         total = 0
         for peer in await store.all_peers(self.pool):
             if self._is_self(peer.url):

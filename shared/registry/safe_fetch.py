@@ -36,6 +36,7 @@ from typing import Any
 from urllib.parse import urljoin, urlsplit
 
 import aiohttp
+import yarl
 from aiohappyeyeballs import AddrInfoType
 from aiohttp.abc import AbstractResolver
 
@@ -152,10 +153,16 @@ class SafeFetcher:
             self._session = None
 
     async def get(
-        self, url: str, params: Params | None = None, *, max_bytes: int | None = None
+        self,
+        url: str,
+        params: Params | None = None,
+        *,
+        max_bytes: int | None = None,
+        encoded: bool = False,
     ) -> FetchResponse:
-        """GET ``url`` (with ``params``), following redirects safely."""
-        return await self.request("GET", url, params=params, max_bytes=max_bytes)
+        """GET ``url`` (with ``params``), following redirects safely; ``encoded``: the URL is
+        sent as it is, its %-escapes untouched (a tracker's binary info_hash)."""
+        return await self.request("GET", url, params=params, max_bytes=max_bytes, encoded=encoded)
 
     async def post(
         self,
@@ -181,6 +188,7 @@ class SafeFetcher:
         headers: dict[str, str] | None = None,
         max_bytes: int | None = None,
         follow: bool = True,
+        encoded: bool = False,
     ) -> FetchResponse:
         if self._session is None:
             raise RuntimeError("SafeFetcher is used outside its `async with` block")
@@ -196,7 +204,7 @@ class SafeFetcher:
             try:
                 async with self._session.request(
                     method,
-                    current,
+                    yarl.URL(current, encoded=True) if encoded else current,
                     params=params,
                     data=data,
                     headers=headers,
@@ -205,6 +213,7 @@ class SafeFetcher:
                     if follow and response.status in _REDIRECTS and "Location" in response.headers:
                         current = urljoin(current, response.headers["Location"])
                         params = None  # the Location is the whole next URL
+                        encoded = False
                         continue
                     body = await _read_capped(response, cap)
                     return FetchResponse(

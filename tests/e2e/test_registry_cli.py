@@ -10,6 +10,7 @@ import aiohttp
 import pytest
 
 from tests.e2e.nodes import Node, NodeFactory
+from wiscat.shared.registry.keyfile import load_network, parse_network
 
 
 @pytest.fixture
@@ -21,7 +22,7 @@ async def test_keys_network_submission_and_sync_from_the_command_line(
     nodes: tuple[Node, Node], tmp_path: Path
 ) -> None:
     a, b = nodes
-    a_key, b_key, network = tmp_path / "a.pem", tmp_path / "b.pem", tmp_path / "network.xml"
+    a_key, b_key, network = tmp_path / "a.pem", tmp_path / "b.pem", tmp_path / "network.torrent"
     _, a_public, _ = await a.wiscat("registry", "keygen", "--out", str(a_key))
     _, b_public, _ = await b.wiscat("registry", "keygen", "--out", str(b_key))
     code, _, err = await a.wiscat("registry", "keygen", "--out", str(a_key), check=False)
@@ -40,12 +41,19 @@ async def test_keys_network_submission_and_sync_from_the_command_line(
         "--peer",
         a_root,
     )
-    assert "network wis-test" in out and "1 member(s)" in out
-    assert a_public.strip() in network.read_text()  # the founder is a member
+    assert "network wis-test: info_hash " in out and "closed, 1 member(s)" in out
+    assert network.read_bytes().startswith(b"d")  # a BitTorrent metainfo file
+    assert a_public.strip().encode() in network.read_bytes()  # the founder is a member
     _, out, _ = await a.wiscat("registry", "add-member", str(network), b_public.strip())
-    assert "2 member(s)" in out
-    code, _, err = await a.wiscat("registry", "add-member", str(network), "not-a-key", check=False)
-    assert code == 2
+    assert "2 member(s); the new info_hash is " in out
+    info_hash = load_network(network).info_hash.hex()
+    assert info_hash in out
+    # the XML form of old: one network, one info_hash
+    as_xml = tmp_path / "network.xml"
+    _, out, _ = await a.wiscat("registry", "convert", str(network), "--out", str(as_xml))
+    assert out.startswith(f"{as_xml}: the xml form of network wis-test, info_hash {info_hash}")
+    assert as_xml.read_bytes().startswith(b"<?xml")
+    assert parse_network(as_xml.read_bytes()).to_metainfo() == network.read_bytes()
 
     for node, key in ((a, a_key), (b, b_key)):
         node.extra.update(
@@ -58,9 +66,10 @@ async def test_keys_network_submission_and_sync_from_the_command_line(
             }
         )
     await a.start("provider", f"{a_root}/readyz")
+    # the node registers its own base URL, at its own POST /urls
+    _, out, _ = await a.wiscat("registry", "announce-self")
+    assert out.startswith(f"accepted {a.oai} (id ")
     async with aiohttp.ClientSession() as http:
-        async with http.post(f"{a_root}/urls", data={"baseURL": a.oai}) as response:
-            assert response.status == 200, await response.text()
         async with http.post(f"{a_root}/urls", data={"baseURL": a.oai}) as response:
             assert response.status == 409
         async with http.get(f"{a_root}/urls") as response:
@@ -68,6 +77,7 @@ async def test_keys_network_submission_and_sync_from_the_command_line(
     assert f">{a.oai}</baseURL>" in listed
     _, out, _ = await a.wiscat("registry", "status")
     assert "1 URL(s)" in out
+    assert f"network wis-test: info_hash {info_hash}, " in out
 
     # B has never run: it syncs from the key file's static peer and files the URL as a link
     code, out, _ = await b.wiscat("registry", "status", check=False)

@@ -14,6 +14,7 @@ from lxml import etree
 
 from tests.registry_network import (
     DIFFICULTY,
+    SYNC_SECONDS,
     eventually,
     fresh_databases,
     make_network,
@@ -37,10 +38,12 @@ from wiscat.shared.registry.chain import (
     verify_chain,
 )
 
-# every member announces itself each SYNC_SECONDS (0.3 s), all from 127.0.0.1
+# the tracker asks for an announce every second (its interval is its sync time, rounded up), and
+# every member, all from 127.0.0.1, honours it
 TRACKER: dict[str, object] = {
     "gisc_name": "TRACKER",
     "registry_announce_rate_limit_per_minute": 1000,
+    "registry_sync_seconds": SYNC_SECONDS,
 }
 
 

@@ -167,6 +167,10 @@ on conflict (network, url) do update
 -- Tracker side: nodes not heard from for longer than the members' lifetime.
 delete from registry_members where last_announce < now() - $1::interval
 
+-- name: forget_member --
+-- Tracker side: a node that said it left a network (event=stopped).
+delete from registry_members where network = $1 and url = $2
+
 -- name: network_members --
 -- The nodes that announced themselves for a network recently, newest first.
 select url from registry_members
