@@ -5,6 +5,7 @@ Exception tree::
     DatabaseError           any failure talking to PostgreSQL, translated once at this edge
      +-- SchemaNotCurrent   the database lacks migrations this code needs
      +-- EmbeddedServerError  the embedded PostgreSQL could not be started
+    StandbyBehind           a standby has not replayed what a list needs (an OSError)
 
 ``UNAVAILABLE`` are asyncpg's errors (and the system's) when the server cannot be reached or went
 away: connecting (refused, no socket, the server starting or shutting down), a connection lost
@@ -53,6 +54,13 @@ class SchemaNotCurrent(DatabaseError):
 
 class EmbeddedServerError(DatabaseError):
     """The embedded PostgreSQL server could not be started."""
+
+
+class StandbyBehind(TimeoutError):
+    """The standby a provider reads from has not replayed, within
+    ``Settings.read_replay_wait_seconds``, what a list needs: the primary's writes reach it
+    late (replication lag, or replay paused). A ``TimeoutError``, and so one of ``UNAVAILABLE``:
+    the client is asked to come back."""
 
 
 class NoAnswer(TimeoutError):
