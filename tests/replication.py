@@ -137,9 +137,9 @@ def make_primary(folder: Path) -> Server:
     return server
 
 
-def make_standby(primary: Server, folder: Path) -> Server:
+def make_standby(primary: Server, folder: Path, via: int | None = None) -> Server:
     """A hot standby of ``primary`` in ``folder``/standby (``pg_basebackup -R``: it streams
-    from the primary), started."""
+    from the primary, or from port ``via`` of 127.0.0.1: a proxy to it), started."""
     data = folder / "standby"
     data.mkdir()
     _own(data)
@@ -164,6 +164,8 @@ def make_standby(primary: Server, folder: Path) -> Server:
     port = free_port()
     with (data / "postgresql.auto.conf").open("a") as conf:
         conf.write(f"port = {port}\nunix_socket_directories = '{data}'\n")
+        if via is not None:
+            conf.write(f"primary_conninfo = 'host=127.0.0.1 port={via} user=postgres'\n")
     server = Server(data, port)
     server.start()
     return server
@@ -182,8 +184,8 @@ class Replication:
         self.servers.append(server)
         return server
 
-    def standby(self, primary: Server) -> Server:
-        server = make_standby(primary, self.folder)
+    def standby(self, primary: Server, via: int | None = None) -> Server:
+        server = make_standby(primary, self.folder, via)
         self.servers.append(server)
         return server
 
@@ -219,6 +221,13 @@ async def caught_up(primary: Server, standby: Server, database: str = "postgres"
     finally:
         await conn.close()
     raise AssertionError(f"the standby did not catch up: {standby.log()[-2000:]}")
+
+
+def several_hosts(servers: list[Server], database: str, attrs: str = "read-write") -> str:
+    """A URL naming every server, whose connections go to the one with ``attrs``
+    (``target_session_attrs``): the primary, whichever it is."""
+    hosts = ",".join(f"127.0.0.1:{s.port}" for s in servers)
+    return f"postgresql://postgres@{hosts}/{database}?target_session_attrs={attrs}"
 
 
 async def pause_replay(standby: Server, database: str = "postgres") -> None:

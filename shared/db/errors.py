@@ -26,6 +26,9 @@ UNAVAILABLE: tuple[type[Exception], ...] = (
     asyncpg.PostgresConnectionError,  # the connection failed or is gone
     asyncpg.OperatorInterventionError,  # starting up, shutting down, crashed, query cancelled
     asyncpg.InterfaceError,  # a connection closed under a query, a pool closing
+    # no server of a DSN with several hosts takes writes (target_session_attrs=read-write):
+    # the primary gone, its standby not yet promoted
+    asyncpg.TargetServerAttributeNotMatched,
 )
 
 FAILED: tuple[type[Exception], ...] = (
@@ -33,6 +36,7 @@ FAILED: tuple[type[Exception], ...] = (
     asyncpg.OperatorInterventionError,
     asyncpg.InterfaceError,
     asyncpg.InsufficientResourcesError,  # disk full, out of memory, too many connections
+    asyncpg.TargetServerAttributeNotMatched,  # as in UNAVAILABLE: between primaries
 )
 """What ends a command when the database fails under it: ``UNAVAILABLE`` but the system's own
 errors (a command's file errors are those too), and the server out of a resource. Not an error

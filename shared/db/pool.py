@@ -20,6 +20,10 @@ log = logging.getLogger("wiscat.db")
 
 T = TypeVar("T")
 
+# what connecting fails with: the server refuses, or (a URL naming several hosts with
+# target_session_attrs) none of them is what the URL asks for, a primary between two
+_CANNOT_CONNECT = (OSError, asyncpg.PostgresError, asyncpg.TargetServerAttributeNotMatched)
+
 
 async def _init_connection(conn: asyncpg.Connection) -> None:
     # Datestamps are UTC throughout; JIT only slows the short queries of this workload.
@@ -40,7 +44,7 @@ async def create_pool(url: str, *, min_size: int = 1, max_size: int = 10) -> asy
         pool = await asyncpg.create_pool(
             url, min_size=min_size, max_size=max_size, init=_init_connection, command_timeout=300
         )
-    except (OSError, asyncpg.PostgresError) as exc:
+    except _CANNOT_CONNECT as exc:
         raise DatabaseError(f"cannot connect to the database: {exc}") from exc
     assert pool is not None
     return pool
@@ -112,7 +116,7 @@ async def connect(url: str) -> asyncpg.Connection:
     """One connection (for migrations and one-shot commands)."""
     try:
         conn = await asyncpg.connect(url)
-    except (OSError, asyncpg.PostgresError) as exc:
+    except _CANNOT_CONNECT as exc:
         raise DatabaseError(f"cannot connect to the database: {exc}") from exc
     await _init_connection(conn)
     return conn

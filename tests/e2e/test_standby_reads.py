@@ -17,7 +17,14 @@ from tests import factories
 from tests.harvest_pair import SOURCE_SET, content, sink_settings
 from tests.oai_client import oai_get
 from tests.pg import clone_template, drop_database
-from tests.replication import Server, caught_up, pause_replay, replication, resume_replay
+from tests.replication import (
+    Server,
+    caught_up,
+    pause_replay,
+    replication,
+    resume_replay,
+    several_hosts,
+)
 from tests.servers import running_provider
 from wiscat.harvester.context import RunReport
 from wiscat.harvester.harvest import harvest_link
@@ -25,6 +32,7 @@ from wiscat.harvester.service import harvest_context
 from wiscat.shared.db import links as link_store
 from wiscat.shared.db import migrate
 from wiscat.shared.db import records as store
+from wiscat.shared.db.errors import DatabaseError
 from wiscat.shared.db.pool import connect, create_pool
 from wiscat.shared.generator import generate_record
 from wiscat.shared.ingest import incoming
@@ -171,3 +179,17 @@ async def test_a_list_continued_on_a_lagging_standby_waits_for_its_bound(
             assert len(listed) == 10
     finally:
         await source.close()
+
+
+async def test_a_url_whose_hosts_hold_no_primary_is_refused_with_the_reason(
+    servers: tuple[Server, Server],
+) -> None:
+    """Between the primary's loss and its standby's promotion, the servers a URL names hold
+    no primary: a service starting then says so, as for a server that refuses it."""
+    _, standby = servers
+    with pytest.raises(DatabaseError) as caught:
+        await create_pool(several_hosts([standby], DATABASE), max_size=1)
+    assert str(caught.value) == (
+        "cannot connect to the database: None of the hosts match the target attribute "
+        "requirement <SessionAttribute.read_write: 'read-write'>"
+    )
