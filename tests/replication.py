@@ -16,6 +16,7 @@ import pwd
 import shutil
 import subprocess
 import tempfile
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -128,7 +129,17 @@ def make_primary(folder: Path) -> Server:
     data = folder / "primary"
     data.mkdir()
     _own(data)
-    _run("initdb", "-D", str(data), "-U", "postgres", "--auth=trust", "--encoding=utf8", cwd=data)
+    _run(
+        "initdb",
+        "-D",
+        str(data),
+        "-U",
+        "postgres",
+        "--auth=trust",
+        "--encoding=utf8",
+        "--wal-segsize=1",
+        cwd=data,
+    )
     port = free_port()
     with (data / "postgresql.conf").open("a") as conf:
         conf.write(_settings(port, data))
@@ -200,9 +211,12 @@ def replication() -> Iterator[Replication]:
     try:
         yield servers
     finally:
-        for server in servers.servers:
+        for server in reversed(servers.servers):
             server.stop("immediate")
-        shutil.rmtree(folder, ignore_errors=True)
+        # removed in the background: unlinking two data folders' thousand files each takes
+        # seconds on a busy machine, and nothing waits for it (but
+        # the interpreter's exit)
+        threading.Thread(target=shutil.rmtree, args=(folder, True)).start()
 
 
 async def caught_up(primary: Server, standby: Server, database: str = "postgres") -> None:
