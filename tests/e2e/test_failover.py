@@ -20,6 +20,7 @@ from tests.harvest_pair import SOURCE_SET, content, sink_settings
 from tests.oai_client import oai_get
 from tests.replication import Server, caught_up, replication, several_hosts
 from tests.servers import running_provider
+from wiscat.harvester.context import RunReport
 from wiscat.harvester.harvest import harvest_link
 from wiscat.harvester.service import harvest_context
 from wiscat.shared.db import links as link_store
@@ -76,6 +77,9 @@ async def test_a_promoted_standby_takes_over_and_the_next_run_resumes(
                 running_provider(database_url, page_size=50) as peer,
                 FaultProxy("127.0.0.1", int(peer.root.rsplit(":", 1)[1])) as peer_line,
                 running_provider(both, page_size=30) as node,
+                running_provider(
+                    both, database_read_url=standby.url(DATABASE), page_size=30
+                ) as reader,
                 harvest_context(sink_settings(both), both) as ctx,
             ):
                 new = build_link(
@@ -88,13 +92,13 @@ async def test_a_promoted_standby_takes_over_and_the_next_run_resumes(
                 await store.ensure_set(ctx.pool, new.local_set, new.local_set, "remote")
                 await link_store.add_link(ctx.pool, new)
 
-                async def harvest() -> object:
+                async def harvest() -> RunReport:
                     link = await link_store.get_link(ctx.pool, "src")
                     assert link is not None
                     return await harvest_link(ctx, link, window=False)
 
                 first = await harvest()
-                assert first.status == "ok", first.summary()  # type: ignore[attr-defined]
+                assert first.status == "ok", first.summary()
                 await factories.load_records(db, SOURCE_SET, range(100, 700))
                 await caught_up(primary, standby, DATABASE)
 
@@ -131,17 +135,18 @@ async def test_a_promoted_standby_takes_over_and_the_next_run_resumes(
 
                 peer_line.clear()
                 failed = await running
-                assert failed.status == "failed", failed.summary()  # type: ignore[attr-defined]
-                assert PAGES_LOST.fullmatch(failed.error), failed.error  # type: ignore[attr-defined]
+                assert failed.status == "failed", failed.summary()
+                assert failed.error is not None
+                assert PAGES_LOST.fullmatch(failed.error), failed.error
                 conn = await connect(standby.url(DATABASE))
                 try:
                     row = await conn.fetchrow(
                         "select status, error from harvest_runs where id = $1",
-                        failed.run_id,  # type: ignore[attr-defined]
+                        failed.run_id,
                     )
                 finally:
                     await conn.close()
-                assert (row["status"], row["error"]) == ("failed", failed.error)  # type: ignore[attr-defined]
+                assert (row["status"], row["error"]) == ("failed", failed.error)
 
                 # the list goes on, on the new primary, through the same provider
                 while token:
@@ -151,10 +156,19 @@ async def test_a_promoted_standby_takes_over_and_the_next_run_resumes(
                     token = (page.xpath("//oai:resumptionToken/text()") or [""])[0]
                 assert len(listed) == len(set(listed)) >= 100
 
+                # a provider that read from the standby reads from it as the primary it is now
+                pages = [
+                    await oai_get(provider.oai, verb="ListIdentifiers", metadataPrefix="iso19139")
+                    for provider in (node, reader)
+                ]
+                assert [page.status for page in pages] == [200, 200]
+                first_pages = [page.xpath("//oai:header/oai:identifier/text()") for page in pages]
+                assert first_pages[0] == first_pages[1] != []
+
                 # the next run resumes from the high-water mark and misses nothing
                 third = await harvest()
-                assert third.status == "ok", third.summary()  # type: ignore[attr-defined]
-                assert third.mode == "incremental"  # type: ignore[attr-defined]
+                assert third.status == "ok", third.summary()
+                assert third.mode == "incremental"
                 assert await content(ctx.pool, new.local_set) == await content(db, SOURCE_SET)
 
 
