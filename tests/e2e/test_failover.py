@@ -14,11 +14,13 @@ import asyncio
 import re
 from collections.abc import Awaitable, Callable
 
+import pytest
+
 from tests import factories
 from tests.faultproxy import FaultProxy, Freeze, Latency
 from tests.harvest_pair import SOURCE_SET, content, sink_settings
 from tests.oai_client import oai_get
-from tests.replication import Server, caught_up, replication, several_hosts
+from tests.replication import Replication, Server, caught_up, replication, several_hosts
 from tests.servers import running_provider
 from wiscat.harvester.context import RunReport
 from wiscat.harvester.harvest import harvest_link
@@ -26,7 +28,8 @@ from wiscat.harvester.service import harvest_context
 from wiscat.shared.db import links as link_store
 from wiscat.shared.db import migrate
 from wiscat.shared.db import records as store
-from wiscat.shared.db.pool import Pool, connect
+from wiscat.shared.db.errors import UNAVAILABLE
+from wiscat.shared.db.pool import Connection, Pool, connect, create_pool
 from wiscat.shared.linkspec import build_link
 
 DATABASE = "node"
@@ -54,22 +57,28 @@ async def stored_pages(server: Server) -> int:
     return int(value)
 
 
+async def node_primary(made: Replication) -> Server:
+    """A new primary holding the node's database, migrated."""
+    primary = await asyncio.to_thread(made.primary)
+    conn = await connect(primary.url())
+    try:
+        await conn.execute(f"create database {DATABASE}")
+    finally:
+        await conn.close()
+    conn = await connect(primary.url(DATABASE))
+    try:
+        await migrate.migrate(conn)
+    finally:
+        await conn.close()
+    return primary
+
+
 async def test_a_promoted_standby_takes_over_and_the_next_run_resumes(
     db: Pool, database_url: str
 ) -> None:
     await factories.load_records(db, SOURCE_SET, range(100))
     with replication() as made:
-        primary = await asyncio.to_thread(made.primary)
-        conn = await connect(primary.url())
-        try:
-            await conn.execute(f"create database {DATABASE}")
-        finally:
-            await conn.close()
-        conn = await connect(primary.url(DATABASE))
-        try:
-            await migrate.migrate(conn)
-        finally:
-            await conn.close()
+        primary = await node_primary(made)
         async with FaultProxy("127.0.0.1", primary.port) as stream:
             standby = await asyncio.to_thread(made.standby, primary, stream.port)
             both = several_hosts([primary, standby], DATABASE)
@@ -180,3 +189,50 @@ async def _at_least(server: Server, pages: int) -> bool:
     finally:
         await conn.close()
     return (value or 0) >= pages - 1
+
+
+async def test_with_synchronous_replication_a_failover_loses_no_commit() -> None:
+    """synchronous_standby_names: a commit returns once the standby has it, so the promoted
+    standby holds every record and deletion whose write returned; a write the standby never
+    received never returned."""
+    with replication() as made:
+        primary = await node_primary(made)
+        async with FaultProxy("127.0.0.1", primary.port) as stream:
+            standby = await asyncio.to_thread(made.standby, primary, stream.port)
+            conn = await connect(primary.url())
+            try:
+                await conn.execute("alter system set synchronous_standby_names = '*'")
+                await conn.execute("select pg_reload_conf()")
+                await until(lambda: _synchronous(conn), "the standby is synchronous", seconds=30)
+            finally:
+                await conn.close()
+            pool = await create_pool(primary.url(DATABASE), max_size=2)
+            try:
+                identifiers = await factories.load_records(pool, SOURCE_SET, range(50))
+                await factories.delete(pool, SOURCE_SET, identifiers[:5])
+                acknowledged = await content(pool, SOURCE_SET)
+                stream.set(Freeze("downstream"))
+                stream.set(Freeze("upstream"))
+                unacknowledged = [
+                    asyncio.create_task(factories.load_records(pool, SOURCE_SET, range(50, 60))),
+                    asyncio.create_task(factories.delete(pool, SOURCE_SET, identifiers[5:10])),
+                ]
+                await asyncio.sleep(1)
+                assert not any(task.done() for task in unacknowledged)  # waiting for the standby
+                primary.stop("immediate")
+                for task in unacknowledged:
+                    with pytest.raises(UNAVAILABLE):
+                        await task
+            finally:
+                pool.terminate()
+            await asyncio.to_thread(standby.promote)
+            promoted = await create_pool(standby.url(DATABASE), max_size=1)
+            try:
+                assert await content(promoted, SOURCE_SET) == acknowledged
+            finally:
+                await promoted.close()
+
+
+async def _synchronous(conn: Connection) -> bool:
+    states = await conn.fetch("select sync_state from pg_stat_replication")
+    return [row["sync_state"] for row in states] == ["sync"]
