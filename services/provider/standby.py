@@ -39,6 +39,8 @@ log = logging.getLogger("wiscat.provider")
 KEPT_HORIZONS = 64
 # how often a list waiting for the standby asks how far it has replayed
 POLL_SECONDS = 0.05
+# a standby lagging past the wait is logged at most once a minute
+LAG_WARN_EVERY = 60.0
 
 
 class Standby:
@@ -48,63 +50,70 @@ class Standby:
         self.primary = primary
         self.standby = standby
         self.wait_seconds = wait_seconds
-        self.taken: deque[PrimaryHorizon] = deque(maxlen=KEPT_HORIZONS)
+        # horizons taken that the standby had not replayed yet when last asked
+        self.pending: deque[PrimaryHorizon] = deque(maxlen=KEPT_HORIZONS)
         # the latest horizon the standby is known to have replayed past
-        self.replayed: datetime | None = None
+        self.replayed: PrimaryHorizon | None = None
+        self.warned = -LAG_WARN_EVERY  # (time.monotonic) when the lag was last logged
 
     async def horizon(self) -> store.ListHorizon:
         """The horizon of a list beginning now on the standby."""
-        taken = await primary_horizon(self.primary)
-        self.taken.append(taken)
+        taken = await self._take()
         position = await self._replayed(taken.wal_position)
         if position is None:  # promoted: the read server is a primary now
             return await store.list_horizon(self.standby)
-        replayed = [t for t in self.taken if t.wal_position <= position]
-        if not replayed:
+        self._note(position)
+        if self.replayed is None:
             raise StandbyBehind(
                 f"the standby has not replayed the primary's writes within "
                 f"{self.wait_seconds:g} s, and no older list horizon is known replayed"
             )
-        best = max(replayed, key=lambda t: t.horizon.at)
-        self._note(best)
-        if best is not taken:
+        if taken in self.pending and time.monotonic() - self.warned >= LAG_WARN_EVERY:
+            self.warned = time.monotonic()
             log.warning(
-                "the standby lags the primary by more than %g s: a list begun now stops at "
-                "%s, a horizon it has replayed",
+                "the standby lags the primary by more than %g s: lists begun now stop at %s, "
+                "a horizon it has replayed",
                 self.wait_seconds,
-                best.horizon.at.isoformat(),
+                self.replayed.horizon.at.isoformat(),
             )
-        return best.horizon
+        return self.replayed.horizon
 
     async def ensure_replayed(self, bound: datetime) -> None:
         """Return once the standby holds every row a list bound at ``bound`` lists (a list
         continued from a token); :class:`StandbyBehind` past the wait."""
-        if self.replayed is not None and self.replayed >= bound:
+        if self._covers(bound):
             return
         position = await replayed_position(self.standby)
         if position is None:
             return
-        if self._covered(bound, position):
+        self._note(position)
+        if self._covers(bound):
             return
-        taken = await primary_horizon(self.primary)
-        self.taken.append(taken)
+        taken = await self._take()
         position = await self._replayed(taken.wal_position)
-        if position is None or self._covered(bound, position):
+        if position is None:
             return
-        raise StandbyBehind(
-            f"the standby has not replayed, within {self.wait_seconds:g} s, the writes this "
-            f"list goes up to ({bound.isoformat()})"
-        )
+        self._note(position)
+        if not self._covers(bound):
+            raise StandbyBehind(
+                f"the standby has not replayed, within {self.wait_seconds:g} s, the writes "
+                f"this list goes up to ({bound.isoformat()})"
+            )
 
-    def _covered(self, bound: datetime, position: int) -> bool:
-        replayed = [t for t in self.taken if t.wal_position <= position]
-        for taken in replayed:
-            self._note(taken)
-        return self.replayed is not None and self.replayed >= bound
+    async def _take(self) -> PrimaryHorizon:
+        taken = await primary_horizon(self.primary)
+        self.pending.append(taken)
+        return taken
 
-    def _note(self, taken: PrimaryHorizon) -> None:
-        if self.replayed is None or taken.horizon.at > self.replayed:
-            self.replayed = taken.horizon.at
+    def _covers(self, bound: datetime) -> bool:
+        return self.replayed is not None and self.replayed.horizon.at >= bound
+
+    def _note(self, position: int) -> None:
+        """Keep the latest horizon taken that the standby has replayed past ``position``."""
+        for taken in [t for t in self.pending if t.wal_position <= position]:
+            self.pending.remove(taken)
+            if self.replayed is None or taken.horizon.at > self.replayed.horizon.at:
+                self.replayed = taken
 
     async def _replayed(self, position: int) -> int | None:
         """How far the standby has replayed, once that is past ``position`` or the wait is
