@@ -168,6 +168,11 @@ async def test_a_list_continued_on_a_lagging_standby_waits_for_its_bound(
                 assert refused.status == 503
                 assert refused.headers["Retry-After"] == "30"
                 assert refused.body == b"The catalogue's database is unavailable; retry later.\n"
+                # GetRecord reads the standby too: what it has not replayed is not there yet
+                late = first.xpath("//oai:header/oai:identifier/text()")[0]
+                asked = {"verb": "GetRecord", "identifier": late, "metadataPrefix": "iso19139"}
+                assert (await oai_get(on_primary.oai, **asked)).errors() == []
+                assert (await oai_get(on_standby.oai, **asked)).errors() == ["idDoesNotExist"]
             finally:
                 await resume_replay(standby, DATABASE)
             await caught_up(primary, standby, DATABASE)
@@ -177,6 +182,7 @@ async def test_a_list_continued_on_a_lagging_standby_waits_for_its_bound(
             again = await oai_get(on_primary.oai, verb="ListIdentifiers", resumptionToken=token)
             assert listed == again.xpath("//oai:header/oai:identifier/text()")
             assert len(listed) == 10
+            assert (await oai_get(on_standby.oai, **asked)).errors() == []
     finally:
         await source.close()
 
