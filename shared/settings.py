@@ -81,6 +81,20 @@ class Settings(BaseSettings):
         description="prepared statements kept per database connection; 0 behind a transaction "
         "pooler that cannot keep them (PgBouncer before 1.21, or without max_prepared_statements)",
     )
+    database_read_url: str | None = Field(
+        default=None,
+        description="libpq URL of a hot standby of DATABASE_URL's server, one host: the "
+        "provider reads lists and GetRecord there (writes stay on DATABASE_URL); unset: "
+        "everything on DATABASE_URL",
+    )
+    read_replay_wait_seconds: float = Field(
+        default=2.0,
+        ge=0,
+        le=60,
+        description="how long a list read from DATABASE_READ_URL waits for the standby to "
+        "replay what the primary has committed; past it, a new list stops at an older bound "
+        "the standby has replayed, and a continued one gets 503 with Retry-After",
+    )
     data_dir: Path = Field(
         default=Path("./var"),
         description="folder of the embedded PostgreSQL (DATA_DIR/postgres); not used when "
@@ -374,7 +388,7 @@ class Settings(BaseSettings):
             )
         return value
 
-    @field_validator("database_url", "database_session_url")
+    @field_validator("database_url", "database_session_url", "database_read_url")
     @classmethod
     def _database_url_is_libpq(cls, value: str | None) -> str | None:
         if not value:
@@ -576,7 +590,7 @@ def explain(error: ValidationError) -> list[str]:
 
     The value is quoted unless the setting is a secret or may hold one (the database URL).
     """
-    secret = {"database_url", "database_session_url"} | {
+    secret = {"database_url", "database_session_url", "database_read_url"} | {
         name
         for name, field in Settings.model_fields.items()
         if field.annotation in (SecretStr, SecretStr | None)

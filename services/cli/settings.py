@@ -50,7 +50,7 @@ def _shown(name: str, value: object) -> str:
         if name == "proxy_url":  # its host is worth seeing; its password never
             return safe_url(secret)
         return "(set)" if secret else "(empty)"
-    if name in ("database_url", "database_session_url"):
+    if name in ("database_url", "database_session_url", "database_read_url"):
         return safe_url(str(value))
     if isinstance(value, tuple):  # shown as it is set: 80,443,8080,8443
         return ",".join(map(str, value))

@@ -42,7 +42,7 @@ async def backup(ctx: HarvestContext, link: Link, report: RunReport) -> None:
         report.pages += 1
         report.bytes += page.bytes
         async with ctx.pool.acquire() as conn, conn.transaction():
-            await hold_run(conn, link, report)
+            await hold_run(conn, link, report, report.pages - 1)
             result = await store.backup_records(
                 conn,
                 link.local_set,

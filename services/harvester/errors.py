@@ -16,6 +16,7 @@ Exception tree::
      +-- LinkToItself            the peer's Identify names this node's own base URL
      +-- LinkRemoved             the link was removed while it ran (its runs went with it)
      +-- RunTakenOver            another worker took the link over while this run was held up
+     +-- PagesLost               the database lost pages the run wrote (a failover)
 
 Its own module, without aiohttp, so that the harvester's page workers can raise them.
 """
@@ -105,6 +106,12 @@ class MalformedRecord(BadResponse):
 
 class LinkRemoved(HarvestError):
     """The run's link was removed while it ran: the run stops at its next page, unwritten."""
+
+
+class PagesLost(HarvestError):
+    """The database no longer holds pages this run wrote (a failover to a standby that had not
+    received them, under asynchronous replication): the run stops at its next write, unwritten,
+    and the high-water mark stays where the database has it."""
 
 
 class RunTakenOver(HarvestError):

@@ -8,7 +8,7 @@ from collections import Counter
 from datetime import datetime
 
 from wiscat.harvester.context import HarvestContext, RunReport, run_log
-from wiscat.harvester.errors import LinkRemoved, RunTakenOver
+from wiscat.harvester.errors import LinkRemoved, PagesLost, RunTakenOver
 from wiscat.shared.db import links as link_store
 from wiscat.shared.db import records as store
 from wiscat.shared.db.links import Link, PageCounts
@@ -30,11 +30,12 @@ async def store_page(
     protected: str | None,
     size: int,
 ) -> None:
+    written = report.pages - 1  # this page is counted as its write begins
     async with ctx.pool.acquire() as conn, conn.transaction():
         # A write held up (on a lock held elsewhere) fails the run rather than holding back
         # every list, which stops before the oldest write in progress (invariant 2).
         await limit_statements(conn, ctx.settings.write_timeout_seconds)
-        await hold_run(conn, link, report)
+        await hold_run(conn, link, report, written)
         result = await store.upsert_records(
             conn,
             link.local_set,
@@ -114,17 +115,28 @@ async def store_page(
         run_log(report).warning("harvest %s: quarantined %s: %s", link.name, held, reason)
 
 
-async def hold_run(conn: Connection, link: Link, report: RunReport) -> None:
-    """Start a write of the run: stop it, the transaction unwritten, if it no longer runs."""
-    status = await link_store.hold_run(conn, report.run_id)
-    if status is None:
+async def hold_run(conn: Connection, link: Link, report: RunReport, written: int) -> None:
+    """Start a write of the run: stop it, the transaction unwritten, if it no longer runs or if
+    the database no longer holds the ``written`` pages it wrote before."""
+    held = await link_store.hold_run(conn, report.run_id)
+    if held is None:
         raise LinkRemoved(f"link {link.name} was removed during the run")
+    status, stored = held
     if status != "running":
         raise RunTakenOver(
             f"another worker took link {link.name} over during this run, whose lease had run "
             "out unrenewed (the process held up, or cut off from the database, for longer than "
             "WISCAT_HARVEST_LEASE_SECONDS); this run stopped, its pages written before are "
             "kept, and the high-water mark is the other run's to move"
+        )
+    if stored < written:
+        # The database lost commits of this run: a standby promoted before it had received
+        # them (asynchronous replication), or a restore. Pages written after them would leave
+        # a hole in the link's set that the high-water mark then passes.
+        raise PagesLost(
+            f"the database holds {stored} of the {written} pages this run wrote: it lost "
+            "the others (a failover to a standby that had not received them, or a restore); "
+            "this run stopped, and the next lists again from the high-water mark"
         )
 
 
@@ -154,7 +166,7 @@ async def complete(
     counts: Counter[str] = Counter()
     async with ctx.pool.acquire() as conn, conn.transaction():
         await link_store.hold_link(conn, link.name)  # updated last; locked first (see there)
-        await hold_run(conn, link, report)
+        await hold_run(conn, link, report, report.pages)
         for start in range(0, len(deletions), DELETE_BATCH):
             await limit_statements(conn, ctx.settings.write_timeout_seconds)
             result = await store.delete_records(

@@ -218,7 +218,14 @@ def create_app(settings: Settings, database_url: str) -> FastAPI:
         pool = await create_pool(
             database_url, max_size=10, statement_cache=settings.database_statement_cache
         )
+        read_pool: Pool | None = None
         try:
+            if settings.database_read_url:
+                read_pool = await create_pool(
+                    settings.database_read_url,
+                    max_size=10,
+                    statement_cache=settings.database_statement_cache,
+                )
             async with pool.acquire() as conn:
                 await check_current(conn)
             await ensure_own_set(pool, settings.own_set)
@@ -228,7 +235,7 @@ def create_app(settings: Settings, database_url: str) -> FastAPI:
                 else await store.node_secret(pool, "resumption_token")
             )
             codec = token_codec(settings, secret)
-            state = ProviderState(settings, pool, codec, ProviderMetrics())
+            state = ProviderState(settings, pool, codec, ProviderMetrics(), read_pool)
             app.state.provider = state
             await registry.start(app, state)
             purge = (
@@ -251,6 +258,8 @@ def create_app(settings: Settings, database_url: str) -> FastAPI:
                 with contextlib.suppress(asyncio.CancelledError):
                     await purge
         finally:
+            if read_pool is not None:
+                await read_pool.close()
             await pool.close()
 
     # Swagger UI's script, style sheet and icon come from the node itself (/docs/static/...),

@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 from wiscat.provider.characters import servable_rows
 from wiscat.provider.metrics import ProviderMetrics
 from wiscat.provider.readahead import ListPageItems, PageKey, ReadAhead
+from wiscat.provider.standby import Standby
 from wiscat.shared import crosswalk
 from wiscat.shared.db import records as store
 from wiscat.shared.db.pool import Pool
@@ -62,9 +63,20 @@ class ListPage:
 class Lists:
     """The provider's lists: their slots, their pages read ahead, their bound."""
 
-    def __init__(self, settings: Settings, pool: Pool, metrics: ProviderMetrics) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        pool: Pool,
+        metrics: ProviderMetrics,
+        read_pool: Pool | None = None,
+    ) -> None:
         self.settings = settings
         self.pool = pool
+        # where pages are read: a hot standby's pool (DATABASE_READ_URL), else the primary's
+        self.read_pool = read_pool or pool
+        self.standby = (
+            Standby(pool, read_pool, settings.read_replay_wait_seconds) if read_pool else None
+        )
         self.metrics = metrics
         self.in_progress = 0
         self.horizon_warned = -HORIZON_WARN_EVERY  # (time.monotonic) last warned of the horizon
@@ -94,9 +106,13 @@ class Lists:
         settle window besides. The bound is also cut back to a whole second, so a list shows a
         datestamp second only once all of it is visible: harvesters may then ask from = last
         second seen + 1 (the guarantee Identify states; without a settle window, as in some
-        tests, it is not cut).
+        tests, it is not cut). Read from a standby, the list also stops short of what the
+        standby has not replayed (:class:`wiscat.provider.standby.Standby`).
         """
-        horizon = await store.list_horizon(self.pool)
+        if self.standby is not None:
+            horizon = await self.standby.horizon()
+        else:
+            horizon = await store.list_horizon(self.pool)
         settle = self.settings.settle_seconds
         upper_bound = horizon.at - timedelta(seconds=settle)
         lag = (datetime.now(UTC) - horizon.at).total_seconds()
@@ -126,7 +142,10 @@ class Lists:
 
     async def page(self, key: PageKey, *, continued: bool) -> ListPageItems:
         """The page at ``key``: read ahead when a list is ``continued`` (by a token), else read
-        now."""
+        now. On a standby, a ``continued`` list waits until the standby has replayed its bound
+        (it may have begun on another provider)."""
+        if continued and self.standby is not None:
+            await self.standby.ensure_replayed(key.scope.upper_bound)
         page = await self.read_ahead.take(key) if continued else None
         return page if page is not None else await self.read_page(key)
 
@@ -144,7 +163,7 @@ class Lists:
         scope = key.scope
         if key.verb == "ListIdentifiers":
             rows = await store.list_page(
-                self.pool, scope, after=key.last, limit=page_size + 1, with_xml=False
+                self.read_pool, scope, after=key.last, limit=page_size + 1, with_xml=False
             )
             following = None
             if len(rows) > page_size:
@@ -152,14 +171,14 @@ class Lists:
                 following = key.after(rows[-1].datestamp, rows[-1].identifier)
             return ListPageItems(render_items(key, rows), len(rows), following)
         while True:
-            keys = await store.list_keys(self.pool, scope, after=key.last, limit=page_size + 1)
+            keys = await store.list_keys(self.read_pool, scope, after=key.last, limit=page_size + 1)
             if not keys:
                 return ListPageItems(b"", 0, None)
             following = key.after(*keys[page_size - 1]) if len(keys) > page_size else None
             if following:
                 found(following)
             rows = await store.list_page(
-                self.pool,
+                self.read_pool,
                 scope,
                 after=key.last,
                 limit=page_size,

@@ -177,7 +177,7 @@ def _served_sets(stored: Sequence[store.SetInfo]) -> list[tuple[str, str]]:
 
 async def get_record(state: ProviderState, req: OAIRequest, response_date: datetime) -> bytes:
     assert req.identifier is not None and req.metadata_prefix is not None
-    stored = await store.get_record(state.pool, req.identifier)
+    stored = await store.get_record(state.lists.read_pool, req.identifier)
     if stored is None:
         raise IdDoesNotExist(f"no record with identifier {req.identifier!r}")
     stored = servable(stored, state.metrics)  # P14
@@ -247,7 +247,9 @@ async def list_records(state: ProviderState, req: OAIRequest, response_date: dat
         complete_list_size = position.complete_list_size
         if complete_list_size < 0:
             complete_list_size = (
-                await store.count_list(state.pool, key.scope) if page.following else page.count
+                await store.count_list(state.lists.read_pool, key.scope)
+                if page.following
+                else page.count
             )
         tail = _list_tail(state, position, page, complete_list_size, response_date)
         start = render.response_start(response_date, state.settings.base_url, req.echo, req.verb)

@@ -21,17 +21,20 @@ from wiscat.shared.settings import Settings
 
 @dataclass
 class ProviderState:
-    """What the routes need: the settings, the database, the token codec, the metrics, and the
-    lists in progress."""
+    """What the routes need: the settings, the database (and the standby lists are read from),
+    the token codec, the metrics, and the lists in progress."""
 
     settings: Settings
     pool: Pool
     codec: TokenCodec
     metrics: ProviderMetrics
+    # where lists and GetRecord read: a hot standby's pool (DATABASE_READ_URL), else ``pool``
+    read_pool: Pool | None = None
     lists: Lists = dataclasses.field(init=False)
 
     def __post_init__(self) -> None:
-        self.lists = Lists(self.settings, self.pool, self.metrics)
+        self.lists = Lists(self.settings, self.pool, self.metrics, self.read_pool)
+        self.read_pool = self.lists.read_pool
 
 
 def provider_state(request: Request) -> ProviderState:

@@ -5,6 +5,7 @@ Exception tree::
     DatabaseError           any failure talking to PostgreSQL, translated once at this edge
      +-- SchemaNotCurrent   the database lacks migrations this code needs
      +-- EmbeddedServerError  the embedded PostgreSQL could not be started
+    StandbyBehind           a standby has not replayed what a list needs (an OSError)
 
 ``UNAVAILABLE`` are asyncpg's errors (and the system's) when the server cannot be reached or went
 away: connecting (refused, no socket, the server starting or shutting down), a connection lost
@@ -25,6 +26,9 @@ UNAVAILABLE: tuple[type[Exception], ...] = (
     asyncpg.PostgresConnectionError,  # the connection failed or is gone
     asyncpg.OperatorInterventionError,  # starting up, shutting down, crashed, query cancelled
     asyncpg.InterfaceError,  # a connection closed under a query, a pool closing
+    # no server of a DSN with several hosts takes writes (target_session_attrs=read-write):
+    # the primary gone, its standby not yet promoted
+    asyncpg.TargetServerAttributeNotMatched,
 )
 
 FAILED: tuple[type[Exception], ...] = (
@@ -32,6 +36,7 @@ FAILED: tuple[type[Exception], ...] = (
     asyncpg.OperatorInterventionError,
     asyncpg.InterfaceError,
     asyncpg.InsufficientResourcesError,  # disk full, out of memory, too many connections
+    asyncpg.TargetServerAttributeNotMatched,  # as in UNAVAILABLE: between primaries
 )
 """What ends a command when the database fails under it: ``UNAVAILABLE`` but the system's own
 errors (a command's file errors are those too), and the server out of a resource. Not an error
@@ -53,6 +58,13 @@ class SchemaNotCurrent(DatabaseError):
 
 class EmbeddedServerError(DatabaseError):
     """The embedded PostgreSQL server could not be started."""
+
+
+class StandbyBehind(TimeoutError):
+    """The standby a provider reads from has not replayed, within
+    ``Settings.read_replay_wait_seconds``, what a list needs: the primary's writes reach it
+    late (replication lag, or replay paused). A ``TimeoutError``, and so one of ``UNAVAILABLE``:
+    the client is asked to come back."""
 
 
 class NoAnswer(TimeoutError):

@@ -298,11 +298,11 @@ class PageCounts:
     quarantined: int = 0
 
 
-async def hold_run(conn: Connection, run_id: int) -> str | None:
-    """The run's status, its row locked for the rest of ``conn``'s transaction; None if the run
-    is gone (its link was removed)."""
-    status: str | None = await conn.fetchval(_SQL["hold_run"], run_id)
-    return status
+async def hold_run(conn: Connection, run_id: int) -> tuple[str, int] | None:
+    """The run's status and how many pages it has written, its row locked for the rest of
+    ``conn``'s transaction; None if the run is gone (its link was removed)."""
+    row = await conn.fetchrow(_SQL["hold_run"], run_id)
+    return None if row is None else (row["status"], int(row["pages"]))
 
 
 async def hold_link(conn: Connection, name: str) -> None:

@@ -20,6 +20,10 @@ log = logging.getLogger("wiscat.db")
 
 T = TypeVar("T")
 
+# what connecting fails with: the server refuses, or (a URL naming several hosts with
+# target_session_attrs) none of them is what the URL asks for, a primary between two
+_CANNOT_CONNECT = (OSError, asyncpg.PostgresError, asyncpg.TargetServerAttributeNotMatched)
+
 
 # Datestamps are UTC throughout. Sent when the session starts, so that it holds behind a
 # transaction pooler too: PgBouncer passes the time zone on to every server connection it lends
@@ -75,7 +79,7 @@ async def create_pool(
             statement_cache_size=statement_cache,
             server_settings=_SESSION,
         )
-    except (OSError, asyncpg.PostgresError) as exc:
+    except _CANNOT_CONNECT as exc:
         raise DatabaseError(f"cannot connect to the database: {exc}") from exc
     assert pool is not None
     return pool
@@ -147,7 +151,7 @@ async def connect(url: str) -> asyncpg.Connection:
     """One connection (for migrations and one-shot commands)."""
     try:
         conn = await asyncpg.connect(url, server_settings=_SESSION)
-    except (OSError, asyncpg.PostgresError) as exc:
+    except _CANNOT_CONNECT as exc:
         raise DatabaseError(f"cannot connect to the database: {exc}") from exc
     await _init_connection(conn)
     return conn

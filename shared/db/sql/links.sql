@@ -104,10 +104,10 @@ returning id
 update harvest_runs set from_date = $2 where id = $1
 
 -- name: hold_run --
--- The run's status, its row locked until the transaction ends: each write of a run first checks
--- that the run still runs, and no other worker can close it (take the link over) meanwhile.
--- No row when the run is gone (its link was removed).
-select status from harvest_runs where id = $1 for update
+-- The run's status and the pages it has written, its row locked until the transaction ends:
+-- each write of a run first checks that the run still runs, and no other worker can close it
+-- (take the link over) meanwhile. No row when the run is gone (its link was removed).
+select status, pages from harvest_runs where id = $1 for update
 
 -- name: hold_link --
 -- Lock the link's row until the transaction ends, before its run's (hold_run): a transaction
