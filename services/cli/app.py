@@ -1,4 +1,4 @@
-"""The ``wiscat`` command (DESIGN §8): one entry point for every service and operator task.
+"""The ``wiscat`` command (docs/commands.md): one entry point for every service and operator task.
 
 The parser is built top-down: each command group's module adds its subcommands, each with
 ``set_defaults(handler=...)``, and :func:`main` calls the handler the arguments chose. No module

@@ -40,7 +40,7 @@ def add_parsers(sub: Any) -> None:
     mode.add_argument(
         "--backup-sync",
         action="store_true",
-        help="backup synchronisation of a shared set (seed 000 §5): take only records missing "
+        help="backup synchronisation of a shared set: take only records missing "
         "here or newer by gmd:dateStamp, keeping the peer's datestamps; lists what it took",
     )
     p.add_argument(

@@ -1,8 +1,8 @@
-"""One harvest run of one link: the rules of DESIGN §2 and §4, in the order a run meets them.
+"""One harvest run of one link: docs/harvesting.md's rules, in the order a run meets them.
 
 - An incremental run asks ``from = high-water mark - overlap``; a full run asks no ``from``; a
-  window run re-reads one from/until slice of the peer's range (seed 000 §4) and never moves the
-  high-water mark.
+  window run re-reads one from/until slice of the peer's range and never moves the high-water
+  mark (docs/harvesting.md).
 - Every page is written in one statement, in one transaction with the run's progress; unusable
   records go to the quarantine with their raw bytes, the rest of the page is stored.
 - Deleted headers are kept until the whole list has arrived (the last event of an identifier in
@@ -263,7 +263,7 @@ async def _harvest(
     first_response: datetime | None = None
     greatest: datetime | None = None
     # Deleted identifiers, applied once the whole list has arrived. Within one list the last
-    # event of an identifier wins (DESIGN invariant 4): one listed live on a later page than its
+    # event of an identifier wins (invariant 4): one listed live on a later page than its
     # deletion is no longer to delete; one deleted after it was written is.
     deletions: dict[str, None] = {}
     by_identifiers = link.strategy == "ListIdentifiers"
@@ -357,8 +357,8 @@ GET_RECORD_CONCURRENCY = 4
 async def _get_records(
     ctx: HarvestContext, link: Link, headers: list[HeaderItem], sorter: PageSorter
 ) -> None:
-    """The ListIdentifiers + GetRecord strategy (seed 002): fetch a page's records, a few at
-    a time, and sort each as it arrives.
+    """The ListIdentifiers + GetRecord strategy (docs/links.md, ``--strategy``): fetch a page's
+    records, a few at a time, and sort each as it arrives.
 
     A record the peer will not give (idDoesNotExist: gone since it was listed, from a
     repository that keeps no deletions; cannotDisseminateFormat: not in this format, §3.6 "not

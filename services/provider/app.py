@@ -150,7 +150,7 @@ async def counted(pool: Pool) -> tuple[list[store.SetCount], store.SetCount]:
 
 
 async def _purge_loop(state: ProviderState) -> None:
-    """Drop what has outlived its retention period: tombstones (seed 002: kept three months),
+    """Drop what has outlived its retention period: tombstones (WIS guidelines: kept three months),
     and the history (harvest runs, quarantined records, check reports), which would otherwise
     grow without end."""
     settings = state.settings

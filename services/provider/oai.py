@@ -43,7 +43,7 @@ from wiscat.shared.settings import UNION_SET
 
 router = APIRouter()
 
-# prefix -> (schema, namespace); iso19139 is the stored record as is (WIS guidelines, seed 002),
+# prefix -> (schema, namespace); iso19139 is the stored record as is (WIS guidelines),
 # oai_dc is the crosswalk every repository must offer (OAI-PMH 2.0 §3.4).
 FORMATS: dict[str, tuple[str, str]] = {
     "iso19139": ("http://www.isotc211.org/2005/gmd/gmd.xsd", "http://www.isotc211.org/2005/gmd"),

@@ -1,4 +1,4 @@
-"""The consistency checker against real nodes built to show each category (seed 003)."""
+"""The consistency checker against real nodes built to show each category (docs/checks.md)."""
 
 from __future__ import annotations
 

@@ -124,8 +124,8 @@ async def test_d03_a_harvest_whose_page_commit_is_reset_fails_and_the_next_run_c
     db: Pool, database_url: str, template_ready: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The sink's database connection is reset as page 2 of 3 commits: the run fails with its
-    reason stored, pages committed before stay, the high-water mark does not move (DESIGN
-    invariant 3: never ahead of the committed data); the next run completes, sink = source."""
+    reason stored, pages committed before stay, the high-water mark does not move (invariant
+    3: never ahead of the committed data); the next run completes, sink = source."""
     source = sorted(await factories.load_records(db, SOURCE_SET, range(250)))
     sink_url = await clone_template(template_ready)
     try:

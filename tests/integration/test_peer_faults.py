@@ -600,7 +600,7 @@ async def test_h14_a_header_datestamp_years_ahead_does_not_move_the_mark_past_th
 ) -> None:
     """H14: a record listed with a header datestamp 10 years ahead. Rule: it is stored (the
     datestamp a harvester keeps is its own time of arrival, docs/harvesting.md: nothing to
-    clamp) and the high-water mark is cut to the page's responseDate (DESIGN §1), so the
+    clamp) and the high-water mark is cut to the page's responseDate (docs/design.md), so the
     next run still asks from today: the record, updated at a normal datestamp, is taken."""
     peer = ClockPeer(timedelta(0))
     normal = peer.put(0)
