@@ -44,7 +44,7 @@ from wiscat.harvester.plan import (
 from wiscat.harvester.transport import global_addresses_only
 from wiscat.harvester.writes import MassDeletion, complete, store_page
 from wiscat.shared.db import links as link_store
-from wiscat.shared.db.errors import FAILED
+from wiscat.shared.db.errors import DatabaseFailed
 from wiscat.shared.db.links import Link, RunMode
 from wiscat.shared.linkspec import REGISTRY_LINK_PREFIX
 from wiscat.shared.oaipmh.dates import shifted
@@ -154,9 +154,9 @@ async def run_list(
         report.error = "stopped before the list ended: the process was asked to stop"
         await _finish(ctx, link, report, started)
         raise
-    except FAILED as exc:  # the database failed under the run (RELIABILITY D02, D03)
+    except DatabaseFailed as exc:  # the database failed under the run (RELIABILITY D02, D03)
         report.status, report.error_kind = "failed", "DatabaseError"
-        report.error = f"the database failed during the run: {type(exc).__name__}: {exc}"
+        report.error = f"the database failed during the run: {exc.kind}: {exc}"
     except Exception as exc:  # a bug of ours must not take the other links down
         run_log(report).exception("harvest %s run %d: unexpected error", link.name, run_id)
         report.status, report.error_kind, report.error = (

@@ -31,7 +31,7 @@ from wiscat.provider.responses import (
 )
 from wiscat.provider.state import ProviderState, State
 from wiscat.shared.db import records as store
-from wiscat.shared.db.errors import UNAVAILABLE
+from wiscat.shared.db.errors import DatabaseUnavailable
 from wiscat.shared.db.pool import answered
 from wiscat.shared.oaipmh import render
 from wiscat.shared.oaipmh.arguments import OAIRequest, echo_allowed, parse_request
@@ -83,7 +83,7 @@ async def oai_endpoint(request: Request, state: State) -> Response:
         state.metrics.overloaded.inc()
         state.metrics.requests.labels(verb_label, "overloaded").inc()
         return overloaded_text(state.settings.overload_retry_after_seconds)
-    except UNAVAILABLE as exc:
+    except DatabaseUnavailable as exc:
         state.metrics.requests.labels(verb_label, "unavailable").inc()
         log_unavailable(verb_label, exc)
         return unavailable_text()

@@ -12,8 +12,9 @@ from typing import TypeVar
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
+from wiscat.shared.db import driver
 from wiscat.shared.db.embedded import EmbeddedPostgres
-from wiscat.shared.db.errors import DatabaseError, NoAnswer
+from wiscat.shared.db.errors import DatabaseError, DatabaseFailed, NoAnswer
 from wiscat.shared.tasks import abandon
 
 log = logging.getLogger("wiscat.db")
@@ -35,14 +36,24 @@ async def limit_statements(conn: Connection, seconds: float) -> None:
 
 
 async def create_pool(url: str, *, min_size: int = 1, max_size: int = 10) -> asyncpg.Pool:
-    """An asyncpg pool on ``url`` whose sessions use UTC."""
+    """A pool on ``url`` whose sessions use UTC, and whose failures are wiscat's errors
+    (:mod:`wiscat.shared.db.driver`)."""
     try:
-        pool = await asyncpg.create_pool(
-            url, min_size=min_size, max_size=max_size, init=_init_connection, command_timeout=300
+        # asyncpg.create_pool's own defaults, with the translating pool and connection classes
+        pool = await driver.Pool(
+            url,
+            connection_class=driver.Connection,
+            record_class=asyncpg.Record,
+            min_size=min_size,
+            max_size=max_size,
+            max_queries=50000,
+            max_inactive_connection_lifetime=300.0,
+            init=_init_connection,
+            loop=None,
+            command_timeout=300,
         )
-    except (OSError, asyncpg.PostgresError) as exc:
+    except (OSError, asyncpg.PostgresError, DatabaseFailed) as exc:
         raise DatabaseError(f"cannot connect to the database: {exc}") from exc
-    assert pool is not None
     return pool
 
 
@@ -111,7 +122,7 @@ async def _watch(server: EmbeddedPostgres, on_lost: Callable[[str], None]) -> No
 async def connect(url: str) -> asyncpg.Connection:
     """One connection (for migrations and one-shot commands)."""
     try:
-        conn = await asyncpg.connect(url)
+        conn = await asyncpg.connect(url, connection_class=driver.Connection)
     except (OSError, asyncpg.PostgresError) as exc:
         raise DatabaseError(f"cannot connect to the database: {exc}") from exc
     await _init_connection(conn)
