@@ -111,7 +111,7 @@ async def run(template_url: str) -> list[str]:
         "is read again after an hour, on a full run or after a failure); nothing is "
         "re-sent or stored, and no datestamp changes (asserted in `tests/e2e/test_mesh.py` and "
         "`tests/integration/test_harvest_provider.py`). "
-        "Against a provider without that guarantee the harvester asks `from = HWM` (DESIGN §1) "
+        "Against a provider without that guarantee the harvester asks `from = HWM` "
         "and the records of the HWM's second come again each run.",
         "",
     ]

@@ -1,4 +1,4 @@
-"""The registry (seed 004, issue 6): how fast a new URL reaches every node, and what verifying a
+"""The registry (issue 6): how fast a new URL reaches every node, and what verifying a
 long chain costs.
 
     lines = await registry.run(server_url)   # markdown lines for docs/benchmarks.md

@@ -1,7 +1,7 @@
 -- Records, their set memberships and tombstones.
 --
 -- records.datestamp is the oai:datestamp: the time (database clock) the record's content or set
--- membership last changed *here* (DESIGN invariant 1). md_datestamp is gmd:dateStamp, used only by
+-- membership last changed *here* (invariant 1). md_datestamp is gmd:dateStamp, used only by
 -- the older-record guard (invariant 5). A deleted record keeps its row, without XML, as a
 -- tombstone until the retention period has passed (invariant 4).
 

@@ -1,4 +1,4 @@
--- Consistency checks [seed 003]: checks run on a schedule by the harvester, and their reports.
+-- Consistency checks (docs/checks.md), run on a schedule by the harvester, and their reports.
 
 create table checks (
     name          text primary key check (name ~ '^[A-Za-z0-9][A-Za-z0-9._-]*$'),

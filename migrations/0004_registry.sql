@@ -1,4 +1,4 @@
--- The distributed registry of OAI-PMH base URLs [seed 004]: blocks (every branch received), the
+-- The distributed registry of OAI-PMH base URLs: blocks (every branch received), the
 -- main chain, the pool of accepted transactions not yet in the main chain, this node's peers, and
 -- the members a tracker has heard from.
 

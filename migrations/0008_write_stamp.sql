@@ -24,7 +24,7 @@ end
 $$;
 
 -- A record's datestamp moves when a writer gives it one, or when what a harvester sees of it
--- (content, deletion, sets) changes; backup synchronisation (seed 000 §5) alone keeps the
+-- (content, deletion, sets) changes; backup synchronisation alone keeps the
 -- source's datestamps, saying so for its own transaction.
 create function records_write_stamp() returns trigger
 language plpgsql as $$
@@ -60,7 +60,7 @@ begin
 end
 $$;
 
--- A deleted header lists the sets the record was deleted from (DESIGN invariant 4): a tombstone
+-- A deleted header lists the sets the record was deleted from (invariant 4): a tombstone
 -- now keeps its sets. Tombstones written before kept none; their deleted memberships tell them
 -- (set before the triggers exist: this moves no datestamp, the deletion being news to no one).
 update records r

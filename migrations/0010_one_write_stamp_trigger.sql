@@ -3,7 +3,7 @@
 --
 -- A row's datestamp moves when a writer gives it one, or when what a harvester sees of it
 -- changes: its deletion, and for a record its content and its sets. Backup synchronisation
--- (seed 000 §5) alone keeps the source's datestamps, saying so for its own transaction.
+-- alone keeps the source's datestamps, saying so for its own transaction.
 create function wiscat_stamp_write() returns trigger
 language plpgsql as $$
 begin

@@ -95,7 +95,7 @@ async def ensure_own_set(db: store.Executor, own_set: str) -> None:
 
 
 def older(record: Record) -> str:
-    """Why ``record`` was refused as older than the stored copy (DESIGN invariant 5)."""
+    """Why ``record`` was refused as older than the stored copy (invariant 5)."""
     if record.md_datestamp is None:
         return "it has no gmd:dateStamp and the stored copy has one"
     return "its gmd:dateStamp is older than the stored copy's"

@@ -1,4 +1,4 @@
-"""Validating a new link the way both the CLI and the admin API accept it (DESIGN §8)."""
+"""Validating a new link the way both the CLI and the admin API accept it (docs/links.md)."""
 
 from __future__ import annotations
 
@@ -94,8 +94,8 @@ def build_link(
 ) -> NewLink:
     """Check a link definition and fill in its defaults.
 
-    ``into`` defaults to the remote set's own name (seed 000 §2: set names are preserved on
-    arrival); a link without a remote set harvests the peer's whole catalogue and must say
+    ``into`` defaults to the remote set's own name (set names are kept on arrival,
+    docs/links.md); a link without a remote set harvests the peer's whole catalogue and must say
     ``into`` (typically an area link into the own set). Names that begin with
     :data:`REGISTRY_LINK_PREFIX` are for the links the registry adds (``by_registry``) alone.
     A link to ``own_base_url`` (this node's) is refused: a harvest run would fail on it
@@ -127,7 +127,7 @@ def build_link(
         raise LinkSpecError(f"a recovery link restores the own set: --into {own_set}")
     if remote_set == own_set and local == own_set and not recovery:
         # the peer's copy of the own set, harvested into it: what was deleted or changed here
-        # would come back from the peer's older copy (DESIGN invariants 4 and 6: no loops)
+        # would come back from the peer's older copy (invariants 4 and 6, docs/design.md: no loops)
         raise LinkSpecError(
             f"{own_set} is this node's own set: its copy at a peer is harvested back only by a "
             "recovery link (--recovery, usually --disabled, run by hand when the set is lost)"
@@ -177,7 +177,7 @@ def changed_link(
     and enabled state stay, but for this:
 
     A link that files records under the name of the set it harvests (a GISC link: the set's
-    name is kept on arrival, DESIGN §1) and is given another remote set (a set name mistyped)
+    name is kept on arrival, docs/links.md) and is given another remote set (a set name mistyped)
     files them under the new set's name; not the whole catalogue, which needs ``into``.
     (:func:`wiscat.shared.db.links.update_link` refuses it while the link has records in the
     old.)"""

@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import TextIO
 
+from wiscat.shared.db.errors import kind_of
 from wiscat.shared.durations import format_duration
 
 _STANDARD = set(vars(logging.makeLogRecord({})).keys()) | {"message", "asctime"}
@@ -69,7 +70,7 @@ class Outage:
     def failed(self, exc: BaseException) -> None:
         now = time.monotonic()
         self.attempts += 1
-        reason = f"{type(exc).__name__}: {exc}"
+        reason = f"{kind_of(exc)}: {exc}"
         if self.began is None:
             self.began = self.told = now
             self.log.warning(

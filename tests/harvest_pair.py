@@ -82,3 +82,18 @@ async def run(pair: Pair, name: str = "test", **kwargs: Any) -> RunReport:
     link = await link_store.get_link(pair.sink, name)
     assert link is not None
     return await harvest_link(pair.ctx, link, window=False, **kwargs)  # type: ignore[arg-type]
+
+
+def new_link(name: str, url: str) -> link_store.NewLink:
+    """A link of the sink to ``url`` for the source's set (a registry link by its name)."""
+    from wiscat.shared.linkspec import REGISTRY_LINK_PREFIX, build_link
+
+    return build_link(
+        name=name,
+        url=url,
+        remote_set=SOURCE_SET,
+        into=None,
+        own_set="WIS-GISC-SINK",
+        window_slices=0,
+        by_registry=name.startswith(REGISTRY_LINK_PREFIX),
+    )

@@ -1,4 +1,4 @@
-"""The ``wiscat`` command (DESIGN §8): one entry point for every service and operator task.
+"""The ``wiscat`` command (docs/commands.md): one entry point for every service and operator task.
 
 The parser is built top-down: each command group's module adds its subcommands, each with
 ``set_defaults(handler=...)``, and :func:`main` calls the handler the arguments chose. No module
@@ -23,7 +23,7 @@ from wiscat.cli.arguments import COMMON_EXITS
 from wiscat.cli.output import said
 from wiscat.cli.signals import stopped_by_signals
 from wiscat.listen import CannotListen
-from wiscat.shared.db.errors import FAILED, DatabaseError
+from wiscat.shared.db.errors import DatabaseError, DatabaseFailed
 from wiscat.shared.logs import configure
 from wiscat.shared.registry.keyfile import KeyFileError
 from wiscat.shared.settings import Settings
@@ -95,12 +95,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:
             return runner.run(stopped_by_signals(args.handler(settings, args)))
-    except (DatabaseError, CannotListen, KeyFileError) as exc:
-        print(f"wiscat: {exc}", file=sys.stderr)
-        return 2
-    except FAILED as exc:  # not a bug of ours: the reason says it, the traceback is for debugging
+    # before DatabaseError, of which it is one: not a bug of ours, the reason says it, and the
+    # traceback is for debugging
+    except DatabaseFailed as exc:
         log.debug("stopped by the database", exc_info=exc)
         print(f"wiscat: the database failed: {said(exc)}", file=sys.stderr)
+        return 2
+    except (DatabaseError, CannotListen, KeyFileError) as exc:
+        print(f"wiscat: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:
         # a file that cannot be written or read (a key file, a report): its name and the reason

@@ -11,7 +11,7 @@ from wiscat.cli.arguments import command
 from wiscat.cli.database import migrated_database
 from wiscat.cli.output import said, when
 from wiscat.shared.db import links as link_store
-from wiscat.shared.db.errors import UNAVAILABLE, DatabaseError
+from wiscat.shared.db.errors import DatabaseError, DatabaseUnavailable
 from wiscat.shared.db.links import Link
 from wiscat.shared.settings import Settings
 
@@ -40,7 +40,7 @@ def add_parsers(sub: Any) -> None:
     mode.add_argument(
         "--backup-sync",
         action="store_true",
-        help="backup synchronisation of a shared set (seed 000 §5): take only records missing "
+        help="backup synchronisation of a shared set: take only records missing "
         "here or newer by gmd:dateStamp, keeping the peer's datestamps; lists what it took",
     )
     p.add_argument(
@@ -53,7 +53,7 @@ def add_parsers(sub: Any) -> None:
 async def cmd_harvest(settings: Settings, args: argparse.Namespace) -> int:
     try:
         return await _harvest_once(settings, args)
-    except UNAVAILABLE as exc:
+    except DatabaseUnavailable as exc:
         # the database went away during the run (a crash, a restart, a network cut): said as
         # such, where the system's words alone ('[Errno 2] No such file or directory', the
         # server's socket) named no database; the run is closed as abandoned once its lease

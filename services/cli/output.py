@@ -7,6 +7,7 @@ from collections.abc import Callable, Container, Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
+from wiscat.shared.db.errors import kind_of
 from wiscat.shared.oaipmh.dates import format_datestamp
 
 
@@ -17,7 +18,7 @@ def when(value: datetime | None) -> str:
 
 def said(exc: BaseException) -> str:
     """An exception's message, or its kind when it has none (a connection reset says nothing)."""
-    return str(exc) or type(exc).__name__
+    return str(exc) or kind_of(exc)
 
 
 def jsonable(row: dict[str, Any]) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from wiscat.cli.database import migrated_pool
 from wiscat.cli.output import said
 from wiscat.cli.progress import per_second, progress
 from wiscat.shared import ingest
-from wiscat.shared.db.errors import FAILED, UNAVAILABLE
+from wiscat.shared.db.errors import DatabaseFailed
 from wiscat.shared.generator import generate_record, identifier_for
 from wiscat.shared.settings import Settings
 
@@ -124,7 +124,7 @@ async def cmd_ingest(settings: Settings, args: argparse.Namespace) -> int:
     ):
         try:
             await ingest.ingest_paths(pool, settings.own_set, paths, report)
-        except UNAVAILABLE + FAILED as exc:  # a file's own errors are the report's
+        except DatabaseFailed as exc:  # a file's own errors are the report's
             log.debug("ingest stopped by the database", exc_info=exc)
             failed = f"the database failed during the ingest: {said(exc)}"
         except asyncio.CancelledError:  # Ctrl-C, SIGTERM, a closed terminal

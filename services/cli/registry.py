@@ -36,7 +36,7 @@ def add_parsers(sub: Any) -> None:
     registry = group(
         sub,
         "registry",
-        help="the distributed registry of OAI-PMH base URLs (seed 004)",
+        help="the distributed registry of OAI-PMH base URLs",
         examples=[
             "wiscat registry keygen --out node.key",
             "wiscat registry init-network wis --key node.key --out wis.torrent",

@@ -1,4 +1,4 @@
-"""Backup synchronisation between two GISCs that serve one shared set (seed 000 §5)."""
+"""Backup synchronisation between two GISCs that serve one shared set (docs/harvesting.md)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from wiscat.shared.oaipmh.pages import RecordItem, UnreadableItem
 
 
 async def backup(ctx: HarvestContext, link: Link, report: RunReport) -> None:
-    """Backup synchronisation between two GISCs that serve one shared set (seed 000 §5).
+    """Backup synchronisation between two GISCs that serve one shared set (docs/harvesting.md).
 
     Never scheduled: an operator runs it after inspection (``wiscat harvest LINK
     --backup-sync``). It reads the peer's whole set and takes a record only when there is no live

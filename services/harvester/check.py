@@ -1,4 +1,4 @@
-"""The consistency checker of seed 003 (DESIGN §5): a set compared from ListIdentifiers alone.
+"""The consistency checker (docs/checks.md): a set compared from ListIdentifiers alone.
 
 The authoritative source and every peer are listed at once (ListIdentifiers: identifier,
 datestamp, status). Each list is spilled to disk in sorted runs as it arrives, and the runs are

@@ -1,8 +1,8 @@
-"""One harvest run of one link: the rules of DESIGN §2 and §4, in the order a run meets them.
+"""One harvest run of one link: docs/harvesting.md's rules, in the order a run meets them.
 
 - An incremental run asks ``from = high-water mark - overlap``; a full run asks no ``from``; a
-  window run re-reads one from/until slice of the peer's range (seed 000 §4) and never moves the
-  high-water mark.
+  window run re-reads one from/until slice of the peer's range and never moves the high-water
+  mark (docs/harvesting.md).
 - Every page is written in one statement, in one transaction with the run's progress; unusable
   records go to the quarantine with their raw bytes, the rest of the page is stored.
 - Deleted headers are kept until the whole list has arrived (the last event of an identifier in
@@ -44,7 +44,7 @@ from wiscat.harvester.plan import (
 from wiscat.harvester.transport import global_addresses_only
 from wiscat.harvester.writes import MassDeletion, complete, store_page
 from wiscat.shared.db import links as link_store
-from wiscat.shared.db.errors import FAILED
+from wiscat.shared.db.errors import DatabaseFailed
 from wiscat.shared.db.links import Link, RunMode
 from wiscat.shared.linkspec import REGISTRY_LINK_PREFIX
 from wiscat.shared.oaipmh.dates import shifted
@@ -154,9 +154,9 @@ async def run_list(
         report.error = "stopped before the list ended: the process was asked to stop"
         await _finish(ctx, link, report, started)
         raise
-    except FAILED as exc:  # the database failed under the run (RELIABILITY D02, D03)
+    except DatabaseFailed as exc:  # the database failed under the run (RELIABILITY D02, D03)
         report.status, report.error_kind = "failed", "DatabaseError"
-        report.error = f"the database failed during the run: {type(exc).__name__}: {exc}"
+        report.error = f"the database failed during the run: {exc.kind}: {exc}"
     except Exception as exc:  # a bug of ours must not take the other links down
         run_log(report).exception("harvest %s run %d: unexpected error", link.name, run_id)
         report.status, report.error_kind, report.error = (
@@ -263,7 +263,7 @@ async def _harvest(
     first_response: datetime | None = None
     greatest: datetime | None = None
     # Deleted identifiers, applied once the whole list has arrived. Within one list the last
-    # event of an identifier wins (DESIGN invariant 4): one listed live on a later page than its
+    # event of an identifier wins (invariant 4): one listed live on a later page than its
     # deletion is no longer to delete; one deleted after it was written is.
     deletions: dict[str, None] = {}
     by_identifiers = link.strategy == "ListIdentifiers"
@@ -357,8 +357,8 @@ GET_RECORD_CONCURRENCY = 4
 async def _get_records(
     ctx: HarvestContext, link: Link, headers: list[HeaderItem], sorter: PageSorter
 ) -> None:
-    """The ListIdentifiers + GetRecord strategy (seed 002): fetch a page's records, a few at
-    a time, and sort each as it arrives.
+    """The ListIdentifiers + GetRecord strategy (docs/links.md, ``--strategy``): fetch a page's
+    records, a few at a time, and sort each as it arrives.
 
     A record the peer will not give (idDoesNotExist: gone since it was listed, from a
     repository that keeps no deletions; cannotDisseminateFormat: not in this format, §3.6 "not

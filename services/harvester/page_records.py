@@ -138,7 +138,7 @@ class PageSorter:
             self.quarantined.append((header.identifier, str(exc), _raw(metadata)))
             return
         if record.identifier != header.identifier:
-            # WIS guidelines (seed 002): the OAI identifier MUST equal gmd:fileIdentifier.
+            # WIS guidelines: the OAI identifier MUST equal gmd:fileIdentifier.
             self.quarantined.append(
                 (
                     header.identifier,
@@ -172,7 +172,7 @@ def read_page(page: Page) -> PageContent:
     """Read every item of ``page`` (once) and sort it; the page's errors propagate.
 
     An identifier the page lists more than once is taken at its newest header datestamp, the
-    last of those on a tie (DESIGN invariant 4: the last event wins): its other items are
+    last of those on a tie (invariant 4: the last event wins): its other items are
     neither stored nor deleted nor asked for. Items set aside (quarantined) are no event.
     """
     content = PageContent()

@@ -27,7 +27,7 @@ def window_slice(
     """The from/until slice the rolling windowed re-harvest reads this time, and the next index.
 
     The peer's range, from its earliestDatestamp to our high-water mark, is cut into
-    ``window_slices`` equal slices; one run reads one slice, cycling (seed 000 §4: "a re-harvester
+    ``window_slices`` equal slices; one run reads one slice, cycling ("a re-harvester
     works for the first year of the archive on Monday, the second on Tuesday").
     """
     if link.window_slices <= 0 or link.high_water_mark is None:
@@ -51,7 +51,7 @@ def protected_set(link: Link, own_set: str) -> str | None:
 def high_water_mark(
     greatest: datetime | None, first_response: datetime | None, mode: RunMode
 ) -> datetime | None:
-    """The greatest datestamp of the list, never later than its first responseDate (DESIGN §1)."""
+    """The greatest datestamp of the list, never later than its first responseDate."""
     if mode == "window" or greatest is None:
         return None
     if first_response is not None and greatest > first_response:

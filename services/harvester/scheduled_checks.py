@@ -1,5 +1,5 @@
-"""Consistency checks on a schedule (seed 003): the harvester runs each stored check when it falls
-due, stores its report, and exports the latest counts as metrics.
+"""Consistency checks on a schedule (docs/checks.md): the harvester runs each stored check
+when it falls due, stores its report, and exports the latest counts as metrics.
 
 Checks are leased like links (``FOR UPDATE SKIP LOCKED``), and the lease renewed while a check
 runs, so with several harvester processes on one database each check runs once per interval,

@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 from wiscat.harvester.context import HarvestContext
 from wiscat.harvester.harvest import harvest_link
 from wiscat.shared.db import links as link_store
-from wiscat.shared.db.errors import UNAVAILABLE
+from wiscat.shared.db.errors import DatabaseUnavailable
 from wiscat.shared.db.links import Link
 from wiscat.shared.db.pool import Pool
 from wiscat.shared.logs import Outage
@@ -137,13 +137,13 @@ class Scheduler:
                 failed = report.status != "ok"
         except asyncio.CancelledError:
             raise
-        except UNAVAILABLE as exc:
+        except DatabaseUnavailable as exc:
             # the run could not even be recorded as failed: it is, as abandoned, once its
             # lease runs out (WISCAT_HARVEST_LEASE_SECONDS); the link runs again then
             log.warning(
                 "harvest of %s stopped: the database is unavailable (%s: %s)",
                 link.name,
-                type(exc).__name__,
+                exc.kind,
                 exc,
             )
         except Exception:

@@ -18,7 +18,7 @@ from wiscat.harvester.scheduled_checks import export_check_metrics, run_due_chec
 from wiscat.harvester.scheduler import Scheduler
 from wiscat.listen import listen
 from wiscat.shared.db import links as link_store
-from wiscat.shared.db.errors import UNAVAILABLE
+from wiscat.shared.db.errors import DatabaseUnavailable
 from wiscat.shared.db.migrate import check_current, not_ready
 from wiscat.shared.db.pool import answered, create_pool
 from wiscat.shared.heap import one_arena
@@ -86,9 +86,9 @@ def health_app(ctx: HarvestContext) -> web.Application:
         now = time.time()
         try:
             links = await answered(read_values(), ctx.settings.probe_timeout_seconds)
-        except UNAVAILABLE as exc:
+        except DatabaseUnavailable as exc:
             # the process's own metrics are worth most during an outage: served all the same
-            log.warning("metrics without the database's values: %s: %s", type(exc).__name__, exc)
+            log.warning("metrics without the database's values: %s: %s", exc.kind, exc)
             ctx.metrics.database_up.set(0)
         else:
             ctx.metrics.database_up.set(1)

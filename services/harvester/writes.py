@@ -1,6 +1,7 @@
 """A run's writes: each page in one transaction with the run's progress, and the list's
 completion (its deletions, behind the mass-deletion breaker, with the high-water mark) in one
-more (DESIGN invariant 3). Each write first checks that the run still holds its link."""
+more (invariant 3: the mark moves only with a whole list). Each write first checks that the
+run still holds its link."""
 
 from __future__ import annotations
 

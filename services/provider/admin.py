@@ -15,6 +15,7 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, model_validator
 
+from wiscat.provider import admin_models as models
 from wiscat.provider.openapi import ADMIN, body, json_error
 from wiscat.provider.state import ProviderState, State
 from wiscat.shared import ingest
@@ -58,8 +59,9 @@ MAX_REQUEST_BYTES = 1024 * 1024
 
 @router.put(
     "/records/{identifier:path}",
+    response_model=models.RecordAnswer,
     responses={
-        201: {"description": "the record is new", "content": {"application/json": {}}},
+        201: {"description": "the record is new", "model": models.RecordAnswer},
         # Starlette's path parameter holds no line break: such an identifier matches no route
         404: json_error("no route: the identifier holds a line break"),
         409: json_error("the record is older than the one stored"),
@@ -89,7 +91,11 @@ async def put_record(
     return JSONResponse({"identifier": identifier, "outcome": outcome}, status_code=status)
 
 
-@router.delete("/records/{identifier:path}", responses={404: json_error("no such live record")})
+@router.delete(
+    "/records/{identifier:path}",
+    response_model=models.RecordAnswer,
+    responses={404: json_error("no such live record")},
+)
 async def delete_record(
     identifier: str, state: ProviderState = Depends(require_admin)
 ) -> JSONResponse:
@@ -132,13 +138,18 @@ class LinkBody(_Body):
     recovery: bool = False
 
 
-@router.get("/links")
+@router.get("/links", response_model=list[models.LinkAnswer])
 async def list_links(state: ProviderState = Depends(require_admin)) -> JSONResponse:
     """Every link with its state."""
     return JSONResponse([link.as_json() for link in await link_store.all_links(state.pool)])
 
 
-@router.post("/links", status_code=201, responses={409: json_error("a link of that name exists")})
+@router.post(
+    "/links",
+    status_code=201,
+    response_model=models.LinkAnswer,
+    responses={409: json_error("a link of that name exists")},
+)
 async def add_link(body: LinkBody, state: ProviderState = Depends(require_admin)) -> JSONResponse:
     """Add a link; 400 with the reason when it cannot work, 409 when the name is taken."""
     try:
@@ -208,7 +219,9 @@ def _duration(value: Duration | None) -> timedelta | None:
     return None if value is None else duration(value)
 
 
-@router.patch("/links/{name}", responses={404: json_error("no such link")})
+@router.patch(
+    "/links/{name}", response_model=models.LinkChanged, responses={404: json_error("no such link")}
+)
 async def change_link(
     name: str, body: LinkChange, state: ProviderState = Depends(require_admin)
 ) -> JSONResponse:
@@ -249,7 +262,9 @@ async def change_link(
     return JSONResponse({**link.as_json(), "changed": changed})
 
 
-@router.delete("/links/{name}", responses={404: json_error("no such link")})
+@router.delete(
+    "/links/{name}", response_model=models.Removed, responses={404: json_error("no such link")}
+)
 async def remove_link(name: str, state: ProviderState = Depends(require_admin)) -> JSONResponse:
     if not await link_store.remove_link(state.pool, name):
         raise HTTPException(404, f"no link named {name!r}")
@@ -260,6 +275,7 @@ async def remove_link(name: str, state: ProviderState = Depends(require_admin)) 
 @router.post(
     "/links/{name}/harvest",
     status_code=202,
+    response_model=models.HarvestRequested,
     responses={404: json_error("no such link"), 409: json_error("the link is disabled")},
 )
 async def harvest_now(
@@ -276,7 +292,7 @@ async def harvest_now(
     return JSONResponse({"link": name, "requested": mode}, status_code=202)
 
 
-@router.get("/runs")
+@router.get("/runs", response_model=list[models.RunAnswer])
 async def runs(
     link: str | None = None, limit: int = 50, state: ProviderState = Depends(require_admin)
 ) -> JSONResponse:
@@ -285,7 +301,7 @@ async def runs(
     return JSONResponse(jsonable_encoder(rows))
 
 
-@router.get("/quarantine")
+@router.get("/quarantine", response_model=list[models.QuarantineAnswer])
 async def quarantined(
     link: str | None = None, limit: int = 50, state: ProviderState = Depends(require_admin)
 ) -> JSONResponse:
@@ -329,14 +345,14 @@ class CheckBody(_Body):
     enabled: bool = True
 
 
-@router.get("/checks")
+@router.get("/checks", response_model=list[models.CheckListed])
 async def list_checks(state: ProviderState = Depends(require_admin)) -> JSONResponse:
     """Every scheduled check with its latest outcome."""
     found = await check_store.all_checks(state.pool)
     return JSONResponse(jsonable_encoder([{**check.as_json(), **last} for check, last in found]))
 
 
-@router.put("/checks/{name}")
+@router.put("/checks/{name}", response_model=models.CheckAnswer)
 async def put_check(
     name: str, body: CheckBody, state: ProviderState = Depends(require_admin)
 ) -> JSONResponse:
@@ -372,7 +388,9 @@ async def put_check(
     return JSONResponse(check.as_json())
 
 
-@router.delete("/checks/{name}", responses={404: json_error("no such check")})
+@router.delete(
+    "/checks/{name}", response_model=models.Removed, responses={404: json_error("no such check")}
+)
 async def remove_check(name: str, state: ProviderState = Depends(require_admin)) -> JSONResponse:
     if not await check_store.remove_check(state.pool, name):
         raise HTTPException(404, f"no check named {name!r}")
@@ -383,6 +401,7 @@ async def remove_check(name: str, state: ProviderState = Depends(require_admin))
 @router.post(
     "/checks/{name}/run",
     status_code=202,
+    response_model=models.CheckRequested,
     responses={404: json_error("no such check"), 409: json_error("the check is disabled")},
 )
 async def run_check_now(name: str, state: ProviderState = Depends(require_admin)) -> JSONResponse:
@@ -395,7 +414,7 @@ async def run_check_now(name: str, state: ProviderState = Depends(require_admin)
     return JSONResponse({"check": name, "requested": True}, status_code=202)
 
 
-@router.get("/check-reports")
+@router.get("/check-reports", response_model=list[models.ReportAnswer])
 async def check_reports(
     check: str | None = None, limit: int = 20, state: ProviderState = Depends(require_admin)
 ) -> JSONResponse:
@@ -404,7 +423,11 @@ async def check_reports(
     return JSONResponse(jsonable_encoder(rows))
 
 
-@router.get("/check-reports/{report_id}", responses={404: json_error("no such report")})
+@router.get(
+    "/check-reports/{report_id}",
+    response_model=models.ReportAnswer,
+    responses={404: json_error("no such report")},
+)
 async def check_report(
     report_id: int, state: ProviderState = Depends(require_admin)
 ) -> JSONResponse:

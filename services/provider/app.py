@@ -30,7 +30,7 @@ from wiscat.provider.state import ProviderState, State
 from wiscat.shared.db import checks as check_store
 from wiscat.shared.db import links as link_store
 from wiscat.shared.db import records as store
-from wiscat.shared.db.errors import UNAVAILABLE, UNSTORABLE_TEXT, NoAnswer
+from wiscat.shared.db.errors import DatabaseUnavailable, NoAnswer, UnstorableText, kind_of
 from wiscat.shared.db.migrate import check_current, not_ready
 from wiscat.shared.db.pool import Pool, answered, create_pool
 from wiscat.shared.ingest import ensure_own_set
@@ -150,7 +150,7 @@ async def counted(pool: Pool) -> tuple[list[store.SetCount], store.SetCount]:
 
 
 async def _purge_loop(state: ProviderState) -> None:
-    """Drop what has outlived its retention period: tombstones (seed 002: kept three months),
+    """Drop what has outlived its retention period: tombstones (WIS guidelines: kept three months),
     and the history (harvest runs, quarantined records, check reports), which would otherwise
     grow without end."""
     settings = state.settings
@@ -179,7 +179,7 @@ async def _purge_loop(state: ProviderState) -> None:
                         history,
                     )
         except Exception as exc:  # a database outage: logged, tried again next round
-            log.warning("purge failed: %s: %s", type(exc).__name__, exc)
+            log.warning("purge failed: %s: %s", kind_of(exc), exc)
         await asyncio.sleep(every)
 
 
@@ -320,16 +320,15 @@ def create_app(settings: Settings, database_url: str) -> FastAPI:
             status_code=400,
         )
 
-    for unstorable in UNSTORABLE_TEXT:
-        app.add_exception_handler(unstorable, _unstorable)
+    app.add_exception_handler(UnstorableText, _unstorable)
 
     async def _unavailable(request: Request, exc: Exception) -> JSONResponse:
         # /oai answers this itself (text); the dashboard, admin and registry answer it here
+        assert isinstance(exc, DatabaseUnavailable)  # the one class it is registered for
         log_unavailable(f"{request.method} {request.url.path}", exc)
         return unavailable_json()
 
-    for unavailable in UNAVAILABLE:
-        app.add_exception_handler(unavailable, _unavailable)
+    app.add_exception_handler(DatabaseUnavailable, _unavailable)
 
     @app.get("/healthz", response_class=PlainTextResponse)
     async def healthz() -> str:
@@ -350,9 +349,9 @@ def create_app(settings: Settings, database_url: str) -> FastAPI:
         gauge = state.metrics.records
         try:
             counts, whole = await answered(counted(state.pool), settings.probe_timeout_seconds)
-        except UNAVAILABLE as exc:
+        except DatabaseUnavailable as exc:
             # the process's own metrics are worth most during an outage: served all the same
-            log.warning("metrics without the database's counts: %s: %s", type(exc).__name__, exc)
+            log.warning("metrics without the database's counts: %s: %s", exc.kind, exc)
             state.metrics.database_up.set(0)
         else:
             state.metrics.database_up.set(1)

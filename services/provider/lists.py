@@ -196,7 +196,7 @@ def header_sets(stored: store.StoredRecord, listed: str | None = None) -> tuple[
     """The setSpecs of a header; ``listed``, the set of the list it is in (None: GetRecord or
     the whole catalogue)."""
     if stored.deleted and listed is not None and not in_tree(stored.set_specs, listed):
-        # A deleted header lists the sets the record was deleted from (DESIGN invariant 4): a
+        # A deleted header lists the sets the record was deleted from (invariant 4): a
         # record that left the listed set (every set below it) lives on in the sets it holds.
         return (listed,)
     # A tombstone holds the sets it was deleted from, the whole catalogue's included.

@@ -31,7 +31,7 @@ from wiscat.provider.responses import (
 )
 from wiscat.provider.state import ProviderState, State
 from wiscat.shared.db import records as store
-from wiscat.shared.db.errors import UNAVAILABLE
+from wiscat.shared.db.errors import DatabaseUnavailable
 from wiscat.shared.db.pool import answered
 from wiscat.shared.oaipmh import render
 from wiscat.shared.oaipmh.arguments import OAIRequest, echo_allowed, parse_request
@@ -43,7 +43,7 @@ from wiscat.shared.settings import UNION_SET
 
 router = APIRouter()
 
-# prefix -> (schema, namespace); iso19139 is the stored record as is (WIS guidelines, seed 002),
+# prefix -> (schema, namespace); iso19139 is the stored record as is (WIS guidelines),
 # oai_dc is the crosswalk every repository must offer (OAI-PMH 2.0 §3.4).
 FORMATS: dict[str, tuple[str, str]] = {
     "iso19139": ("http://www.isotc211.org/2005/gmd/gmd.xsd", "http://www.isotc211.org/2005/gmd"),
@@ -83,7 +83,7 @@ async def oai_endpoint(request: Request, state: State) -> Response:
         state.metrics.overloaded.inc()
         state.metrics.requests.labels(verb_label, "overloaded").inc()
         return overloaded_text(state.settings.overload_retry_after_seconds)
-    except UNAVAILABLE as exc:
+    except DatabaseUnavailable as exc:
         state.metrics.requests.labels(verb_label, "unavailable").inc()
         log_unavailable(verb_label, exc)
         return unavailable_text()

@@ -6,12 +6,12 @@ that page starts then, and runs in PostgreSQL (another process, another core) wh
 sent and read. A page read ahead that nobody has taken yet starts the read of the page after it,
 up to ``depth`` pages ahead of the client.
 
-The resumptionToken stays the whole state of a list (DESIGN §3): a request whose page was not
-read ahead (the first, an expired one, one that lands on another replica) reads its page then,
-with the same result. A page read ahead is what a client asking at that moment would have been
+The resumptionToken stays the whole state of a list (none is kept in memory): a request whose page
+was not read ahead (the first, an expired one, one that lands on another replica) reads its page
+then, with the same result. A page read ahead is what a client asking at that moment would have been
 given: the list's bound is frozen in its token, so the read shows the rows the list shows at any
-later moment, except for a record changed in between, which this list then shows as it was (its
-new version has a datestamp past the bound, for the next incremental harvest).
+later moment, except for a record changed in between, which this list then shows as it was (its new
+version has a datestamp past the bound, for the next incremental harvest).
 
 Memory is bounded: at most ``capacity`` pages are held, each for at most ``ttl`` seconds; a
 harvester that stops midway costs its pages read ahead for that long.

@@ -1,4 +1,4 @@
-"""The registry's HTTP interface (seed 004 "Integration", DESIGN §6).
+"""The registry's HTTP interface (docs/registry.md).
 
 - ``GET /urls``: the accepted base URLs in order of appearance, friends-container style.
 - ``POST /urls`` (form field ``baseURL``): 200 accepted, 400 malformed or not a conforming
@@ -249,7 +249,7 @@ with every node of the network (<a href="{root}/urls">the list</a>).</p>
 
 @router.get("/urls/form", response_class=HTMLResponse, responses={404: NO_REGISTRY})
 async def url_form(request: Request) -> Response:
-    """The HTML form of seed 004 ("A simple HTML form")."""
+    """The registry's simple HTML form for submitting a base URL."""
     try:
         node = _node(request)
     except _Refusal as exc:

@@ -19,6 +19,7 @@ from isal import isal_zlib
 from starlette.types import Send
 
 from wiscat.provider.lists import ListPage
+from wiscat.shared.db.errors import DatabaseUnavailable
 from wiscat.shared.oaipmh.errors import BadArgument
 
 log = logging.getLogger("wiscat.provider")
@@ -54,11 +55,9 @@ async def request_pairs(request: Request) -> list[tuple[str, str]]:
     return query_pairs(request.url.query)
 
 
-def log_unavailable(what: str, exc: Exception) -> None:
+def log_unavailable(what: str, exc: DatabaseUnavailable) -> None:
     """One warning line for a request answered 503 because the database is unavailable."""
-    log.warning(
-        "%s answered 503: the database is unavailable (%s: %s)", what, type(exc).__name__, exc
-    )
+    log.warning("%s answered 503: the database is unavailable (%s: %s)", what, exc.kind, exc)
 
 
 def unavailable_text() -> Response:

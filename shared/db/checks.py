@@ -1,4 +1,4 @@
-"""Scheduled consistency checks (seed 003) and their stored reports."""
+"""Scheduled consistency checks (docs/checks.md) and their stored reports."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from wiscat.shared.urls import safe_url
 
 _SQL = load("checks.sql")
 
-# A check lists the whole set at the source and at every peer: seed 003's audit is meant to be
+# A check lists the whole set at the source and at every peer: an audit is meant to be
 # low-impact, so no schedule may run it back to back.
 MIN_EVERY = timedelta(minutes=1)
 #: The most records a check compares by content: one GetRecord to every node each

@@ -54,7 +54,7 @@ class LinkHasRecords(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Link:
-    """A harvest job and its state (DESIGN §1 "link")."""
+    """A harvest job and its state (docs/design.md, "link")."""
 
     name: str
     base_url: str

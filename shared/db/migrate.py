@@ -9,7 +9,13 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from wiscat.shared.db.errors import DatabaseError, NoAnswer, SchemaNotCurrent
+from wiscat.shared.db.errors import (
+    DatabaseError,
+    DatabaseUnavailable,
+    NoAnswer,
+    SchemaNotCurrent,
+    kind_of,
+)
 from wiscat.shared.db.pool import Connection, Pool, answered
 
 log = logging.getLogger("wiscat.db")
@@ -101,10 +107,14 @@ async def not_ready(pool: Pool, seconds: float) -> str | None:
     ``seconds``, cannot be reached, or lacks migrations; None when it is ready."""
     try:
         await answered(check_current(pool), seconds)
-    except (DatabaseError, NoAnswer) as exc:
-        return str(exc)  # what is wrong with the schema, or how long it waited
-    except Exception as exc:  # asyncpg's and the system's (UNAVAILABLE)
-        return f"the database cannot be reached ({type(exc).__name__}: {exc})"
+    except NoAnswer as exc:
+        return str(exc)  # how long it waited
+    except DatabaseUnavailable as exc:
+        return f"the database cannot be reached ({exc.kind}: {exc})"
+    except DatabaseError as exc:
+        return str(exc)  # what is wrong with the schema
+    except Exception as exc:  # the system's, outside a statement
+        return f"the database cannot be reached ({kind_of(exc)}: {exc})"
     return None
 
 

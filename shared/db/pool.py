@@ -12,18 +12,24 @@ from typing import TypeVar
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
+from wiscat.shared.db import driver
 from wiscat.shared.db.embedded import EmbeddedPostgres
-from wiscat.shared.db.errors import DatabaseError, NoAnswer
+from wiscat.shared.db.errors import DatabaseError, DatabaseFailed, NoAnswer
 from wiscat.shared.tasks import abandon
 
 log = logging.getLogger("wiscat.db")
 
 T = TypeVar("T")
 
+
 # what connecting fails with: the server refuses, or (a URL naming several hosts with
 # target_session_attrs) none of them is what the URL asks for, a primary between two
-_CANNOT_CONNECT = (OSError, asyncpg.PostgresError, asyncpg.TargetServerAttributeNotMatched)
-
+_CANNOT_CONNECT = (
+    OSError,
+    asyncpg.PostgresError,
+    asyncpg.TargetServerAttributeNotMatched,
+    DatabaseFailed,
+)
 
 # Datestamps are UTC throughout. Sent when the session starts, so that it holds behind a
 # transaction pooler too: PgBouncer passes the time zone on to every server connection it lends
@@ -62,26 +68,32 @@ async def limit_statements(conn: Connection, seconds: float) -> None:
 async def create_pool(
     url: str, *, min_size: int = 1, max_size: int = 10, statement_cache: int = STATEMENT_CACHE
 ) -> asyncpg.Pool:
-    """An asyncpg pool on ``url`` whose sessions use UTC.
+    """A pool on ``url`` whose sessions use UTC, and whose failures are wiscat's errors
+    (:mod:`wiscat.shared.db.driver`).
 
     ``statement_cache``: prepared statements kept per connection (Settings.
     database_statement_cache); 0 behind a transaction pooler that cannot keep them (PgBouncer
     before 1.21): each statement is then prepared unnamed, within the transaction that runs it.
     """
     try:
-        pool = await asyncpg.create_pool(
+        # asyncpg.create_pool's own defaults, with the translating pool and connection classes
+        pool = await driver.Pool(
             url,
+            connection_class=driver.Connection,
+            record_class=asyncpg.Record,
             min_size=min_size,
             max_size=max_size,
+            max_queries=50000,
+            max_inactive_connection_lifetime=300.0,
             init=_init_connection,
             reset=_reset_connection,
+            loop=None,
             command_timeout=300,
             statement_cache_size=statement_cache,
             server_settings=_SESSION,
         )
     except _CANNOT_CONNECT as exc:
         raise DatabaseError(f"cannot connect to the database: {exc}") from exc
-    assert pool is not None
     return pool
 
 
@@ -150,7 +162,9 @@ async def _watch(server: EmbeddedPostgres, on_lost: Callable[[str], None]) -> No
 async def connect(url: str) -> asyncpg.Connection:
     """One connection (for migrations and one-shot commands)."""
     try:
-        conn = await asyncpg.connect(url, server_settings=_SESSION)
+        conn = await asyncpg.connect(
+            url, connection_class=driver.Connection, server_settings=_SESSION
+        )
     except _CANNOT_CONNECT as exc:
         raise DatabaseError(f"cannot connect to the database: {exc}") from exc
     await _init_connection(conn)

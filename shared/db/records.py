@@ -163,7 +163,7 @@ async def backup_records(
     *,
     protected_set: str | None = None,
 ) -> WriteResult:
-    """Backup synchronisation (seed 000 §5): take records that are missing here, or older here
+    """Backup synchronisation : take records that are missing here, or older here
     by both oai:datestamp and gmd:dateStamp, keeping the source's datestamps (``datestamps``).
 
     Outcomes: ``taken_new``, ``taken``, ``same`` (same content), ``not_newer``, and

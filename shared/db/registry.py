@@ -1,4 +1,4 @@
-"""The registry's blocks, main chain, pool, peers and tracker members (seed 004).
+"""The registry's blocks, main chain, pool, peers and tracker members (docs/registry.md).
 
 Every block received is stored, whatever its branch; ``registry_chain`` names the main chain, the
 branch the fork-choice rule (:func:`wiscat.shared.registry.chain.better_tip`) picks.

@@ -193,7 +193,7 @@ _VERB_TAGS = {
 
 def _parser() -> etree.XMLPullParser:
     # Comments and the whitespace-only text between elements (indentation) are dropped as the
-    # page is parsed: neither counts as content (DESIGN invariant 7), and a record without them
+    # page is parsed: neither counts as content (invariant 7), and a record without them
     # is a third smaller as a tree and quicker to hash and store. libxml2 keeps whitespace that
     # stands beside text (mixed content) and the whitespace that is an element's only content.
     return etree.XMLPullParser(

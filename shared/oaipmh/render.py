@@ -12,7 +12,7 @@ response_end(verb)``, where each piece is the bytes of some children of the verb
 The envelope, the small fixed responses, errors and resumption tokens are built with lxml, which
 does the escaping. The hot path of a list, one ``<header>`` or ``<record>`` per stored row, is a
 short template instead: the record's payload is already-serialized XML from the database and goes
-in verbatim (no per-record parsing, DESIGN §3), and only the few header fields (identifier,
+in verbatim (no per-record parsing: lists stay cheap), and only the few header fields (identifier,
 datestamp, setSpecs) are templated, each escaped by :func:`escape_text`. Datestamps are always
 ``YYYY-MM-DDThh:mm:ssZ`` (§3.3.2).
 """

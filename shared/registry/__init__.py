@@ -1,4 +1,4 @@
-"""The distributed registry of OAI-PMH base URLs (seed 004, DESIGN §6).
+"""The distributed registry of OAI-PMH base URLs (docs/registry.md).
 
 - :mod:`wiscat.shared.registry.chain`: transactions and blocks in the seed's XML shapes, hashing,
   proof

@@ -1,4 +1,4 @@
-"""Transactions, blocks and the chain of the registry (seed 004 "Integration"), with no I/O.
+"""Transactions, blocks and the chain of the registry (docs/registry.md), with no I/O.
 
 The XML shapes are the seed's::
 

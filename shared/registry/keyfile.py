@@ -1,4 +1,4 @@
-"""The network key file (seed 004 "Concept": "the key for discovery ... contains information about
+"""The network key file (docs/registry.md: "the key for discovery ... contains information about
 how to find other interested nodes" and "also contains the first block").
 
 Two forms are read, one network either way:

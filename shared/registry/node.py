@@ -1,4 +1,4 @@
-"""One registry node (seed 004): validates submitted URLs, mints blocks, accepts and relays blocks,
+"""One registry node: validates submitted URLs, mints blocks, accepts and relays blocks,
 learns its peers (key file, tracker) and pulls what it misses.
 
 Exception tree (what :meth:`RegistryNode.submit` raises, each with the reason)::
@@ -404,7 +404,7 @@ class RegistryNode:
     # -- peers -----------------------------------------------------------------------------------
 
     async def push(self, block: Block) -> None:
-        """Send a block to every peer (seed 004: "sent on until every member ... has received
+        """Send a block to every peer (a block is "sent on until every member ... has received
         it"); a peer that lacks its parent pulls by itself."""
         body = blocks_to_xml([block])
         peers = await store.all_peers(self.pool)

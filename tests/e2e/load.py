@@ -18,7 +18,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 
-from bench.run import descendants, spooled_mb, tree_memory_mb
+from bench.measure import descendants, spooled_mb, tree_memory_mb
 from tests import factories
 from wiscat.shared.db.pool import Pool
 from wiscat.shared.oaipmh.pages import announced_token
@@ -197,7 +197,7 @@ def resident_mib(pid: int) -> float:
 def tree_mib(pid: int) -> float:
     """The memory of process ``pid`` and every process under it (a harvester's page workers),
     proportional set sizes added up, with the pages waiting in its spool (``make bench``'s
-    measure: ``bench.run.timed_command``)."""
+    measure: ``bench.measure.timed_command``)."""
     return tree_memory_mb([pid, *descendants(pid)]) + spooled_mb(pid)
 
 

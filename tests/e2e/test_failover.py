@@ -28,7 +28,7 @@ from wiscat.harvester.service import harvest_context
 from wiscat.shared.db import links as link_store
 from wiscat.shared.db import migrate
 from wiscat.shared.db import records as store
-from wiscat.shared.db.errors import UNAVAILABLE
+from wiscat.shared.db.errors import DatabaseUnavailable
 from wiscat.shared.db.pool import Connection, Pool, connect, create_pool
 from wiscat.shared.linkspec import build_link
 
@@ -221,7 +221,7 @@ async def test_with_synchronous_replication_a_failover_loses_no_commit() -> None
                 assert not any(task.done() for task in unacknowledged)  # waiting for the standby
                 primary.stop("immediate")
                 for task in unacknowledged:
-                    with pytest.raises(UNAVAILABLE):
+                    with pytest.raises(DatabaseUnavailable):
                         await task
             finally:
                 pool.terminate()

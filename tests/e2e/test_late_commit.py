@@ -1,4 +1,4 @@
-"""P17, DESIGN invariant 2: a write whose transaction commits late is never passed by a list.
+"""P17, invariant 2: a write whose transaction commits late is never passed by a list.
 
 Each writer here waits (on a lock another session holds, or asleep, before and after its
 first write) while other records are written and listed, so that an incremental harvester's

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import aiohttp
 import pytest
 
-from bench.run import bare_harvest
+from bench.provider_bench import bare_harvest
 from tests import factories
 from tests.e2e import load
 from tests.e2e.nodes import WISCAT, Node, NodeFactory

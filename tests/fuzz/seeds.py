@@ -113,7 +113,7 @@ def arguments() -> dict[str, bytes]:
         "verb=ListIdentifiers&metadataPrefix=iso19139&from=2024-01-01T00:00:00Z"
         "&until=2024-02-01T00:00:00Z",
         "verb=ListRecords&resumptionToken=" + targets._CODEC.encode(_positions()[0]),
-        # the error matrix of tests/integration/test_provider_oai.py::test_errors
+        # the error matrix of tests/integration/provider_oai/test_verbs.py::test_errors
         "",
         "verb=Frobnicate",
         "verb=Identify&verb=Identify",

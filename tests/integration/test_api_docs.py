@@ -69,6 +69,46 @@ def test_schema_declares_the_admin_bearer_token() -> None:
     assert [name for name, said in secured.items() if said and name not in admin] == []
 
 
+def test_every_admin_json_answer_has_its_model() -> None:
+    """Each success of an /admin route is documented with the model of its body (a named
+    schema, not ``{}``); the bytes of a quarantined record are the one answer that is no JSON."""
+    app = create_app(provider_settings(8080), "postgresql://127.0.0.1:9/unused")
+    document = app.openapi()
+    models: dict[str, object] = {}
+    for path, operations in document["paths"].items():
+        for method, operation in operations.items():
+            if not path.startswith("/admin/"):
+                continue
+            for status, answer in operation["responses"].items():
+                if status.startswith("2"):
+                    for media, content in answer.get("content", {}).items():
+                        schema = content.get("schema", {})
+                        named = schema.get("$ref") or schema.get("items", {}).get("$ref")
+                        where = f"{method.upper()} {path} {status} {media}"
+                        models[where] = named and named.rsplit("/", 1)[-1] + (
+                            "[]" if "items" in schema else ""
+                        )
+    assert models == {
+        "PUT /admin/records/{identifier} 200 application/json": "RecordAnswer",
+        "PUT /admin/records/{identifier} 201 application/json": "RecordAnswer",
+        "DELETE /admin/records/{identifier} 200 application/json": "RecordAnswer",
+        "GET /admin/links 200 application/json": "LinkAnswer[]",
+        "POST /admin/links 201 application/json": "LinkAnswer",
+        "PATCH /admin/links/{name} 200 application/json": "LinkChanged",
+        "DELETE /admin/links/{name} 200 application/json": "Removed",
+        "POST /admin/links/{name}/harvest 202 application/json": "HarvestRequested",
+        "GET /admin/runs 200 application/json": "RunAnswer[]",
+        "GET /admin/quarantine 200 application/json": "QuarantineAnswer[]",
+        "GET /admin/quarantine/{quarantine_id} 200 application/octet-stream": None,
+        "GET /admin/checks 200 application/json": "CheckListed[]",
+        "PUT /admin/checks/{name} 200 application/json": "CheckAnswer",
+        "DELETE /admin/checks/{name} 200 application/json": "Removed",
+        "POST /admin/checks/{name}/run 202 application/json": "CheckRequested",
+        "GET /admin/check-reports 200 application/json": "ReportAnswer[]",
+        "GET /admin/check-reports/{report_id} 200 application/json": "ReportAnswer",
+    }
+
+
 @pytest.mark.parametrize(
     ("overrides", "named"),
     [

@@ -28,6 +28,7 @@ from tests.servers import running_provider
 from wiscat.harvester.service import harvest_context
 from wiscat.shared.db import links as link_store
 from wiscat.shared.db import records as store
+from wiscat.shared.db.errors import DatabaseUnavailable
 from wiscat.shared.db.pool import Pool, connect
 from wiscat.shared.generator import generate_record
 from wiscat.shared.ingest import incoming
@@ -87,13 +88,15 @@ async def test_d03_a_reset_at_commit_leaves_all_or_nothing_and_a_retry_the_batch
         backend = conn.get_server_pid()
         try:
             proxy.set(toxic)
-            with pytest.raises(asyncpg.ConnectionDoesNotExistError) as reset:
+            with pytest.raises(DatabaseUnavailable) as reset:
                 async with conn.transaction():
                     written = await store.upsert_records(conn, SET, records)
                     assert written.counts == {"added": 200}
         finally:
             conn.terminate()
         assert str(reset.value) == "connection was closed in the middle of operation"
+        assert reset.value.kind == "ConnectionDoesNotExistError"
+        assert isinstance(reset.value.__cause__, asyncpg.ConnectionDoesNotExistError)
         assert proxy.connections == 1  # the connection the batch was written on, reset
         # the server's end of it may still be committing: the outcome is known once it is gone
         await gone(db, backend)
@@ -124,8 +127,8 @@ async def test_d03_a_harvest_whose_page_commit_is_reset_fails_and_the_next_run_c
     db: Pool, database_url: str, template_ready: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The sink's database connection is reset as page 2 of 3 commits: the run fails with its
-    reason stored, pages committed before stay, the high-water mark does not move (DESIGN
-    invariant 3: never ahead of the committed data); the next run completes, sink = source."""
+    reason stored, pages committed before stay, the high-water mark does not move (invariant
+    3: never ahead of the committed data); the next run completes, sink = source."""
     source = sorted(await factories.load_records(db, SOURCE_SET, range(250)))
     sink_url = await clone_template(template_ready)
     try:

@@ -13,7 +13,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import pytest
 import yaml
 
-from tests.integration.test_compose import (
+from tests.compose_checks import (
     DOCKERFILE,
     ENV_EXAMPLE,
     ROOT,

@@ -1,4 +1,4 @@
-"""DESIGN invariants 4 and 5: a deletion is never lost, and it is newer than the copy it
+"""Invariants 4 and 5 (docs/design.md): a deletion is never lost, and it is newer than the copy it
 deleted (RELIABILITY D06, D07, H13).
 
 - A tombstone keeps the deleted copy's gmd:dateStamp: an older or equal copy, from a relay that

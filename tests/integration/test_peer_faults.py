@@ -9,42 +9,34 @@ complete; once the fault is gone, the faulty link's next run completes too.
 The others put a relay (a small aiohttp server that passes requests on to the real provider)
 between the harvester and the provider, which answers some requests itself: a 503, an expired
 token, a connection cut mid-body; or harvest a small peer whose clock and datestamps the test
-sets.
-"""
+sets."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import logging
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from urllib.parse import urlsplit
 
-import aiohttp
 import pytest
 from aiohttp import web
 
 from tests import factories
 from tests.faultproxy import Down, FaultProxy, Timeout, Toxic
+from tests.faulty_peers import Relay, add_link, high_water_mark, relaying, run
 from tests.harvest_pair import SOURCE_SET, Pair, content, sink_settings
 from tests.pg import clone_template, drop_database
-from tests.servers import RunningProvider, running_provider, serving, serving_app
+from tests.servers import RunningProvider, running_provider
 from wiscat.harvester.client import OAIClient
-from wiscat.harvester.context import HarvestContext, RunReport
-from wiscat.harvester.harvest import harvest_link
+from wiscat.harvester.context import HarvestContext
 from wiscat.harvester.service import harvest_context
 from wiscat.shared.db import links as link_store
-from wiscat.shared.db import records as store
 from wiscat.shared.db.pool import Pool
-from wiscat.shared.generator import generate_record
-from wiscat.shared.iso19139 import parse_record
-from wiscat.shared.linkspec import build_link
 from wiscat.shared.oaipmh import render
-from wiscat.shared.oaipmh.dates import format_datestamp, parse_datestamp
-from wiscat.shared.oaipmh.errors import BadArgument, BadResumptionToken, NoRecordsMatch
+from wiscat.shared.oaipmh.dates import format_datestamp
+from wiscat.shared.oaipmh.errors import BadResumptionToken
 
 FAULTS: dict[str, tuple[Toxic, str]] = {
     "H01 peer down (connection refused)": (Down(), "PeerUnreachable"),
@@ -62,24 +54,6 @@ async def sink(template_ready: str) -> AsyncIterator[HarvestContext]:
             yield ctx
     finally:
         await drop_database(template_ready, url)
-
-
-async def add_link(ctx: HarvestContext, name: str, url: str) -> None:
-    new = build_link(
-        name=name,
-        url=url,
-        remote_set=SOURCE_SET,
-        into=f"WIS-GISC-{name.upper()}",
-        own_set=ctx.settings.own_set,
-    )
-    await store.ensure_set(ctx.pool, new.local_set, new.local_set, "remote")
-    await link_store.add_link(ctx.pool, new)
-
-
-async def run(ctx: HarvestContext, name: str) -> RunReport:
-    link = await link_store.get_link(ctx.pool, name)
-    assert link is not None
-    return await harvest_link(ctx, link, window=False)
 
 
 async def no_task_left(before: set[asyncio.Task[object]]) -> None:
@@ -160,64 +134,12 @@ async def test_a_faulty_peer_fails_its_run_cleanly_and_leaves_other_links_alone(
         assert await content(sink.pool, "WIS-GISC-FAULTY") == source
 
 
-# --- a relay between the harvester and the real provider ---------------------------------------
-
-
-@dataclasses.dataclass
-class Relay:
-    """A small server that passes each request on to ``target`` (the real provider), unless
-    ``answer`` answers it itself; what it was asked, and when."""
-
-    target: str
-    http: aiohttp.ClientSession
-    url: str = ""
-    asked: list[dict[str, str]] = dataclasses.field(default_factory=list)
-    times: list[float] = dataclasses.field(default_factory=list)
-    answer: Callable[[web.Request], Awaitable[web.StreamResponse | None]] | None = None
-    kept: bytes = b""  # what an answer keeps between requests
-
-    async def forward(self, request: web.Request) -> bytes:
-        async with self.http.get(self.target, params=request.query) as response:
-            return await response.read()
-
-    def tokens(self) -> list[str | None]:
-        """The resumptionToken of each list request, in order (None: a list's first)."""
-        return [q.get("resumptionToken") for q in self.asked if q.get("verb") != "Identify"]
-
-
-@contextlib.asynccontextmanager
-async def relaying(target: str) -> AsyncIterator[Relay]:
-    async with aiohttp.ClientSession() as http:
-        relay = Relay(target, http)
-
-        async def endpoint(request: web.Request) -> web.StreamResponse:
-            relay.asked.append(dict(request.query))
-            relay.times.append(time.monotonic())
-            if relay.answer is not None:
-                answered = await relay.answer(request)
-                if answered is not None:
-                    return answered
-            return web.Response(body=await relay.forward(request), content_type="text/xml")
-
-        app = web.Application()
-        app.router.add_get("/oai", endpoint)
-        async with serving_app(app) as root:
-            relay.url = root + "/oai"
-            yield relay
-
-
 def patient(ctx: HarvestContext, max_retries: int) -> HarvestContext:
     """``ctx`` with a client that retries ``max_retries`` times, after short backoffs."""
     settings = dataclasses.replace(
         ctx.client.settings, max_retries=max_retries, backoff_base=0.05, backoff_cap=0.1
     )
     return dataclasses.replace(ctx, client=OAIClient(ctx.client.http, settings))
-
-
-async def high_water_mark(ctx: HarvestContext, name: str) -> datetime | None:
-    link = await link_store.get_link(ctx.pool, name)
-    assert link is not None
-    return link.high_water_mark
 
 
 async def rows(pool: Pool) -> dict[str, tuple[object, ...]]:
@@ -454,201 +376,3 @@ async def test_h12_the_run_after_an_expired_token_converges_and_rewrites_nothing
     after = await rows(pair.sink)
     assert {i: after[i] for i in kept} == kept
     assert await content(pair.sink, "WIS-GISC-EXPIRING") == await content(pair.source, SOURCE_SET)
-
-
-async def test_h19_a_full_run_answered_no_records_match_deletes_nothing(pair: Pair) -> None:
-    """H19: a full run whose peer answers noRecordsMatch (an empty set) deletes nothing: a
-    record is deleted only by a deleted header (docs/harvesting.md), never for being
-    absent from a list. The run is ok, as the list is; the high-water mark is kept."""
-    await factories.load_records(pair.source, SOURCE_SET, range(150))
-    async with relaying(pair.provider.oai) as relay:
-        await add_link(pair.ctx, "emptied", relay.url)
-        first = await run(pair.ctx, "emptied")
-        assert first.status == "ok", first.error
-        held = await content(pair.sink, "WIS-GISC-EMPTIED")
-        nothing = render.render_error(datetime.now(UTC), relay.url, None, [NoRecordsMatch()])
-
-        async def empty(request: web.Request) -> web.Response | None:
-            if request.query.get("verb") == "Identify":
-                return None
-            return web.Response(body=nothing, content_type="text/xml")
-
-        relay.answer = empty
-        link = await link_store.get_link(pair.sink, "emptied")
-        assert link is not None
-        report = await harvest_link(pair.ctx, link, full=True, window=False)
-    assert (report.mode, report.status, report.counts["deleted"]) == ("full", "ok", 0)
-    assert relay.asked[-1].get("verb") == "ListRecords" and "from" not in relay.asked[-1]
-    assert await content(pair.sink, "WIS-GISC-EMPTIED") == held
-    assert len(held) == 150 and not any(deleted for _, deleted in held.values())
-    assert await high_water_mark(pair.ctx, "emptied") == first.high_water_mark
-
-
-async def test_h19_a_full_run_aborted_midway_deletes_nothing(pair: Pair) -> None:
-    """H19: a full run that has read deleted headers (3 deletions at the provider) and then
-    fails on its last page applies none of them: deletions wait for the whole list. The run
-    is failed (incomplete), the high-water mark kept; the next run applies them."""
-    ids = await factories.load_records(pair.source, SOURCE_SET, range(150))
-    async with relaying(pair.provider.oai) as relay:
-        await add_link(pair.ctx, "aborted", relay.url)
-        first = await run(pair.ctx, "aborted")
-        assert first.status == "ok", first.error
-        await factories.delete(pair.source, SOURCE_SET, ids[:3])
-        await factories.load_records(pair.source, SOURCE_SET, range(150, 270))
-        pages = 0
-        deleted_headers: list[int] = []
-
-        async def abort_on_page_3(request: web.Request) -> web.Response | None:
-            nonlocal pages
-            if request.query.get("verb") == "Identify":
-                return None
-            pages += 1
-            if pages < 3:
-                body = await relay.forward(request)
-                deleted_headers.append(body.count(b'status="deleted"'))
-                return web.Response(body=body, content_type="text/xml")
-            return web.Response(body=b"<html>maintenance</html>", content_type="text/html")
-
-        relay.answer = abort_on_page_3
-        link = await link_store.get_link(pair.sink, "aborted")
-        assert link is not None
-        report = await harvest_link(pair.ctx, link, full=True, window=False)
-        assert (report.mode, report.status, report.error_kind) == ("full", "failed", "BadResponse")
-        assert (report.pages, report.counts["deleted"]) == (2, 0)
-        assert sum(deleted_headers) == 3  # read, and not applied
-        held = await content(pair.sink, "WIS-GISC-ABORTED")
-        assert [held[i][1] for i in ids[:3]] == [False, False, False]
-        assert await high_water_mark(pair.ctx, "aborted") == first.high_water_mark
-
-        relay.answer = None
-        again = await harvest_link(pair.ctx, link, full=True, window=False)
-    assert again.status == "ok" and again.counts["deleted"] == 3
-    assert await content(pair.sink, "WIS-GISC-ABORTED") == await content(pair.source, SOURCE_SET)
-
-
-# --- a peer whose clock and datestamps the test sets ------------------------------------------
-
-
-@dataclasses.dataclass
-class ClockPeer:
-    """A one-page ListRecords peer whose clock is ``skew`` off the harvester's: its
-    responseDate and the datestamps it gives are its own time; ``from`` is honoured."""
-
-    skew: timedelta
-    days_only: bool = False  # from and until in seconds are a badArgument (H15)
-    records: dict[str, tuple[datetime, bytes]] = dataclasses.field(default_factory=dict)
-    asked: list[dict[str, str]] = dataclasses.field(default_factory=list)
-
-    def now(self) -> datetime:
-        return (datetime.now(UTC) + self.skew).replace(microsecond=0)
-
-    def put(self, n: int, version: int = 0, at: datetime | None = None) -> str:
-        """Write record ``n`` at ``version``, stamped ``at`` (by default, the peer's now)."""
-        document = generate_record(n, centre="clock", version=version)
-        identifier = parse_record(document).identifier
-        self.records[identifier] = (at or self.now(), document)
-        return identifier
-
-    async def answer(self, request: web.Request) -> bytes:
-        query = dict(request.query)
-        self.asked.append(query)
-        if self.days_only and "T" in query.get("from", ""):
-            refused = BadArgument("from: days only")
-            return render.render_error(self.now(), "http://peer/oai", query, [refused])
-        since = parse_datestamp(query["from"])[0] if "from" in query else None
-        listed = sorted(
-            (stamp, identifier, document)
-            for identifier, (stamp, document) in self.records.items()
-            if since is None or stamp >= since
-        )
-        now = self.now()
-        if not listed:
-            return render.render_error(now, "http://peer/oai", query, [NoRecordsMatch()])
-        return (
-            render.response_start(now, "http://peer/oai", query, "ListRecords")
-            + b"".join(render.record(i, stamp, [], False, d) for stamp, i, d in listed)
-            + render.response_end("ListRecords")
-        )
-
-
-@pytest.mark.parametrize("hours", [-3, 3])
-async def test_h16_a_provider_with_a_skewed_clock_misses_nothing(pair: Pair, hours: int) -> None:
-    """H16: the peer's clock is 3 h behind, or ahead of, the harvester's. The high-water mark
-    is the peer's own time (its greatest datestamp, not past its responseDate), the next
-    incremental run asks from it, and gets every record the peer wrote since: none missed,
-    where a mark from the harvester's clock would skip 3 h of them (or ask 3 h ahead)."""
-    peer = ClockPeer(timedelta(hours=hours))
-    first = [peer.put(n) for n in range(3)]
-    async with serving(b"", pages=peer.answer) as url:
-        await add_link(pair.ctx, "skewed", url)
-        one = await run(pair.ctx, "skewed")
-        assert (one.status, one.counts["added"]) == ("ok", 3), one.error
-        assert one.high_water_mark == max(stamp for stamp, _ in peer.records.values())
-        later = [peer.put(n) for n in range(3, 6)]
-        two = await run(pair.ctx, "skewed")
-    assert two.status == "ok", two.error
-    assert two.mode == "incremental"
-    assert peer.asked[-1]["from"] == format_datestamp(one.high_water_mark)
-    assert two.counts["added"] == 3
-    held = await content(pair.sink, "WIS-GISC-SKEWED")
-    assert sorted(held) == sorted(first + later)
-    assert two.high_water_mark == max(stamp for stamp, _ in peer.records.values())
-
-
-async def test_h14_a_header_datestamp_years_ahead_does_not_move_the_mark_past_the_answer(
-    pair: Pair,
-) -> None:
-    """H14: a record listed with a header datestamp 10 years ahead. Rule: it is stored (the
-    datestamp a harvester keeps is its own time of arrival, docs/harvesting.md: nothing to
-    clamp) and the high-water mark is cut to the page's responseDate (DESIGN §1), so the
-    next run still asks from today: the record, updated at a normal datestamp, is taken."""
-    peer = ClockPeer(timedelta(0))
-    normal = peer.put(0)
-    ahead = peer.put(1, at=peer.now() + timedelta(days=3653))
-    async with serving(b"", pages=peer.answer) as url:
-        await add_link(pair.ctx, "ahead", url)
-        started = datetime.now(UTC).replace(microsecond=0)
-        one = await run(pair.ctx, "ahead")
-        assert (one.status, one.counts["added"]) == ("ok", 2), one.error
-        assert one.high_water_mark is not None
-        assert started <= one.high_water_mark <= datetime.now(UTC)
-        stamps = dict(
-            await pair.sink.fetch(
-                "select identifier, datestamp from records where identifier = any($1)",
-                [normal, ahead],
-            )
-        )
-        assert all(stamp <= datetime.now(UTC) for stamp in stamps.values())
-        peer.put(1, version=1)
-        two = await run(pair.ctx, "ahead")
-    assert two.status == "ok", two.error
-    assert peer.asked[-1]["from"] == format_datestamp(one.high_water_mark)
-    assert two.counts["updated"] == 1
-    stored = await pair.sink.fetchval("select xml from records where identifier = $1", ahead)
-    assert stored is not None
-    assert (
-        parse_record(stored.encode()).md_datestamp
-        == parse_record(generate_record(1, centre="clock", version=1)).md_datestamp
-    )
-    assert two.high_water_mark is not None and two.high_water_mark <= datetime.now(UTC)
-
-
-async def test_h15_an_incremental_run_falls_back_to_days(pair: Pair) -> None:
-    """H15: a peer whose Identify says seconds refuses an incremental run's from in seconds
-    (badArgument); the run asks again in days, from the mark's day, and completes."""
-    peer = ClockPeer(timedelta(0), days_only=True)
-    first = [peer.put(n) for n in range(3)]
-    async with serving(b"", pages=peer.answer) as url:
-        await add_link(pair.ctx, "days", url)
-        one = await run(pair.ctx, "days")
-        assert one.status == "ok", one.error
-        assert one.high_water_mark is not None
-        later = [peer.put(n) for n in range(3, 5)]
-        two = await run(pair.ctx, "days")
-    assert (two.status, two.mode) == ("ok", "incremental"), two.error
-    assert [q["from"] for q in peer.asked[1:]] == [
-        format_datestamp(one.high_water_mark),
-        one.high_water_mark.strftime("%Y-%m-%d"),
-    ]
-    assert two.counts["added"] == 2
-    assert sorted(await content(pair.sink, "WIS-GISC-DAYS")) == sorted(first + later)

@@ -200,7 +200,7 @@ async def test_p16_a_subset_lists_only_its_own(
 async def test_p16_a_move_is_news_in_the_superset_at_a_new_datestamp(
     provider: RunningProvider, db: Pool, tree: Tree
 ) -> None:
-    """P16 and DESIGN invariant 1: a record moved from A:B to C leaves A (a deleted header in
+    """P16 and invariant 1: a record moved from A:B to C leaves A (a deleted header in
     set=A, at the move's datestamp); one moved from A:C to A:B, or out of A:B while it stays in
     A, is still in A, listed again at the move's datestamp with its new sets; an incremental
     list of A from the move holds these three alone."""

@@ -1,4 +1,4 @@
-"""The record store's write rules, on a real PostgreSQL (DESIGN invariants 1, 4, 5, 6)."""
+"""The record store's write rules, on a real PostgreSQL (invariants 1, 4, 5, 6)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The distributed registry (seed 004) on loopback: a tracker and member nodes, each a
+"""The distributed registry (docs/registry.md) on loopback: a tracker and member nodes, each a
 real provider on its own fresh database, syncing over real HTTP; no mocks."""
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
-"""The benchmark's measure of a command's time and peak memory (``bench.run.timed_command``)."""
+"""The benchmark's measure of a command's time and peak memory (``bench.measure.timed_command``)."""
 
 from __future__ import annotations
 
 import sys
 import textwrap
 
-from bench.run import timed_command
+from bench.measure import timed_command
 
 MB = 1024 * 1024
 

@@ -19,8 +19,8 @@ delete from links where name = $1 returning name
 
 -- name: update_link_source --
 -- Point a link at another peer, remote set or metadataPrefix; its high-water mark is reset so the
--- next run is a full, idempotent harvest (seed 002: a harvester that switches providers must take
--- precautions).
+-- next run is a full, idempotent harvest (WIS guidelines: a harvester that switches providers
+-- must take precautions).
 update links
 set base_url = $2, remote_set = $3, metadata_prefix = coalesce($4, metadata_prefix),
     local_set = coalesce($5, local_set),

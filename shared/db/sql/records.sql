@@ -316,7 +316,7 @@ select value from node_secrets where name = $1
 limit 1
 
 -- name: backup_records --
--- Backup synchronisation between two GISCs serving one shared set (seed 000 §5), never scheduled.
+-- Backup synchronisation between two GISCs serving one shared set, never scheduled.
 -- A record is taken when there is no live local copy, or when the local copy is older by oai
 -- datestamp (the ordinary condition) AND by gmd:dateStamp (an obvious difference of content);
 -- a taken record keeps the source's oai:datestamp ($6), the seed's guard against loops.
