@@ -243,8 +243,10 @@ def service_problems(compose: dict[str, Any]) -> list[str]:
     if problems:
         return problems
     db = services["db"]
-    if not str(db.get("image", "")).startswith("postgres"):
-        problems.append(f"db runs {db.get('image')!r}, not a postgres image")
+    # its default, when POSTGRES_IMAGE names no stand-in built from Debian's packages
+    db_image = interpolate(str(db.get("image", "")), {})
+    if not db_image.startswith("postgres"):
+        problems.append(f"db runs {db_image!r}, not a postgres image")
     db_test = " ".join(as_argv((db.get("healthcheck") or {}).get("test")) or [])
     if "pg_isready" not in db_test:
         problems.append("db has no pg_isready healthcheck, so service_healthy means nothing")
@@ -456,6 +458,35 @@ def dockerignore_problems(dockerignore: str, dockerfile: str) -> list[str]:
     return problems
 
 
+def base_image_problems(compose: dict[str, Any], dockerfile: str) -> list[str]:
+    """Every stage starts from the PYTHON_IMAGE build argument (a stand-in built from Debian's
+    packages where no registry is reached), whose default compose.yaml repeats."""
+    problems = []
+    instructions = dockerfile_instructions(dockerfile)
+    defaults = dict(
+        rest.partition("=")[::2] for word, rest in instructions if word == "ARG" and "=" in rest
+    )
+    if "PYTHON_IMAGE" not in defaults:
+        problems.append("Dockerfile has no ARG PYTHON_IMAGE=<default base image>")
+    stages: set[str] = set()
+    for word, rest in instructions:
+        if word == "FROM":
+            image, _, name = rest.partition(" AS ")
+            if image not in stages and image not in ("${PYTHON_IMAGE}", "$PYTHON_IMAGE"):
+                problems.append(f"Dockerfile FROM {image}: not the PYTHON_IMAGE build argument")
+            stages.add(name.strip())
+    for name in WISCAT_SERVICES:
+        build = ((compose.get("services") or {}).get(name) or {}).get("build") or {}
+        args = build.get("args") or {} if isinstance(build, dict) else {}
+        wanted = defaults.get("PYTHON_IMAGE")
+        got = interpolate(str(args.get("PYTHON_IMAGE", "")), {})
+        if got != wanted:
+            problems.append(
+                f"{name} builds with PYTHON_IMAGE {got!r}, the Dockerfile's is {wanted!r}"
+            )
+    return problems
+
+
 def install_problems(dockerfile: str) -> list[str]:
     """The image installs wiscat as a package (not editable), from the sources it copies.
 
@@ -545,6 +576,10 @@ def test_dockerfile_runs_wiscat(files: dict[str, str]) -> None:
     assert dockerfile_problems(files["dockerfile"], files["pyproject"]) == []
 
 
+def test_image_built_on_the_base_image_argument(files: dict[str, str]) -> None:
+    assert base_image_problems(load_compose(files["compose"]), files["dockerfile"]) == []
+
+
 def test_image_installs_the_package(files: dict[str, str]) -> None:
     assert install_problems(files["dockerfile"]) == []
 
@@ -597,6 +632,7 @@ def _run_all(files: dict[str, str]) -> list[str]:
         + harvester_exposure_problems(compose)
         + database_problems(compose, files["env"])
         + dockerfile_problems(files["dockerfile"], files["pyproject"])
+        + base_image_problems(compose, files["dockerfile"])
         + install_problems(files["dockerfile"])
         + dockerignore_problems(files["dockerignore"], files["dockerfile"])
     )
@@ -677,6 +713,11 @@ MUTATIONS: dict[str, Callable[[dict[str, str]], dict[str, str]]] = {
         "dockerfile", "pip install --no-compile -c requirements/node.txt '.[embedded]'", "true"
     ),
     "image without migrations": _text("dockerfile", "COPY migrations ./migrations\n", ""),
+    "build stage without shared": _text("dockerfile", "COPY shared ./shared\n", ""),
+    "compose builds on another base": _text(
+        "compose", "${PYTHON_IMAGE:-python:3.11-slim}", "${PYTHON_IMAGE:-python:3.12-slim}"
+    ),
+    "a stage not on the base image": _text("dockerfile", "FROM ${PYTHON_IMAGE}\n", "FROM debian\n"),
     "build context with the secrets": _text("dockerignore", "\n.env\n", "\n"),
     "build context without migrations": _text("dockerignore", "\nvar\n", "\nvar\nmigrations\n"),
     "editable install": _text(
