@@ -6,7 +6,8 @@
 # carrying this host's CA certificates (pip then verifies TLS as the host does).
 #
 #   deploy/containers/base-images.sh            # build the images that are missing
-#   REBUILD=1 deploy/containers/base-images.sh  # build both again
+#   deploy/containers/base-images.sh python     # only the Python one (or: postgres)
+#   REBUILD=1 deploy/containers/base-images.sh  # build them again
 #
 # Then: podman build --build-arg PYTHON_IMAGE=localhost/wiscat-base/python:3.11-bookworm ...
 # and POSTGRES_IMAGE=localhost/wiscat-base/postgres:15-bookworm for compose (docs/deploy.md).
@@ -65,11 +66,17 @@ postgres_base() {
     echo "$POSTGRES_BASE"
 }
 
-# Built once and kept in podman's storage; both at once when both are missing.
+# Built once and kept in podman's storage; at the same time when both are missing.
+[ $# -gt 0 ] || set -- python postgres
 pids=()
-for image in "$PYTHON_BASE" "$POSTGRES_BASE"; do
+for which in "$@"; do
+    case $which in
+        python) image=$PYTHON_BASE ;;
+        postgres) image=$POSTGRES_BASE ;;
+        *) echo "usage: $0 [python] [postgres]" >&2; exit 2 ;;
+    esac
     if [ -n "${REBUILD:-}" ] || ! podman image exists "$image"; then
-        if [ "$image" = "$PYTHON_BASE" ]; then python_base & else postgres_base & fi
+        "${which}_base" &
         pids+=($!)
     else
         echo "$image"

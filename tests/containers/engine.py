@@ -187,6 +187,13 @@ class Project:
     def down(self, *args: str) -> None:
         self.compose("down", *args)
 
+    def remove(self) -> None:
+        """Containers, volumes and network gone (those a run that was stopped left too)."""
+        env = engine_env(POSTGRES_IMAGE=self.postgres_image)
+        argv = ["podman-compose", "-p", self.name, "-f", "compose.yaml", "down", "--volumes"]
+        run(argv, cwd=self.folder, env=env, timeout=300, check=False)
+        podman("network", "rm", "--force", self.network, check=False)
+
     def url(self, path: str) -> str:
         return f"http://127.0.0.1:{self.provider_port}{path}"
 
