@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 .DEFAULT_GOAL := all
-.PHONY: all help venv lock run test test-unit test-integration soak fuzz lint format bench schema settings-doc demo chromium promtool pgbouncer opentracker clean
+.PHONY: all help venv lock run test test-unit test-integration test-containers base-images soak fuzz lint format bench schema settings-doc demo chromium promtool pgbouncer opentracker podman clean
 
 all: lint test ## lint, then the whole test suite
 
@@ -81,6 +81,25 @@ opentracker: ## install Debian's opentracker when missing (the registry's tracke
 		echo "installing Debian's opentracker for the registry's tracker tests"; \
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq --no-install-recommends opentracker; }
+
+# Podman from Debian's packages, rootful, with runc and netavark (its network); debootstrap builds
+# the base images where no container registry is reached (docs/deploy.md).
+CONTAINER_PACKAGES := podman podman-compose runc netavark aardvark-dns iptables debootstrap
+
+podman: ## install Debian's podman, podman-compose and debootstrap when missing (make test-containers)
+	@dpkg -s $(CONTAINER_PACKAGES) >/dev/null 2>&1 || { \
+		echo "installing Debian's $(CONTAINER_PACKAGES)"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && \
+		$$SUDO apt-get install -y -qq --no-install-recommends $(CONTAINER_PACKAGES); }
+
+base-images: podman ## build the Python and PostgreSQL base images from Debian's packages when missing
+	deploy/containers/base-images.sh
+
+# Builds the image from a clean copy of the checkout and starts compose.yaml as two GISCs (the
+# base images are built first when missing, kept after): not part of make test; as root.
+test-containers: $(STAMP) podman ## the image built and compose.yaml started for real (podman; < 10 min)
+	timeout 1200 $(BIN)/pytest --timeout 1100 -s tests/containers
 
 test-unit: $(STAMP) ## the fast, pure tests only
 	$(BIN)/pytest tests/unit

@@ -244,8 +244,10 @@ def service_problems(compose: dict[str, Any]) -> list[str]:
     if problems:
         return problems
     db = services["db"]
-    if not str(db.get("image", "")).startswith("postgres"):
-        problems.append(f"db runs {db.get('image')!r}, not a postgres image")
+    # its default, when POSTGRES_IMAGE names no stand-in built from Debian's packages
+    db_image = interpolate(str(db.get("image", "")), {})
+    if not db_image.startswith("postgres"):
+        problems.append(f"db runs {db_image!r}, not a postgres image")
     db_test = " ".join(as_argv((db.get("healthcheck") or {}).get("test")) or [])
     if "pg_isready" not in db_test:
         problems.append("db has no pg_isready healthcheck, so service_healthy means nothing")
@@ -454,6 +456,35 @@ def dockerignore_problems(dockerignore: str, dockerfile: str) -> list[str]:
             for source in [t for t in shlex.split(rest) if not t.startswith("--")][:-1]:
                 if any(fnmatch(source.removeprefix("./"), p) for p in patterns):
                     problems.append(f".dockerignore leaves out {source}, which the image copies")
+    return problems
+
+
+def base_image_problems(compose: dict[str, Any], dockerfile: str) -> list[str]:
+    """Every stage starts from the PYTHON_IMAGE build argument (a stand-in built from Debian's
+    packages where no registry is reached), whose default compose.yaml repeats."""
+    problems = []
+    instructions = dockerfile_instructions(dockerfile)
+    defaults = dict(
+        rest.partition("=")[::2] for word, rest in instructions if word == "ARG" and "=" in rest
+    )
+    if "PYTHON_IMAGE" not in defaults:
+        problems.append("Dockerfile has no ARG PYTHON_IMAGE=<default base image>")
+    stages: set[str] = set()
+    for word, rest in instructions:
+        if word == "FROM":
+            image, _, name = rest.partition(" AS ")
+            if image not in stages and image not in ("${PYTHON_IMAGE}", "$PYTHON_IMAGE"):
+                problems.append(f"Dockerfile FROM {image}: not the PYTHON_IMAGE build argument")
+            stages.add(name.strip())
+    for name in WISCAT_SERVICES:
+        build = ((compose.get("services") or {}).get(name) or {}).get("build") or {}
+        args = build.get("args") or {} if isinstance(build, dict) else {}
+        wanted = defaults.get("PYTHON_IMAGE")
+        got = interpolate(str(args.get("PYTHON_IMAGE", "")), {})
+        if got != wanted:
+            problems.append(
+                f"{name} builds with PYTHON_IMAGE {got!r}, the Dockerfile's is {wanted!r}"
+            )
     return problems
 
 

@@ -24,6 +24,7 @@ from tests.compose_checks import (
     ENV_EXAMPLE,
     PYPROJECT,
     WISCAT_NAME,
+    base_image_problems,
     command_problems,
     database_problems,
     dockerfile_problems,
@@ -101,6 +102,10 @@ def test_dockerfile_runs_wiscat(files: dict[str, str]) -> None:
     assert dockerfile_problems(files["dockerfile"], files["pyproject"]) == []
 
 
+def test_image_built_on_the_base_image_argument(files: dict[str, str]) -> None:
+    assert base_image_problems(load_compose(files["compose"]), files["dockerfile"]) == []
+
+
 def test_image_installs_the_package(files: dict[str, str]) -> None:
     assert install_problems(files["dockerfile"]) == []
 
@@ -150,6 +155,7 @@ def _run_all(files: dict[str, str]) -> list[str]:
         + harvester_exposure_problems(compose)
         + database_problems(compose, files["env"])
         + dockerfile_problems(files["dockerfile"], files["pyproject"])
+        + base_image_problems(compose, files["dockerfile"])
         + install_problems(files["dockerfile"])
         + dockerignore_problems(files["dockerignore"], files["dockerfile"])
     )
@@ -230,6 +236,11 @@ MUTATIONS: dict[str, Callable[[dict[str, str]], dict[str, str]]] = {
         "dockerfile", "pip install --no-compile -c requirements/node.txt '.[embedded]'", "true"
     ),
     "image without migrations": _text("dockerfile", "COPY migrations ./migrations\n", ""),
+    "build stage without shared": _text("dockerfile", "COPY shared ./shared\n", ""),
+    "compose builds on another base": _text(
+        "compose", "${PYTHON_IMAGE:-python:3.11-slim}", "${PYTHON_IMAGE:-python:3.12-slim}"
+    ),
+    "a stage not on the base image": _text("dockerfile", "FROM ${PYTHON_IMAGE}\n", "FROM debian\n"),
     "build context with the secrets": _text("dockerignore", "\n.env\n", "\n"),
     "build context without migrations": _text("dockerignore", "\nvar\n", "\nvar\nmigrations\n"),
     "editable install": _text(

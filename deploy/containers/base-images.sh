@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Base images from Debian's packages, for a build host that reaches Debian's package repositories
+# but no container registry: a Python 3.11 image with pip and venv (standing in for
+# python:3.11-slim) and a PostgreSQL image (standing in for the postgres image of compose.yaml).
+# Each is a `debootstrap --variant=minbase` root file system imported with `podman import`,
+# carrying this host's CA certificates (pip then verifies TLS as the host does).
+#
+#   deploy/containers/base-images.sh            # build the images that are missing
+#   deploy/containers/base-images.sh python     # only the Python one (or: postgres)
+#   REBUILD=1 deploy/containers/base-images.sh  # build them again
+#
+# Then: podman build --build-arg PYTHON_IMAGE=localhost/wiscat-base/python:3.11-bookworm ...
+# and POSTGRES_IMAGE=localhost/wiscat-base/postgres:15-bookworm for compose (docs/deploy.md).
+set -euo pipefail
+
+SUITE=${DEBIAN_SUITE:-bookworm}
+MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
+PYTHON_BASE=${PYTHON_BASE:-localhost/wiscat-base/python:3.11-$SUITE}
+POSTGRES_BASE=${POSTGRES_BASE:-localhost/wiscat-base/postgres:15-$SUITE}
+HERE=$(cd "$(dirname "$0")" && pwd)
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+# rootfs NAME PACKAGES: a minbase root file system with PACKAGES and this host's CA certificates
+rootfs() {
+    local root=$work/$1
+    echo "debootstrap $SUITE ($2) into $root" >&2
+    debootstrap --variant=minbase --include="$2" "$SUITE" "$root" "$MIRROR" >"$work/$1.log" 2>&1 \
+        || { tail -20 "$work/$1.log" >&2; return 1; }
+    # The host's own CAs (a private or intercepting proxy's among them) join Debian's.
+    if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
+        cp /usr/local/share/ca-certificates/*.crt "$root/usr/local/share/ca-certificates/"
+    fi
+    chroot "$root" update-ca-certificates >/dev/null 2>&1
+    rm -rf "$root"/var/lib/apt/lists/* "$root"/var/cache/apt/*.bin "$root"/var/cache/apt/archives/*.deb
+}
+
+python_base() {
+    rootfs python python3,python3-venv,ca-certificates
+    tar -C "$work/python" -c . | podman import --quiet \
+        --change 'ENV PIP_CERT=/etc/ssl/certs/ca-certificates.crt' \
+        --change 'ENV LANG=C.UTF-8' \
+        --change 'CMD ["python3"]' \
+        - "$PYTHON_BASE" >/dev/null
+    echo "$PYTHON_BASE"
+}
+
+postgres_base() {
+    rootfs postgres postgresql,ca-certificates
+    local root=$work/postgres bin
+    bin=$(echo "$root"/usr/lib/postgresql/*/bin)
+    # The package's own cluster (created by its postinst) is not used: the entrypoint makes one
+    # in PGDATA, as the postgres image does.
+    rm -rf "$root"/var/lib/postgresql/* "$root"/etc/postgresql/*/
+    install -m 0755 "$HERE/postgres-entrypoint.sh" "$root/usr/local/bin/docker-entrypoint.sh"
+    tar -C "$root" -c . | podman import --quiet \
+        --change "ENV PATH=${bin#"$root"}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
+        --change 'ENV PGDATA=/var/lib/postgresql/data' \
+        --change 'ENV LANG=C.UTF-8' \
+        --change 'ENTRYPOINT ["docker-entrypoint.sh"]' \
+        --change 'CMD ["postgres"]' \
+        --change 'STOPSIGNAL SIGINT' \
+        --change 'EXPOSE 5432' \
+        - "$POSTGRES_BASE" >/dev/null
+    echo "$POSTGRES_BASE"
+}
+
+# Built once and kept in podman's storage; at the same time when both are missing.
+[ $# -gt 0 ] || set -- python postgres
+pids=()
+for which in "$@"; do
+    case $which in
+        python) image=$PYTHON_BASE ;;
+        postgres) image=$POSTGRES_BASE ;;
+        *) echo "usage: $0 [python] [postgres]" >&2; exit 2 ;;
+    esac
+    if [ -n "${REBUILD:-}" ] || ! podman image exists "$image"; then
+        "${which}_base" &
+        pids+=($!)
+    else
+        echo "$image"
+    fi
+done
+for pid in "${pids[@]}"; do wait "$pid"; done
