@@ -57,7 +57,7 @@ async def harvest_context(settings: Settings, database_url: str) -> AsyncIterato
             client = OAIClient(session, client_config)
             pages = PageReaders(settings.harvest_page_workers)
             stack.callback(pages.close)
-            yield HarvestContext(settings, pool, client, pages=pages)
+            yield HarvestContext(settings, pool, client, pages=pages, database_url=database_url)
     finally:
         await pool.close()
 

@@ -1,4 +1,5 @@
-"""The scheduler: many links at once, two workers on one database, leases that expire."""
+"""The scheduler: many links at once, two workers on one database, leases freed with their
+holder's session or, a holder alive but stuck, once they run out."""
 
 from __future__ import annotations
 
@@ -13,10 +14,13 @@ from tests import factories
 from tests.harvest_pair import sink_settings
 from tests.pg import clone_template, drop_database
 from tests.servers import RunningProvider, running_provider
+from wiscat.harvester.context import HarvestContext
 from wiscat.harvester.scheduler import Scheduler, lease_kept
 from wiscat.harvester.service import harvest_context
+from wiscat.shared.db import leases as lease_store
 from wiscat.shared.db import links as link_store
 from wiscat.shared.db import records as store
+from wiscat.shared.db.leases import LeaseSession
 from wiscat.shared.db.pool import Pool
 from wiscat.shared.linkspec import build_link
 
@@ -98,28 +102,57 @@ async def test_two_workers_share_120_links_and_run_each_once(
         assert await one.pool.fetchval("select count(*) from records where not deleted") == 20
 
 
-async def test_a_dead_workers_lease_is_taken_over(sink: tuple[RunningProvider, str]) -> None:
+async def survivor_runs(ctx: HarvestContext) -> dict[str, object]:
+    """Run a scheduler as worker "survivor" until the link has succeeded; its one run."""
+    scheduler = Scheduler(dataclasses.replace(ctx, worker="survivor"))
+    stop = asyncio.Event()
+    task = asyncio.create_task(scheduler.run(stop))
+    try:
+        for _ in range(100):
+            if await ctx.pool.fetchval("select last_success_at from links") is not None:
+                break
+            await asyncio.sleep(0.1)
+    finally:
+        stop.set()
+        await task
+    return dict(await ctx.pool.fetchrow("select worker, status from harvest_runs"))
+
+
+async def test_a_dead_workers_lease_is_taken_over_at_once(
+    sink: tuple[RunningProvider, str],
+) -> None:
+    provider, sink_url = sink
+    settings = sink_settings(sink_url, harvest_poll_seconds=0.1, harvest_lease_seconds=300)
+    async with harvest_context(settings, sink_url) as ctx:
+        await add_links(ctx.pool, provider, 1)
+        # a worker that died holding the lease: its session is gone, its row says 5 minutes more
+        dead = await LeaseSession.open(sink_url)
+        lease = timedelta(minutes=5)
+        assert await dead.take("peer-000", "dead-worker", lease, due=True) is not None
+        other = await LeaseSession.open(sink_url)
+        try:
+            assert await other.take("peer-000", "other", lease, due=True) is None  # held
+        finally:
+            await other.close()
+        dead.conn.terminate()
+        assert await survivor_runs(ctx) == {"worker": "survivor", "status": "ok"}
+
+
+async def test_a_stuck_workers_lease_is_taken_over_once_it_runs_out(
+    sink: tuple[RunningProvider, str],
+) -> None:
     provider, sink_url = sink
     settings = sink_settings(sink_url, harvest_poll_seconds=0.1, harvest_lease_seconds=1)
     async with harvest_context(settings, sink_url) as ctx:
         await add_links(ctx.pool, provider, 1)
-        # a worker that died holding the lease
-        leased = await link_store.lease_due(ctx.pool, "dead-worker", timedelta(seconds=1), 10)
-        assert [link.name for link in leased] == ["peer-000"]
-        scheduler = Scheduler(dataclasses.replace(ctx, worker="survivor"))
-        assert await link_store.lease_due(ctx.pool, "survivor", timedelta(seconds=1), 10) == []
-        stop = asyncio.Event()
-        task = asyncio.create_task(scheduler.run(stop))
+        # a worker alive but stuck: its session holds the lock, it renews nothing
+        stuck = await LeaseSession.open(sink_url)
         try:
-            for _ in range(100):
-                if await ctx.pool.fetchval("select last_success_at from links") is not None:
-                    break
-                await asyncio.sleep(0.1)
+            assert await stuck.take("peer-000", "stuck", timedelta(seconds=1), due=True)
+            assert await lease_store.free_due(ctx.pool, 10) == []
+            assert await survivor_runs(ctx) == {"worker": "survivor", "status": "ok"}
         finally:
-            stop.set()
-            await task
-        run = await ctx.pool.fetchrow("select worker, status from harvest_runs")
-        assert dict(run) == {"worker": "survivor", "status": "ok"}
+            await stuck.close()
 
 
 async def test_requested_run_happens_now(sink: tuple[RunningProvider, str]) -> None:
@@ -156,40 +189,50 @@ async def add_quiet_link(db: Pool, name: str) -> None:
     await link_store.add_link(db, link)
 
 
-async def test_a_run_requested_while_the_link_runs_is_not_lost(db: Pool) -> None:
+async def test_a_run_requested_while_the_link_runs_is_not_lost(db: Pool, database_url: str) -> None:
     await add_quiet_link(db, "busy")
     lease = timedelta(minutes=5)
-    [leased] = await link_store.lease_due(db, "worker", lease, 10)
-    # "harvest now" arrives while the run is under way
-    assert await link_store.request_run(db, "busy", "full")
-    later = leased.next_run_at + timedelta(hours=1)
-    await link_store.release_lease(db, "busy", "worker", later, leased)
-    link = await link_store.get_link(db, "busy")
-    assert link is not None
-    assert link.run_requested == "full"
-    assert link.next_run_at < later
-    [again] = await link_store.lease_due(db, "worker", lease, 10)
-    assert again.run_requested == "full"
-    # with no request meanwhile, the next run is the scheduled one
-    await link_store.release_lease(db, "busy", "worker", later, again)
-    link = await link_store.get_link(db, "busy")
-    assert link is not None
-    assert (link.run_requested, link.next_run_at) == (None, later)
+    session = await LeaseSession.open(database_url)
+    try:
+        leased = await session.take("busy", "worker", lease, due=True)
+        assert leased is not None
+        # "harvest now" arrives while the run is under way
+        assert await link_store.request_run(db, "busy", "full")
+        later = leased.next_run_at + timedelta(hours=1)
+        await session.give_back("busy", "worker", later, leased)
+        link = await link_store.get_link(db, "busy")
+        assert link is not None
+        assert link.run_requested == "full"
+        assert link.next_run_at < later
+        again = await session.take("busy", "worker", lease, due=True)
+        assert again is not None and again.run_requested == "full"
+        # with no request meanwhile, the next run is the scheduled one
+        await session.give_back("busy", "worker", later, again)
+        link = await link_store.get_link(db, "busy")
+        assert link is not None
+        assert (link.run_requested, link.next_run_at) == (None, later)
+        assert await session.take("busy", "worker", lease, due=True) is None  # not due
+    finally:
+        await session.close()
 
 
 async def test_a_lease_is_kept_through_a_database_error(
-    db: Pool, caplog: pytest.LogCaptureFixture
+    db: Pool, database_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A renewal that fails (the database restarting, say) is retried at the next turn: the
     lease is not left to run out under a long run, nor its error raised at the run's end."""
     await add_quiet_link(db, "peer")
     lease = timedelta(seconds=0.3)
-    assert await link_store.lease_link(db, "peer", "worker", lease) is not None
-    expires = "select lease_expires - now() from links where lease_owner = 'worker'"
-    async with lease_kept(db, "peer", "worker", lease):
-        await db.execute("alter table links rename to links_away")
-        await asyncio.sleep(0.5)  # every renewal meanwhile fails: the table is not there
-        await db.execute("alter table links_away rename to links")
-        await asyncio.sleep(0.25)
-        assert await db.fetchval(expires) > timedelta(seconds=0.1)  # renewed once back
+    session = await LeaseSession.open(database_url)
+    try:
+        assert await session.take("peer", "worker", lease, due=False) is not None
+        expires = "select lease_expires - now() from links where lease_owner = 'worker'"
+        async with lease_kept(db, "peer", "worker", lease):
+            await db.execute("alter table links rename to links_away")
+            await asyncio.sleep(0.5)  # every renewal meanwhile fails: the table is not there
+            await db.execute("alter table links_away rename to links")
+            await asyncio.sleep(0.25)
+            assert await db.fetchval(expires) > timedelta(seconds=0.1)  # renewed once back
+    finally:
+        await session.close()
     assert "could not renew the lease of peer" in caplog.text
