@@ -7,6 +7,7 @@ import functools
 import sys
 from datetime import timedelta
 from typing import Any
+from urllib.parse import urlsplit
 
 from wiscat.cli.arguments import command
 from wiscat.cli.database import migrated_database
@@ -93,6 +94,11 @@ async def _harvest_once(settings: Settings, args: argparse.Namespace) -> int:
         session = await LeaseSession.open(url)
         try:
             link = await session.take(args.name, owner, lease, due=False)
+            if link is not None:
+                # an operator's run goes at once: it counts against its peer host's limit
+                # where a slot is free, and runs without one where none is
+                host = urlsplit(link.base_url).netloc
+                await session.take_host_slot(host, settings.harvest_per_host)
         except BaseException:
             await session.close()
             raise
