@@ -35,6 +35,10 @@ log = logging.getLogger("wiscat.harvester")
 
 Renew = Callable[[Pool, str, str, timedelta], Awaitable[bool]]
 
+# Due links looked at in one round, at most: a host's links beyond its WISCAT_HARVEST_PER_HOST
+# are not among them, so up to CANDIDATES / per-host hosts, full or not, are tried in a round.
+CANDIDATES = 1000
+
 
 def lease_kept(
     pool: Pool, name: str, owner: str, lease: timedelta, *, renew: Renew = link_store.renew_lease
@@ -138,8 +142,9 @@ class Scheduler:
         A host's slot is taken before the link's lease: a link whose host has all its slots
         taken is left unleased (another link, of another host, may take the free run slot),
         where it once took a run slot and its lease to wait for its host."""
-        # more candidates than free slots: some may be of a full host, or taken meanwhile
-        candidates = await lease_store.free_due(self.ctx.pool, free * 4)
+        # a few of every host that has due links: a host whose slots are all taken is passed
+        # over after one try, and the links of the others come after
+        candidates = await lease_store.free_due(self.ctx.pool, CANDIDATES, self.per_host)
         full: set[str] = set()
         for name, base_url in candidates:
             if free == 0:

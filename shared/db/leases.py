@@ -21,11 +21,12 @@ from wiscat.shared.db.queries import load
 _SQL = load("leases.sql")
 
 
-async def free_due(pool: Pool, limit: int) -> list[tuple[str, str]]:
-    """Up to ``limit`` enabled, due links whose lease is free (never taken, given back, run
-    out, or held by a session that is gone), oldest due first: ``(name, base_url)`` each.
-    Nothing is taken: :meth:`LeaseSession.take` may still find one taken meanwhile."""
-    rows = await pool.fetch(_SQL["free_due_links"], limit)
+async def free_due(pool: Pool, limit: int, per_host: int) -> list[tuple[str, str]]:
+    """Enabled, due links whose lease is free (never taken, given back, run out, or held by a
+    session that is gone): the ``per_host`` due first of each peer host, at most ``limit`` in
+    all, the oldest due first; ``(name, base_url)`` each. Nothing is taken:
+    :meth:`LeaseSession.take` may still find one taken meanwhile."""
+    rows = await pool.fetch(_SQL["free_due_links"], limit, per_host)
     return [(row["name"], row["base_url"]) for row in rows]
 
 

@@ -109,13 +109,15 @@ async def survivor_runs(ctx: HarvestContext) -> dict[str, object]:
     task = asyncio.create_task(scheduler.run(stop))
     try:
         for _ in range(100):
-            if await ctx.pool.fetchval("select last_success_at from links") is not None:
+            if await ctx.pool.fetchval("select max(last_success_at) from links") is not None:
                 break
             await asyncio.sleep(0.1)
     finally:
         stop.set()
         await task
-    return dict(await ctx.pool.fetchrow("select worker, status from harvest_runs"))
+    run = await ctx.pool.fetchrow("select worker, status from harvest_runs")
+    assert run is not None, "no link ran"
+    return dict(run)
 
 
 async def test_a_dead_workers_lease_is_taken_over_at_once(
@@ -149,7 +151,7 @@ async def test_a_stuck_workers_lease_is_taken_over_once_it_runs_out(
         stuck = await LeaseSession.open(sink_url)
         try:
             assert await stuck.take("peer-000", "stuck", timedelta(seconds=1), due=True)
-            assert await lease_store.free_due(ctx.pool, 10) == []
+            assert await lease_store.free_due(ctx.pool, 10, 2) == []
             assert await survivor_runs(ctx) == {"worker": "survivor", "status": "ok"}
         finally:
             await stuck.close()
@@ -236,3 +238,33 @@ async def test_a_lease_is_kept_through_a_database_error(
     finally:
         await session.close()
     assert "could not renew the lease of peer" in caplog.text
+
+
+async def test_a_full_hosts_links_are_not_leased_and_others_run(
+    sink: tuple[RunningProvider, str],
+) -> None:
+    """A host whose slots are all held (by runs of other processes) keeps its due links
+    unleased, and they take no run slot: a link of another host, due after them all, runs."""
+    provider, sink_url = sink
+    settings = sink_settings(
+        sink_url, harvest_concurrency=1, harvest_per_host=2, harvest_poll_seconds=0.1
+    )
+    async with harvest_context(settings, sink_url) as ctx:
+        for n in range(10):
+            await add_quiet_link(ctx.pool, f"full-{n}")
+        await ctx.pool.execute("update links set next_run_at = now() - interval '1 hour'")
+        await add_links(ctx.pool, provider, 1)
+        # two runs elsewhere hold the quiet host's two slots
+        holders = [await LeaseSession.open(sink_url) for _ in range(2)]
+        try:
+            for holder in holders:
+                assert await holder.take_host_slot("127.0.0.1:9", 2)
+            assert await survivor_runs(ctx) == {"worker": "survivor", "status": "ok"}
+            leased = await ctx.pool.fetchval(
+                "select count(*) from links where lease_owner is not null"
+            )
+            assert leased == 0
+            assert await ctx.pool.fetchval("select count(*) from harvest_runs") == 1
+        finally:
+            for holder in holders:
+                await holder.close()

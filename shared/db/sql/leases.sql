@@ -9,15 +9,25 @@
 -- lock and the row change together for everyone else.
 
 -- name: free_due_links --
--- Up to $1 enabled links due to run whose lease is free: never taken or released, run out, or its
--- holder's session gone (no session holds its advisory lock); with their peer's URL. Takes nothing.
-select name, base_url from links l
-where enabled and next_run_at <= now()
-  and (lease_expires is null or lease_expires < now() or not exists (
-      select 1 from pg_locks
-      where locktype = 'advisory' and granted and objsubid = 2
-        and database = (select oid from pg_database where datname = current_database())
-        and classid = 29401 and objid = (hashtext(l.name)::bigint & 4294967295)::oid))
+-- Enabled links due to run whose lease is free (never taken or given back, run out, or its
+-- holder's session gone: no session holds its lock), with their peer's URL: the $2 due first of
+-- each peer host (the host and port of its URL), at most $1 in all, the oldest due first. A full
+-- host's links then never crowd out the others. Takes nothing.
+select name, base_url from (
+    select name, base_url, next_run_at,
+           row_number() over (
+               partition by substring(base_url from '^[^:]*://([^/?#]*)') order by next_run_at
+           ) as nth
+    from links l
+    where enabled and next_run_at <= now()
+      and (lease_expires is null or lease_expires < now()
+           -- not correlated: the lock table is read once (a hashed subplan), not once a link
+           or (hashtext(l.name)::bigint & 4294967295)::oid not in (
+               select objid from pg_locks
+               where locktype = 'advisory' and granted and objsubid = 2 and classid = 29401
+                 and database = (select oid from pg_database where datname = current_database())))
+) due
+where nth <= $2
 order by next_run_at
 limit $1
 
