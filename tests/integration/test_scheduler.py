@@ -268,3 +268,32 @@ async def test_a_full_hosts_links_are_not_leased_and_others_run(
         finally:
             for holder in holders:
                 await holder.close()
+
+
+async def test_a_lease_whose_session_was_cut_is_taken_again_at_its_renewal(
+    db: Pool, database_url: str
+) -> None:
+    """A run's session cut under it (a restarted server, a dropped connection): its renewal
+    opens a new one and takes the link's lock and host slot again, where nobody took them."""
+    await add_quiet_link(db, "cut")
+    lease = timedelta(minutes=5)
+    session = await LeaseSession.open(database_url)
+    other = await LeaseSession.open(database_url)
+    try:
+        assert await session.take_host_slot("127.0.0.1:9", 1)
+        assert await session.take("cut", "worker", lease, due=False) is not None
+        assert session.session_held
+        pid = session.conn.get_server_pid()
+        assert await db.fetchval("select pg_terminate_backend($1)", pid)
+        for _ in range(100):  # the server ends the session a moment later
+            if session.conn.is_closed():
+                break
+            await asyncio.sleep(0.02)
+        assert await session.renew("cut", "worker", lease)
+        assert session.conn.get_server_pid() != pid and session.session_held
+        # both locks are the new session's: nobody else takes the link, nor the host's slot
+        assert await other.take("cut", "other", lease, due=False) is None
+        assert not await other.take_host_slot("127.0.0.1:9", 1)
+    finally:
+        await session.close()
+        await other.close()
