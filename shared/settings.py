@@ -256,7 +256,10 @@ class Settings(BaseSettings):
         default=16, ge=1, le=10_000, description="links harvested at once"
     )
     harvest_per_host: int = Field(
-        default=2, ge=1, le=1000, description="links at once per peer host"
+        default=2,
+        ge=1,
+        le=1000,
+        description="links at once per peer host, by all the harvester processes of one database",
     )
     harvest_lease_seconds: float = Field(
         default=300,

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from datetime import timedelta
 from typing import Any
+from urllib.parse import urlsplit
 
 from wiscat.cli.arguments import command
 from wiscat.cli.database import migrated_database
 from wiscat.cli.output import said, when
 from wiscat.shared.db import links as link_store
 from wiscat.shared.db.errors import DatabaseError, DatabaseUnavailable
+from wiscat.shared.db.leases import LeaseSession
 from wiscat.shared.db.links import Link
 from wiscat.shared.settings import Settings
 
@@ -56,8 +59,9 @@ async def cmd_harvest(settings: Settings, args: argparse.Namespace) -> int:
     except DatabaseUnavailable as exc:
         # the database went away during the run (a crash, a restart, a network cut): said as
         # such, where the system's words alone ('[Errno 2] No such file or directory', the
-        # server's socket) named no database; the run is closed as abandoned once its lease
-        # runs out, and the next run starts from the high-water mark
+        # server's socket) named no database; the run is closed as abandoned by the next run
+        # (the lease's session went with the database: the link is free at once), which
+        # starts from the high-water mark
         raise DatabaseError(
             f"the database could not be reached during the harvest of {args.name}: "
             f"{said(exc)}; its pages committed before are kept, and the next run starts "
@@ -80,14 +84,26 @@ def _taken(link: Link) -> str:
 async def _harvest_once(settings: Settings, args: argparse.Namespace) -> int:
     from wiscat.harvester.context import run_end_unlogged
     from wiscat.harvester.harvest import harvest_link, run_list
-    from wiscat.harvester.scheduler import lease_kept
+    from wiscat.harvester.scheduler import give_back, renewed
     from wiscat.harvester.service import harvest_context
 
     async with migrated_database(settings) as url, harvest_context(settings, url) as ctx:
         owner = ctx.worker
         lease = timedelta(seconds=settings.harvest_lease_seconds)
-        link = await link_store.lease_link(ctx.pool, args.name, owner, lease)
+        # the lease is held on a session of its own: killed, this command frees the link at once
+        session = await LeaseSession.open(ctx.database_url)
+        try:
+            link = await session.take(args.name, owner, lease, due=False)
+            if link is not None:
+                # an operator's run goes at once: it counts against its peer host's limit
+                # where a slot is free, and runs without one where none is
+                host = urlsplit(link.base_url).netloc
+                await session.take_host_slot(host, settings.harvest_per_host)
+        except BaseException:
+            await session.close()
+            raise
         if link is None:
+            await session.close()
             taken = await link_store.get_link(ctx.pool, args.name)
             if taken is None:
                 print(f"wiscat: no link named {args.name!r}", file=sys.stderr)
@@ -98,7 +114,9 @@ async def _harvest_once(settings: Settings, args: argparse.Namespace) -> int:
             # renewed while the run lasts: a long run must not be taken over by a harvester;
             # the run's summary is this command's result: printed below, once, not logged too
             with run_end_unlogged():
-                async with lease_kept(ctx.pool, link.name, owner, lease):
+                async with renewed(
+                    functools.partial(session.renew, link.name, owner, lease), link.name, lease
+                ):
                     if args.backup_sync:
                         report = await run_list(ctx, link, mode="backup", from_=None, until=None)
                     else:
@@ -110,7 +128,7 @@ async def _harvest_once(settings: Settings, args: argparse.Namespace) -> int:
                             window=False,
                         )
         finally:
-            await link_store.release_lease(ctx.pool, link.name, owner, link.next_run_at, link)
+            await give_back(ctx.pool, session, link, owner, link.next_run_at)
     print(report.summary())
     for identifier in report.taken:
         print(f"took: {identifier}")

@@ -36,6 +36,9 @@ class HarvestContext:
     identified: dict[str, tuple[float, IdentifyInfo]] = field(default_factory=dict)
     # where pages are parsed and hashed (worker processes, or a thread)
     pages: PageReaders = field(default_factory=lambda: PageReaders(0))
+    # where each run opens the session that holds its lease (wiscat.shared.db.leases): the
+    # server itself (DATABASE_SESSION_URL when set), never a transaction pooler
+    database_url: str = ""
 
 
 @dataclass

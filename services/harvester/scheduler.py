@@ -1,14 +1,18 @@
 """Runs every enabled link on its schedule: many at once, bounded overall and per peer host.
 
-Links are leased from the database (``FOR UPDATE SKIP LOCKED``), so several harvester processes on
-one database share the work and a link never runs twice at once; a crashed worker's lease runs out
-and another worker takes the link over.
+Links are leased from the database, so several harvester processes on one database share the work
+and a link never runs twice at once. Each run holds its lease, and a slot of its peer host, on a
+database session of its own (``wiscat.shared.db.leases``): a worker that dies frees its links and
+host slots with its sessions, at once, and the others take them over; one that is alive but stuck
+loses its links when their leases run out. A link whose host has all its slots taken (by any
+process) is not leased: it waits, unleased, for whichever worker finds a slot free first.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -17,8 +21,10 @@ from urllib.parse import urlsplit
 
 from wiscat.harvester.context import HarvestContext
 from wiscat.harvester.harvest import harvest_link
+from wiscat.shared.db import leases as lease_store
 from wiscat.shared.db import links as link_store
 from wiscat.shared.db.errors import DatabaseUnavailable
+from wiscat.shared.db.leases import LeaseSession
 from wiscat.shared.db.links import Link
 from wiscat.shared.db.pool import Pool
 from wiscat.shared.logs import Outage
@@ -29,15 +35,26 @@ log = logging.getLogger("wiscat.harvester")
 
 Renew = Callable[[Pool, str, str, timedelta], Awaitable[bool]]
 
+# Due links looked at in one round, at most: a host's links beyond its WISCAT_HARVEST_PER_HOST
+# are not among them, so up to CANDIDATES / per-host hosts, full or not, are tried in a round.
+CANDIDATES = 1000
 
-@contextlib.asynccontextmanager
-async def lease_kept(
+
+def lease_kept(
     pool: Pool, name: str, owner: str, lease: timedelta, *, renew: Renew = link_store.renew_lease
-) -> AsyncIterator[None]:
+) -> contextlib.AbstractAsyncContextManager[None]:
     """Renew ``owner``'s lease of ``name`` (a link; a check with ``renew`` of the checks) every
     third of ``lease`` while the block runs, so that no other worker takes it over while its
     run lasts longer than one lease."""
-    keeper = asyncio.create_task(_keep_lease(pool, name, owner, lease, renew), name=f"lease {name}")
+    return renewed(lambda: renew(pool, name, owner, lease), name, lease)
+
+
+@contextlib.asynccontextmanager
+async def renewed(
+    renew: Callable[[], Awaitable[bool]], name: str, lease: timedelta
+) -> AsyncIterator[None]:
+    """Call ``renew`` every third of ``lease`` while the block runs (a lease of ``name``)."""
+    keeper = asyncio.create_task(_keep_lease(renew, name, lease), name=f"lease {name}")
     try:
         yield
     finally:
@@ -46,15 +63,15 @@ async def lease_kept(
             await keeper
 
 
-async def _keep_lease(pool: Pool, name: str, owner: str, lease: timedelta, renew: Renew) -> None:
+async def _keep_lease(renew: Callable[[], Awaitable[bool]], name: str, lease: timedelta) -> None:
     while True:
         await asyncio.sleep(lease.total_seconds() / 3)
         try:
-            renewed = await renew(pool, name, owner, lease)
+            still_ours = await renew()
         except Exception as exc:  # the database may be restarting: try again at the next turn
             log.warning("could not renew the lease of %s: %s", name, exc)
             continue
-        if not renewed:
+        if not still_ours:
             log.warning("lost the lease of %s: another worker took it over", name)
             return
 
@@ -76,7 +93,6 @@ class Scheduler:
         self.slots = settings.harvest_concurrency
         self.per_host = settings.harvest_per_host
         self.poll = settings.harvest_poll_seconds
-        self.host_limits: dict[str, asyncio.Semaphore] = {}
         self.running: set[asyncio.Task[None]] = set()
         self.wake = asyncio.Event()
         self.leasing = Outage(log, "leasing due links")
@@ -94,16 +110,11 @@ class Scheduler:
             free = self.slots - len(self.running)
             if free > 0:
                 try:
-                    due = await link_store.lease_due(self.ctx.pool, self.owner, self.lease, free)
+                    await self._lease_due(free)
                 except Exception as exc:  # the database may be restarting: try again later
                     self.leasing.failed(exc)
-                    due = []
                 else:
                     self.leasing.ended()
-                for link in due:
-                    task = asyncio.create_task(self._run(link), name=f"harvest {link.name}")
-                    self.running.add(task)
-                    task.add_done_callback(self._done)
             self.wake.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wait(stop), self.poll)
@@ -125,12 +136,45 @@ class Scheduler:
         self.running.discard(task)
         self.wake.set()
 
-    async def _run(self, link: Link) -> None:
-        host = urlsplit(link.base_url).netloc
-        limit = self.host_limits.setdefault(host, asyncio.Semaphore(self.per_host))
+    async def _lease_due(self, free: int) -> None:
+        """Lease up to ``free`` due links, each with a slot of its peer host, and start them.
+
+        A host's slot is taken before the link's lease: a link whose host has all its slots
+        taken is left unleased (another link, of another host, may take the free run slot),
+        where it once took a run slot and its lease to wait for its host."""
+        # a few of every host that has due links: a host whose slots are all taken is passed
+        # over after one try, and the links of the others come after
+        candidates = await lease_store.free_due(self.ctx.pool, CANDIDATES, self.per_host)
+        full: set[str] = set()
+        for name, base_url in candidates:
+            if free == 0:
+                return
+            host = urlsplit(base_url).netloc
+            if host in full:
+                continue
+            session = await LeaseSession.open(self.ctx.database_url)
+            try:
+                if not await session.take_host_slot(host, self.per_host):
+                    full.add(host)
+                    link = None
+                else:
+                    link = await session.take(name, self.owner, self.lease, due=True)
+            except BaseException:
+                await session.close()
+                raise
+            if link is None:
+                await session.close()
+                continue
+            free -= 1
+            task = asyncio.create_task(self._run(link, session), name=f"harvest {link.name}")
+            self.running.add(task)
+            task.add_done_callback(self._done)
+
+    async def _run(self, link: Link, session: LeaseSession) -> None:
         failed = True
         try:
-            async with lease_kept(self.ctx.pool, link.name, self.owner, self.lease), limit:
+            renew = functools.partial(session.renew, link.name, self.owner, self.lease)
+            async with renewed(renew, link.name, self.lease):
                 # spread the first requests of links that fall due together
                 await asyncio.sleep(random.uniform(0, 0.5))
                 report = await harvest_link(self.ctx, link, requested=link.run_requested)
@@ -138,8 +182,9 @@ class Scheduler:
         except asyncio.CancelledError:
             raise
         except DatabaseUnavailable as exc:
-            # the run could not even be recorded as failed: it is, as abandoned, once its
-            # lease runs out (WISCAT_HARVEST_LEASE_SECONDS); the link runs again then
+            # the run could not even be recorded as failed: it is, as abandoned, by the link's
+            # next run, which starts as soon as the database is back (the lease's session, and
+            # so its lock, went with it)
             log.warning(
                 "harvest of %s stopped: the database is unavailable (%s: %s)",
                 link.name,
@@ -149,11 +194,37 @@ class Scheduler:
         except Exception:
             log.exception("harvest of %s crashed", link.name)
         finally:
-            with contextlib.suppress(Exception):
-                await link_store.release_lease(
-                    self.ctx.pool,
-                    link.name,
-                    self.owner,
-                    next_run(link, now=datetime.now(UTC), failed=failed),
-                    link,
-                )
+            await give_back(
+                self.ctx.pool,
+                session,
+                link,
+                self.owner,
+                next_run(link, now=datetime.now(UTC), failed=failed),
+            )
+
+
+async def give_back(
+    pool: Pool, session: LeaseSession, link: Link, owner: str, next_run_at: datetime
+) -> None:
+    """Give ``link``'s lease back on its session, and close that: on the pool where the session
+    was lost (its locks went with it), the row's lease alone is left to give back. A stop that
+    comes meanwhile (the harvester's end, Ctrl-C) waits for it: a lease left in its row would
+    keep the link from its next run until it ran out."""
+    giving = asyncio.ensure_future(_give_back(pool, session, link, owner, next_run_at))
+    try:
+        await asyncio.shield(giving)
+    except asyncio.CancelledError:
+        await giving
+        raise
+
+
+async def _give_back(
+    pool: Pool, session: LeaseSession, link: Link, owner: str, next_run_at: datetime
+) -> None:
+    try:
+        await session.give_back(link.name, owner, next_run_at, link)
+    except Exception:
+        with contextlib.suppress(Exception):
+            await link_store.release_lease(pool, link.name, owner, next_run_at, link)
+    finally:
+        await session.close()

@@ -61,7 +61,9 @@ async def harvest_context(settings: Settings, database_url: str) -> AsyncIterato
             client = OAIClient(session, client_config)
             pages = PageReaders(settings.harvest_page_workers)
             stack.callback(pages.close)
-            yield HarvestContext(settings, pool, client, pages=pages)
+            # leases are session advisory locks: on a session of their own, past any pooler
+            session_url = settings.session_url(database_url)
+            yield HarvestContext(settings, pool, client, pages=pages, database_url=session_url)
     finally:
         await pool.close()
 

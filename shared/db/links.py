@@ -92,6 +92,11 @@ def _link(row: asyncpg.Record) -> Link:
     return Link(**{name: row[name] for name in _LINK_FIELDS})
 
 
+def link_from_row(row: asyncpg.Record) -> Link:
+    """The link of a row of ``links`` (other columns the row has are left)."""
+    return _link(row)
+
+
 @dataclass(frozen=True, slots=True)
 class NewLink:
     name: str
@@ -244,18 +249,9 @@ async def request_run(db: Executor, name: str, mode: RunMode = "incremental") ->
     return enabled
 
 
-async def lease_due(db: Executor, owner: str, lease: timedelta, limit: int) -> list[Link]:
-    """Lease up to ``limit`` due links (``FOR UPDATE SKIP LOCKED``: workers never collide)."""
-    return [_link(row) for row in await db.fetch(_SQL["lease_due_links"], owner, lease, limit)]
-
-
-async def lease_link(db: Executor, name: str, owner: str, lease: timedelta) -> Link | None:
-    """Lease one link for a manual run; None when it is leased by someone else."""
-    row = await db.fetchrow(_SQL["lease_link"], name, owner, lease)
-    return _link(row) if row else None
-
-
 async def renew_lease(db: Executor, name: str, owner: str, lease: timedelta) -> bool:
+    """Renew ``owner``'s lease of link ``name`` for ``lease`` more; False if it no longer holds
+    it (leases are taken with :mod:`wiscat.shared.db.leases`)."""
     return await db.fetchval(_SQL["renew_lease"], name, owner, lease) is not None
 
 

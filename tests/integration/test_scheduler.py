@@ -1,4 +1,5 @@
-"""The scheduler: many links at once, two workers on one database, leases that expire."""
+"""The scheduler: many links at once, two workers on one database, leases freed with their
+holder's session or, a holder alive but stuck, once they run out."""
 
 from __future__ import annotations
 
@@ -13,10 +14,13 @@ from tests import factories
 from tests.harvest_pair import sink_settings
 from tests.pg import clone_template, drop_database
 from tests.servers import RunningProvider, running_provider
+from wiscat.harvester.context import HarvestContext
 from wiscat.harvester.scheduler import Scheduler, lease_kept
 from wiscat.harvester.service import harvest_context
+from wiscat.shared.db import leases as lease_store
 from wiscat.shared.db import links as link_store
 from wiscat.shared.db import records as store
+from wiscat.shared.db.leases import LeaseSession
 from wiscat.shared.db.pool import Pool
 from wiscat.shared.linkspec import build_link
 
@@ -98,28 +102,59 @@ async def test_two_workers_share_120_links_and_run_each_once(
         assert await one.pool.fetchval("select count(*) from records where not deleted") == 20
 
 
-async def test_a_dead_workers_lease_is_taken_over(sink: tuple[RunningProvider, str]) -> None:
+async def survivor_runs(ctx: HarvestContext) -> dict[str, object]:
+    """Run a scheduler as worker "survivor" until the link has succeeded; its one run."""
+    scheduler = Scheduler(dataclasses.replace(ctx, worker="survivor"))
+    stop = asyncio.Event()
+    task = asyncio.create_task(scheduler.run(stop))
+    try:
+        for _ in range(100):
+            if await ctx.pool.fetchval("select max(last_success_at) from links") is not None:
+                break
+            await asyncio.sleep(0.1)
+    finally:
+        stop.set()
+        await task
+    run = await ctx.pool.fetchrow("select worker, status from harvest_runs")
+    assert run is not None, "no link ran"
+    return dict(run)
+
+
+async def test_a_dead_workers_lease_is_taken_over_at_once(
+    sink: tuple[RunningProvider, str],
+) -> None:
+    provider, sink_url = sink
+    settings = sink_settings(sink_url, harvest_poll_seconds=0.1, harvest_lease_seconds=300)
+    async with harvest_context(settings, sink_url) as ctx:
+        await add_links(ctx.pool, provider, 1)
+        # a worker that died holding the lease: its session is gone, its row says 5 minutes more
+        dead = await LeaseSession.open(sink_url)
+        lease = timedelta(minutes=5)
+        assert await dead.take("peer-000", "dead-worker", lease, due=True) is not None
+        other = await LeaseSession.open(sink_url)
+        try:
+            assert await other.take("peer-000", "other", lease, due=True) is None  # held
+        finally:
+            await other.close()
+        dead.conn.terminate()
+        assert await survivor_runs(ctx) == {"worker": "survivor", "status": "ok"}
+
+
+async def test_a_stuck_workers_lease_is_taken_over_once_it_runs_out(
+    sink: tuple[RunningProvider, str],
+) -> None:
     provider, sink_url = sink
     settings = sink_settings(sink_url, harvest_poll_seconds=0.1, harvest_lease_seconds=1)
     async with harvest_context(settings, sink_url) as ctx:
         await add_links(ctx.pool, provider, 1)
-        # a worker that died holding the lease
-        leased = await link_store.lease_due(ctx.pool, "dead-worker", timedelta(seconds=1), 10)
-        assert [link.name for link in leased] == ["peer-000"]
-        scheduler = Scheduler(dataclasses.replace(ctx, worker="survivor"))
-        assert await link_store.lease_due(ctx.pool, "survivor", timedelta(seconds=1), 10) == []
-        stop = asyncio.Event()
-        task = asyncio.create_task(scheduler.run(stop))
+        # a worker alive but stuck: its session holds the lock, it renews nothing
+        stuck = await LeaseSession.open(sink_url)
         try:
-            for _ in range(100):
-                if await ctx.pool.fetchval("select last_success_at from links") is not None:
-                    break
-                await asyncio.sleep(0.1)
+            assert await stuck.take("peer-000", "stuck", timedelta(seconds=1), due=True)
+            assert await lease_store.free_due(ctx.pool, 10, 2) == []
+            assert await survivor_runs(ctx) == {"worker": "survivor", "status": "ok"}
         finally:
-            stop.set()
-            await task
-        run = await ctx.pool.fetchrow("select worker, status from harvest_runs")
-        assert dict(run) == {"worker": "survivor", "status": "ok"}
+            await stuck.close()
 
 
 async def test_requested_run_happens_now(sink: tuple[RunningProvider, str]) -> None:
@@ -156,40 +191,109 @@ async def add_quiet_link(db: Pool, name: str) -> None:
     await link_store.add_link(db, link)
 
 
-async def test_a_run_requested_while_the_link_runs_is_not_lost(db: Pool) -> None:
+async def test_a_run_requested_while_the_link_runs_is_not_lost(db: Pool, database_url: str) -> None:
     await add_quiet_link(db, "busy")
     lease = timedelta(minutes=5)
-    [leased] = await link_store.lease_due(db, "worker", lease, 10)
-    # "harvest now" arrives while the run is under way
-    assert await link_store.request_run(db, "busy", "full")
-    later = leased.next_run_at + timedelta(hours=1)
-    await link_store.release_lease(db, "busy", "worker", later, leased)
-    link = await link_store.get_link(db, "busy")
-    assert link is not None
-    assert link.run_requested == "full"
-    assert link.next_run_at < later
-    [again] = await link_store.lease_due(db, "worker", lease, 10)
-    assert again.run_requested == "full"
-    # with no request meanwhile, the next run is the scheduled one
-    await link_store.release_lease(db, "busy", "worker", later, again)
-    link = await link_store.get_link(db, "busy")
-    assert link is not None
-    assert (link.run_requested, link.next_run_at) == (None, later)
+    session = await LeaseSession.open(database_url)
+    try:
+        leased = await session.take("busy", "worker", lease, due=True)
+        assert leased is not None
+        # "harvest now" arrives while the run is under way
+        assert await link_store.request_run(db, "busy", "full")
+        later = leased.next_run_at + timedelta(hours=1)
+        await session.give_back("busy", "worker", later, leased)
+        link = await link_store.get_link(db, "busy")
+        assert link is not None
+        assert link.run_requested == "full"
+        assert link.next_run_at < later
+        again = await session.take("busy", "worker", lease, due=True)
+        assert again is not None and again.run_requested == "full"
+        # with no request meanwhile, the next run is the scheduled one
+        await session.give_back("busy", "worker", later, again)
+        link = await link_store.get_link(db, "busy")
+        assert link is not None
+        assert (link.run_requested, link.next_run_at) == (None, later)
+        assert await session.take("busy", "worker", lease, due=True) is None  # not due
+    finally:
+        await session.close()
 
 
 async def test_a_lease_is_kept_through_a_database_error(
-    db: Pool, caplog: pytest.LogCaptureFixture
+    db: Pool, database_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A renewal that fails (the database restarting, say) is retried at the next turn: the
     lease is not left to run out under a long run, nor its error raised at the run's end."""
     await add_quiet_link(db, "peer")
     lease = timedelta(seconds=0.3)
-    assert await link_store.lease_link(db, "peer", "worker", lease) is not None
-    expires = "select lease_expires - now() from links where lease_owner = 'worker'"
-    async with lease_kept(db, "peer", "worker", lease):
-        await db.execute("alter table links rename to links_away")
-        await asyncio.sleep(0.5)  # every renewal meanwhile fails: the table is not there
-        await db.execute("alter table links_away rename to links")
-        await asyncio.sleep(0.25)
-        assert await db.fetchval(expires) > timedelta(seconds=0.1)  # renewed once back
+    session = await LeaseSession.open(database_url)
+    try:
+        assert await session.take("peer", "worker", lease, due=False) is not None
+        expires = "select lease_expires - now() from links where lease_owner = 'worker'"
+        async with lease_kept(db, "peer", "worker", lease):
+            await db.execute("alter table links rename to links_away")
+            await asyncio.sleep(0.5)  # every renewal meanwhile fails: the table is not there
+            await db.execute("alter table links_away rename to links")
+            await asyncio.sleep(0.25)
+            assert await db.fetchval(expires) > timedelta(seconds=0.1)  # renewed once back
+    finally:
+        await session.close()
     assert "could not renew the lease of peer" in caplog.text
+
+
+async def test_a_full_hosts_links_are_not_leased_and_others_run(
+    sink: tuple[RunningProvider, str],
+) -> None:
+    """A host whose slots are all held (by runs of other processes) keeps its due links
+    unleased, and they take no run slot: a link of another host, due after them all, runs."""
+    provider, sink_url = sink
+    settings = sink_settings(
+        sink_url, harvest_concurrency=1, harvest_per_host=2, harvest_poll_seconds=0.1
+    )
+    async with harvest_context(settings, sink_url) as ctx:
+        for n in range(10):
+            await add_quiet_link(ctx.pool, f"full-{n}")
+        await ctx.pool.execute("update links set next_run_at = now() - interval '1 hour'")
+        await add_links(ctx.pool, provider, 1)
+        # two runs elsewhere hold the quiet host's two slots
+        holders = [await LeaseSession.open(sink_url) for _ in range(2)]
+        try:
+            for holder in holders:
+                assert await holder.take_host_slot("127.0.0.1:9", 2)
+            assert await survivor_runs(ctx) == {"worker": "survivor", "status": "ok"}
+            leased = await ctx.pool.fetchval(
+                "select count(*) from links where lease_owner is not null"
+            )
+            assert leased == 0
+            assert await ctx.pool.fetchval("select count(*) from harvest_runs") == 1
+        finally:
+            for holder in holders:
+                await holder.close()
+
+
+async def test_a_lease_whose_session_was_cut_is_taken_again_at_its_renewal(
+    db: Pool, database_url: str
+) -> None:
+    """A run's session cut under it (a restarted server, a dropped connection): its renewal
+    opens a new one and takes the link's lock and host slot again, where nobody took them."""
+    await add_quiet_link(db, "cut")
+    lease = timedelta(minutes=5)
+    session = await LeaseSession.open(database_url)
+    other = await LeaseSession.open(database_url)
+    try:
+        assert await session.take_host_slot("127.0.0.1:9", 1)
+        assert await session.take("cut", "worker", lease, due=False) is not None
+        assert session.session_held
+        pid = session.conn.get_server_pid()
+        assert await db.fetchval("select pg_terminate_backend($1)", pid)
+        for _ in range(100):  # the server ends the session a moment later
+            if session.conn.is_closed():
+                break
+            await asyncio.sleep(0.02)
+        assert await session.renew("cut", "worker", lease)
+        assert session.conn.get_server_pid() != pid and session.session_held
+        # both locks are the new session's: nobody else takes the link, nor the host's slot
+        assert await other.take("cut", "other", lease, due=False) is None
+        assert not await other.take_host_slot("127.0.0.1:9", 1)
+    finally:
+        await session.close()
+        await other.close()

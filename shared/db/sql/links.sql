@@ -58,26 +58,6 @@ with asked as (
 )
 select enabled from links where name = $1
 
--- name: lease_due_links --
--- Lease up to $3 links that are due, for $2; a crashed worker's lease runs out and is taken over.
-update links l
-set lease_owner = $1, lease_expires = now() + $2::interval
-where l.name in (
-    select name from links
-    where enabled and next_run_at <= now() and (lease_expires is null or lease_expires < now())
-    order by next_run_at
-    limit $3
-    for update skip locked
-)
-returning l.*
-
--- name: lease_link --
--- Lease one link by name for a manual run; null when another worker holds it.
-update links
-set lease_owner = $2, lease_expires = now() + $3::interval
-where name = $1 and (lease_expires is null or lease_expires < now() or lease_owner = $2)
-returning *
-
 -- name: renew_lease --
 -- Keep a lease alive while a long list is harvested.
 update links set lease_expires = now() + $3::interval
