@@ -20,7 +20,7 @@ import aiohttp
 
 from bench.cpu import Group
 from tests import factories, pg
-from wiscat.harvester.page_records import spool_prefix, spool_root
+from wiscat.harvester.page_workers import spool_prefix, spool_root
 from wiscat.shared.db.pool import create_pool
 
 ROOT = Path(__file__).resolve().parents[1]

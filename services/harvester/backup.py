@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from wiscat.harvester.context import HarvestContext, RunReport, run_log
-from wiscat.harvester.page_records import PageSorter
+from wiscat.harvester.page_content import PageSorter
 from wiscat.harvester.plan import protected_set
 from wiscat.harvester.writes import hold_run
 from wiscat.shared.db import links as link_store

@@ -29,7 +29,7 @@ from wiscat.harvester.errors import (
     PeerUnreachable,
     ResponseTooLarge,
 )
-from wiscat.harvester.page_records import Page, answered_otherwise
+from wiscat.harvester.page_content import Page, answered_otherwise
 from wiscat.harvester.pager import Pager
 from wiscat.harvester.transport import (
     CLASSIFIED,

@@ -14,7 +14,7 @@ from datetime import datetime
 
 from wiscat.harvester.client import OAIClient
 from wiscat.harvester.metrics import HarvesterMetrics
-from wiscat.harvester.page_records import PageReaders
+from wiscat.harvester.page_workers import PageReaders
 from wiscat.shared.db.links import RunMode, RunStatus
 from wiscat.shared.db.pool import Pool
 from wiscat.shared.oaipmh.pages import IdentifyInfo

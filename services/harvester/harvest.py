@@ -32,7 +32,7 @@ from wiscat.harvester.errors import (
     MalformedRecord,
     RunTakenOver,
 )
-from wiscat.harvester.page_records import PageSorter
+from wiscat.harvester.page_content import PageSorter
 from wiscat.harvester.plan import (
     choose_mode,
     high_water_mark,

@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Generic, TypeVar
 
 from wiscat.harvester.errors import RepeatedResumptionToken, TooManyEmptyPages, TooManyRequests
-from wiscat.harvester.page_records import Page
+from wiscat.harvester.page_content import Page
 from wiscat.harvester.transport import with_token
 from wiscat.shared.oaipmh.dates import format_datestamp, format_day
 from wiscat.shared.oaipmh.errors import BadArgument

@@ -13,7 +13,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from wiscat.harvester.client import ClientSettings, OAIClient
 from wiscat.harvester.context import HarvestContext
-from wiscat.harvester.page_records import PageReaders
+from wiscat.harvester.page_workers import PageReaders
 from wiscat.harvester.scheduled_checks import export_check_metrics, run_due_checks
 from wiscat.harvester.scheduler import Scheduler
 from wiscat.listen import listen

@@ -32,7 +32,7 @@ from datetime import UTC, datetime, timedelta
 from lxml import etree
 
 from wiscat.harvester.errors import BadResponse
-from wiscat.harvester.page_records import read_copy
+from wiscat.harvester.page_content import read_copy
 from wiscat.provider import oai, responses
 from wiscat.shared.oaipmh import render
 from wiscat.shared.oaipmh.arguments import echo_allowed, parse_request

@@ -21,7 +21,8 @@ from tests.harvest_pair import SOURCE_SET, Pair, add_link, content, run, sink_se
 from tests.pg import clone_template, drop_database
 from tests.servers import list_records_page
 from wiscat.harvester.errors import BadResponse
-from wiscat.harvester.page_records import Page, PageContent, PageReaders, read_copy
+from wiscat.harvester.page_content import Page, PageContent, read_copy
+from wiscat.harvester.page_workers import PageReaders
 from wiscat.harvester.service import harvest_context
 from wiscat.shared.generator import generate_record, identifier_for
 from wiscat.shared.oaipmh import render
@@ -134,7 +135,7 @@ async def report_of(script: str) -> Any:
 # longest the ticker waited.
 FIRST_PAGE = """
 import asyncio, json, time
-from wiscat.harvester.page_records import PageReaders
+from wiscat.harvester.page_workers import PageReaders
 from tests.integration.test_page_workers import page_of
 
 async def main():
@@ -209,7 +210,7 @@ async def test_a_page_that_cannot_be_spooled_goes_through_the_pipe(
 # A harvester process in miniature: its page workers started, then it waits to be killed.
 SPOOLING = """
 import asyncio
-from wiscat.harvester.page_records import PageReaders
+from wiscat.harvester.page_workers import PageReaders
 
 async def main():
     readers = PageReaders(2)
@@ -246,7 +247,7 @@ async def test_the_workers_of_a_killed_harvester_remove_its_spool() -> None:
 # and what spool folders of its own are left once its event loop and the starting thread ended.
 CLOSED_WHILE_STARTING = """
 import asyncio, glob, json, os, time
-from wiscat.harvester.page_records import PageReaders, spool_root
+from wiscat.harvester.page_workers import PageReaders, spool_root
 
 async def main():
     readers = PageReaders(1)

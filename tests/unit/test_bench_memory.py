@@ -64,7 +64,7 @@ def test_pages_in_a_harvesters_spool_count() -> None:
         python(
             f"""
             import os, shutil, time
-            from wiscat.harvester.page_records import spool_root
+            from wiscat.harvester.page_workers import spool_root
             folder = os.path.join(spool_root(), f"wiscat-pages-{{os.getpid()}}-test")
             os.mkdir(folder)
             try:

@@ -31,7 +31,7 @@ from wiscat.harvester.errors import (
     RepeatedResumptionToken,
     TooManyEmptyPages,
 )
-from wiscat.harvester.page_records import Page
+from wiscat.harvester.page_content import Page
 from wiscat.shared.oaipmh import errors
 from wiscat.shared.oaipmh.pages import HeaderItem, MalformedResponse, RecordItem
 
