@@ -30,6 +30,7 @@ from wiscat.shared.oaipmh.arguments import ARGUMENTS, VERBS
 from wiscat.shared.oaipmh.dates import Granularity, format_datestamp
 from wiscat.shared.oaipmh.errors import NoMetadataFormats, NoSetHierarchy, OAIError
 from wiscat.shared.oaipmh.namespaces import OAI_NS, OAI_TAG, WISCAT_NS, XSI_NS
+from wiscat.shared.text import NOT_XML
 
 __all__ = [
     "OAI_NS",
@@ -56,10 +57,8 @@ DELETED_RECORD_POLICIES = ("no", "transient", "persistent")
 _NSMAP: Any = {None: OAI_NS}
 _ROOT_NSMAP: Any = {None: OAI_NS, "xsi": XSI_NS}
 
-# XML 1.0 §2.2: characters outside these ranges cannot appear in a document at all.
-_NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 _NEEDS_ESCAPE = re.compile("[&<>\r]")
-# Either of the above: one search settles the usual text, which needs neither.
+# NOT_XML or _NEEDS_ESCAPE: one search settles the usual text, which needs neither.
 _SPECIAL = re.compile("[^\t\n\x20-\x25\x27-\x3b\x3d\x3f-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 _ESCAPES = {"&": "&amp;", "<": "&lt;", ">": "&gt;", "\r": "&#13;"}
 _DECLARATION_END = b"?>"
@@ -68,7 +67,7 @@ _RECORD_END = b"</metadata></record>"
 
 def clean(text: str) -> str:
     """``text`` with the characters XML 1.0 cannot carry (§2.2) replaced by U+FFFD."""
-    return _NOT_XML.sub("\ufffd", text)
+    return NOT_XML.sub("\ufffd", text)
 
 
 # The same characters in UTF-8 bytes: the C0 controls but tab, LF and CR, and U+FFFE and
@@ -96,7 +95,7 @@ def escape_text(text: str) -> str:
     """
     if not _SPECIAL.search(text):
         return text
-    if _NOT_XML.search(text):
+    if NOT_XML.search(text):
         text = clean(text)
     if _NEEDS_ESCAPE.search(text):
         text = _NEEDS_ESCAPE.sub(lambda match: _ESCAPES[match.group()], text)
