@@ -523,6 +523,7 @@ class Settings(BaseSettings):
     _derived_base_url: bool = PrivateAttr(default=False)
 
     def model_post_init(self, context: object) -> None:
+        """Derive the base URL from the provider's host and port when none is set."""
         if not self.base_url:
             self._derived_base_url = True
             self.base_url = _local_endpoint(self.provider_host, self.provider_port)

@@ -92,6 +92,8 @@ def parse_oai_date(text: str) -> datetime:
 
 @dataclass(frozen=True, slots=True)
 class HeaderItem:
+    """The header of one record as a list page gives it (§2.5)."""
+
     identifier: str
     datestamp: str
     datestamp_parsed: datetime
@@ -142,6 +144,8 @@ class PageSummary:
 
 @dataclass(frozen=True)
 class IdentifyInfo:
+    """What a peer's Identify response says about it (§4.2)."""
+
     repository_name: str
     base_url: str
     protocol_version: str
@@ -154,6 +158,7 @@ class IdentifyInfo:
 
     @property
     def day_granularity(self) -> bool:
+        """Whether the peer's datestamps are days only, not seconds."""
         return self.granularity == "YYYY-MM-DD"
 
 
@@ -227,6 +232,7 @@ def _events(parser: etree.XMLPullParser) -> list[tuple[str, etree._Element]]:
 
 
 def looks_like_html(body: bytes) -> bool:
+    """Whether ``body`` starts as an HTML page, as a proxy's or server's error page does."""
     head = body[:512].lstrip().lower()
     return head.startswith((b"<!doctype html", b"<html"))
 

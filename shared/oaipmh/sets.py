@@ -13,6 +13,8 @@ from wiscat.shared.oaipmh.pages import NotOAIResponse, PageReader, PageSummary
 
 @dataclass(frozen=True)
 class SetsPage:
+    """One ListSets page: its setSpecs and the resumptionToken for the next, if any."""
+
     set_specs: list[str]
     resumption_token: str | None
 
