@@ -38,12 +38,14 @@ class IngestReport:
     read: int = 0
 
     def summary(self) -> str:
+        """The counts on one line, as ``wiscat records ingest`` prints them."""
         parts = [f"{name} {self.counts[name]}" for name in sorted(self.counts)]
         parts.append(f"bad {len(self.refused)}")
         return ", ".join(parts)
 
 
 def incoming(record: Record) -> store.IncomingRecord:
+    """The parsed ``record`` as the database writes it."""
     return store.IncomingRecord(
         record.identifier, record.md_datestamp, record.content_hash, record.xml
     )
@@ -91,6 +93,7 @@ def read_file(path: Path) -> bytes:
 
 
 async def ensure_own_set(db: store.Executor, own_set: str) -> None:
+    """Create the node's own set if it does not exist yet."""
     await store.ensure_set(db, own_set, f"Records of {own_set}'s area of responsibility", "own")
 
 
@@ -104,6 +107,7 @@ def older(record: Record) -> str:
 async def write_local(
     pool: Pool, own_set: str, batch: Sequence[tuple[Path, Record]], report: IngestReport
 ) -> None:
+    """Write ``batch`` to the own set in one transaction and add what it did to ``report``."""
     async with pool.acquire() as conn, conn.transaction():
         result = await store.upsert_records(conn, own_set, [incoming(r) for _, r in batch])
     report.counts.update(result.counts)

@@ -67,6 +67,7 @@ def check_set_spec(value: str, option: str) -> str:
 
 
 def set_kind(local_set: str, own_set: str) -> str:
+    """The kind of a link's local set: the node's own, another GISC's, or shared."""
     if local_set == own_set:
         return "own"
     if local_set.startswith("WIS-GISC-"):

@@ -31,6 +31,7 @@ class JsonFormatter(logging.Formatter):
     """One JSON object per line: time, level, logger, message, and any ``extra=`` fields."""
 
     def format(self, record: logging.LogRecord) -> str:
+        """The record as one line of JSON."""
         event = {
             "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
             "level": record.levelname.lower(),
@@ -52,6 +53,7 @@ class TextFormatter(logging.Formatter):
         super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     def format(self, record: logging.LogRecord) -> str:
+        """The record on one line."""
         return super().format(record).replace("\r", "").replace("\n", "\\n")
 
 
@@ -68,6 +70,7 @@ class Outage:
         self.attempts = 0
 
     def failed(self, exc: BaseException) -> None:
+        """Note one more failed attempt, and warn if it is the first or ``every`` has passed."""
         now = time.monotonic()
         self.attempts += 1
         reason = f"{kind_of(exc)}: {exc}"

@@ -31,6 +31,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from wiscat.shared import tls
 from wiscat.shared.oaipmh.arguments import SET_LEVEL
 from wiscat.shared.proxy import Proxy, proxy_url_problem
+from wiscat.shared.text import NOT_XML
 from wiscat.shared.urls import http_url, url_host
 
 UNION_SET = "WIS-CATALOGUE"
@@ -38,8 +39,6 @@ _DAY = 86400.0  # the longest wait or timeout a setting in seconds may give
 
 # OAI-PMH.xsd's emailType
 _EMAIL = re.compile(r"\S+@(\S+\.)+\S+")
-# what an XML 1.0 document can carry: Identify echoes these settings
-_NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
@@ -509,7 +508,7 @@ class Settings(BaseSettings):
     @field_validator("repository_name")
     @classmethod
     def _repository_name_is_text(cls, value: str) -> str:
-        if not value.strip() or _NOT_XML.search(value):
+        if not value.strip() or NOT_XML.search(value):
             raise ValueError("a name, not empty, without control characters (Identify shows it)")
         return value
 
@@ -524,6 +523,7 @@ class Settings(BaseSettings):
     _derived_base_url: bool = PrivateAttr(default=False)
 
     def model_post_init(self, context: object) -> None:
+        """Derive the base URL from the provider's host and port when none is set."""
         if not self.base_url:
             self._derived_base_url = True
             self.base_url = _local_endpoint(self.provider_host, self.provider_port)

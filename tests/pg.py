@@ -46,8 +46,8 @@ async def clone_template(server_url: str) -> str:
             try:
                 await conn.execute(f"create database {name} template {TEMPLATE}")
                 break
-            except Exception as exc:  # the template is briefly busy while another clone runs
-                if "is being accessed by other users" not in str(exc) or attempt == 19:
+            except asyncpg.ObjectInUseError:  # another clone of the template is running
+                if attempt == 19:
                     raise
                 await asyncio.sleep(0.1)
     finally:

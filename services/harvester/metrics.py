@@ -1,28 +1,18 @@
-"""The harvester's Prometheus metrics, in a registry of its own."""
+"""The harvester's Prometheus metrics, besides those of every service (wiscat.shared.metrics)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from prometheus_client import (
-    CollectorRegistry,
-    Counter,
-    Gauge,
-    Histogram,
-    disable_created_metrics,
-)
+from prometheus_client import Counter, Gauge, Histogram
 
-from wiscat.shared.version import register_build_info
+from wiscat.shared.metrics import ServiceMetrics
 
 
 @dataclass
-class HarvesterMetrics:
-    registry: CollectorRegistry = field(default_factory=CollectorRegistry)
-
+class HarvesterMetrics(ServiceMetrics):
     def __post_init__(self) -> None:
-        # no `_created` series, as in the provider's metrics
-        disable_created_metrics()  # type: ignore[no-untyped-call]
-        register_build_info(self.registry)
+        super().__post_init__()
         self.runs = Counter(
             "wiscat_harvest_runs",
             "Harvest runs by link, mode and status",
@@ -53,12 +43,6 @@ class HarvesterMetrics:
             "wiscat_harvest_bytes",
             "Response bytes received per link",
             ["link"],
-            registry=self.registry,
-        )
-        self.database_up = Gauge(
-            "wiscat_database_up",
-            "1 when this scrape could read the database, 0 when it could not (the gauges read "
-            "from it then keep their last values)",
             registry=self.registry,
         )
         self.last_success = Gauge(

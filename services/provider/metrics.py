@@ -1,30 +1,18 @@
-"""The provider's Prometheus metrics, in a registry of its own (one per app, no global state)."""
+"""The provider's Prometheus metrics, besides those of every service (wiscat.shared.metrics)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from prometheus_client import (
-    CollectorRegistry,
-    Counter,
-    Gauge,
-    Histogram,
-    disable_created_metrics,
-)
+from prometheus_client import Counter, Gauge, Histogram
 
-from wiscat.shared.version import register_build_info
+from wiscat.shared.metrics import ServiceMetrics
 
 
 @dataclass
-class ProviderMetrics:
-    registry: CollectorRegistry = field(default_factory=CollectorRegistry)
-
+class ProviderMetrics(ServiceMetrics):
     def __post_init__(self) -> None:
-        # A `_created` gauge per counter and histogram (the time it was made, in the text
-        # format a metric of its own without prefix rules or unit) only adds series to store;
-        # the switch is the client library's, for the whole process.
-        disable_created_metrics()  # type: ignore[no-untyped-call]
-        register_build_info(self.registry)
+        super().__post_init__()
         self.requests = Counter(
             "wiscat_oai_requests",
             "OAI-PMH requests by verb and outcome (ok or the OAI-PMH error code)",
@@ -69,12 +57,6 @@ class ProviderMetrics:
             "wiscat_oai_list_horizon_lag_seconds",
             "How far the last list begun stopped short of the database clock because of a "
             "write transaction still in progress (0: none was)",
-            registry=self.registry,
-        )
-        self.database_up = Gauge(
-            "wiscat_database_up",
-            "1 when this scrape could read the database, 0 when it could not (the gauges read "
-            "from it then keep their last values)",
             registry=self.registry,
         )
         self.records = Gauge(

@@ -24,6 +24,9 @@ MAX_SAMPLE = 10_000
 
 @dataclass(frozen=True, slots=True)
 class Check:
+    """A scheduled consistency check: which set, from which source, against which peers, how
+    often."""
+
     name: str
     set_spec: str
     source_url: str
@@ -95,15 +98,18 @@ async def all_checks(db: Executor) -> list[tuple[Check, dict[str, Any]]]:
 
 
 async def remove_check(db: Executor, name: str) -> bool:
+    """Delete the check ``name``; False if there was none (its reports stay)."""
     return await db.fetchval(_SQL["remove_check"], name) is not None
 
 
 async def lease_due(db: Executor, owner: str, lease: timedelta) -> Check | None:
+    """Lease one due check to ``owner`` for ``lease``: no other process runs it meanwhile."""
     row = await db.fetchrow(_SQL["lease_due_check"], owner, lease)
     return _check(row) if row else None
 
 
 async def release(db: Executor, name: str, owner: str, next_run_at: datetime) -> None:
+    """Give back the lease of ``owner`` on the check ``name``; it is next due at ``next_run_at``."""
     await db.execute(_SQL["release_check"], name, owner, next_run_at)
 
 
@@ -150,11 +156,13 @@ async def purge_reports(db: Executor, retention: timedelta) -> int:
 
 
 async def get_report(db: Executor, report_id: int) -> dict[str, Any] | None:
+    """The whole report ``report_id``, or None."""
     row = await db.fetchrow(_SQL["get_report"], report_id)
     return _row(row) if row else None
 
 
 async def latest_per_check(db: Executor) -> list[dict[str, Any]]:
+    """The latest report of every scheduled check, for the metrics."""
     return [_row(row) for row in await db.fetch(_SQL["latest_per_check"])]
 
 

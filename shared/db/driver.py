@@ -92,17 +92,20 @@ class Connection(asyncpg.Connection):
         readonly: bool = False,
         deferrable: bool = False,
     ) -> Transaction:
+        """asyncpg's transaction; a closed connection raises DatabaseUnavailable here already."""
         if self.is_closed():  # as asyncpg's own transaction() checks, in its words
             raise DatabaseUnavailable("connection is closed", kind="InterfaceError")
         return Transaction(self, isolation, readonly, deferrable)
 
     async def execute(self, query: str, *args: Any, timeout: float | None = None) -> str:
+        """asyncpg's execute, its errors raised as wiscat's."""
         try:
             return await super().execute(query, *args, timeout=timeout)
         except DRIVER_ERRORS as exc:
             _raise(exc)
 
     async def executemany(self, command: str, args: Any, *, timeout: float | None = None) -> None:
+        """asyncpg's executemany, its errors raised as wiscat's."""
         try:
             await super().executemany(command, args, timeout=timeout)
         except DRIVER_ERRORS as exc:
@@ -111,6 +114,7 @@ class Connection(asyncpg.Connection):
     async def fetch(
         self, query: str, *args: Any, timeout: float | None = None, **kwargs: Any
     ) -> Any:
+        """asyncpg's fetch, its errors raised as wiscat's."""
         try:
             return await super().fetch(query, *args, timeout=timeout, **kwargs)
         except DRIVER_ERRORS as exc:
@@ -119,6 +123,7 @@ class Connection(asyncpg.Connection):
     async def fetchrow(
         self, query: str, *args: Any, timeout: float | None = None, **kwargs: Any
     ) -> Any:
+        """asyncpg's fetchrow, its errors raised as wiscat's."""
         try:
             return await super().fetchrow(query, *args, timeout=timeout, **kwargs)
         except DRIVER_ERRORS as exc:
@@ -127,6 +132,7 @@ class Connection(asyncpg.Connection):
     async def fetchval(
         self, query: str, *args: Any, column: int = 0, timeout: float | None = None
     ) -> Any:
+        """asyncpg's fetchval, its errors raised as wiscat's."""
         try:
             return await super().fetchval(query, *args, column=column, timeout=timeout)
         except DRIVER_ERRORS as exc:

@@ -273,6 +273,7 @@ class EmbeddedPostgres:
             return []
 
     def stop(self) -> None:
+        """Let go of the server: pgserver shuts it down when no other process holds it."""
         if self._server is not None:
             self._server.cleanup()
             self._server = None

@@ -99,6 +99,8 @@ def link_from_row(row: asyncpg.Record) -> Link:
 
 @dataclass(frozen=True, slots=True)
 class NewLink:
+    """A checked link definition (from the command, the admin API or the registry), to store."""
+
     name: str
     base_url: str
     remote_set: str | None
@@ -140,15 +142,18 @@ async def add_link(db: Executor, link: NewLink, *, set_kind: str = "remote") -> 
 
 
 async def get_link(db: Executor, name: str) -> Link | None:
+    """The link ``name``, or None."""
     row = await db.fetchrow(_SQL["get_link"], name)
     return _link(row) if row else None
 
 
 async def all_links(db: Executor) -> list[Link]:
+    """Every link, by name."""
     return [_link(row) for row in await db.fetch(_SQL["all_links"])]
 
 
 async def remove_link(db: Executor, name: str) -> bool:
+    """Delete the link ``name`` and its runs (its records stay); False if there was none."""
     return await db.fetchval(_SQL["remove_link"], name) is not None
 
 
@@ -233,11 +238,13 @@ async def update_link(
 
 
 async def set_enabled(db: Executor, name: str, enabled: bool) -> Link | None:
+    """Enable or disable the link ``name``; None if there is none."""
     row = await db.fetchrow(_SQL["set_link_enabled"], name, enabled)
     return _link(row) if row else None
 
 
 async def set_strategy(db: Executor, name: str, strategy: str) -> Link | None:
+    """Harvest ``name`` by ListRecords or by ListIdentifiers + GetRecord; None if there is none."""
     row = await db.fetchrow(_SQL["set_link_strategy"], name, strategy)
     return _link(row) if row else None
 
@@ -276,15 +283,19 @@ async def start_run(
     until: datetime | None,
     worker: str | None = None,
 ) -> int:
+    """Record the start of a harvest run of ``link``; its id."""
     return int(await db.fetchval(_SQL["start_run"], link, mode, from_, until, worker))
 
 
 async def set_run_from(db: Executor, run_id: int, from_: datetime) -> None:
+    """The ``from`` the run asked for, once the peer's Identify has settled it."""
     await db.execute(_SQL["set_run_from"], run_id, from_)
 
 
 @dataclass(frozen=True, slots=True)
 class PageCounts:
+    """What one harvested page did to the catalogue: bytes received and records by outcome."""
+
     bytes: int = 0
     added: int = 0
     updated: int = 0
@@ -370,6 +381,7 @@ async def purge_history(db: Executor, retention: timedelta) -> tuple[int, int]:
 
 
 async def fail_link(db: Executor, name: str, run_id: int, reason: str) -> None:
+    """End the run as failed with ``reason``; the link's high-water mark stays where it was."""
     await db.execute(_SQL["fail_link"], name, run_id, reason)
 
 
@@ -395,22 +407,26 @@ async def quarantine(
 
 
 async def live_in_set(db: Executor, set_spec: str, identifiers: Sequence[str]) -> int:
+    """How many of ``identifiers`` are live in the set (for the mass-deletion circuit breaker)."""
     return int(await db.fetchval(_SQL["live_in_set"], set_spec, list(identifiers)))
 
 
 async def live_count(db: Executor, set_spec: str) -> int:
+    """Live records in the set ``set_spec``."""
     return int(await db.fetchval(_SQL["live_count"], set_spec))
 
 
 async def recent_runs(
     db: Executor, link: str | None = None, limit: int = 20
 ) -> list[dict[str, Any]]:
+    """The latest runs, newest first, of every link or of ``link``."""
     return [dict(r) for r in await db.fetch(_SQL["recent_runs"], link, limit)]
 
 
 async def recent_quarantine(
     db: Executor, link: str | None = None, limit: int = 50
 ) -> list[dict[str, Any]]:
+    """The latest quarantined records, newest first, without their raw bytes."""
     return [dict(r) for r in await db.fetch(_SQL["recent_quarantine"], link, limit)]
 
 

@@ -34,6 +34,8 @@ create table if not exists schema_migrations (
 
 @dataclass(frozen=True)
 class Migration:
+    """One file of ``migrations/``: its number and name."""
+
     version: int
     name: str
     path: Path
@@ -56,6 +58,7 @@ def available(directory: Path = MIGRATIONS_DIR) -> list[Migration]:
 
 
 async def applied_versions(conn: Connection | Pool) -> set[int]:
+    """The migrations already applied to the database; none on an empty one."""
     exists = await conn.fetchval("select to_regclass('schema_migrations') is not null")
     if not exists:
         return set()

@@ -46,6 +46,8 @@ class StoredRecord(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class SetInfo:
+    """A set as ListSets shows it, with its kind (own, remote, shared)."""
+
     spec: str
     name: str
     kind: str
@@ -81,9 +83,11 @@ class WriteResult:
 
     @property
     def counts(self) -> Counter[WriteOutcome]:
+        """How many identifiers had each outcome."""
         return Counter(self.outcomes.values())
 
     def identifiers(self, outcome: WriteOutcome) -> list[str]:
+        """The identifiers that had ``outcome``, sorted."""
         return sorted(i for i, o in self.outcomes.items() if o == outcome)
 
 
@@ -344,6 +348,7 @@ async def get_record(db: Executor, identifier: str) -> StoredRecord | None:
 
 
 async def record_exists(db: Executor, identifier: str) -> bool:
+    """Whether ``identifier`` is known here, live or deleted."""
     if not _storable(identifier):
         return False
     return bool(await db.fetchval(_SQL["record_exists"], identifier))
@@ -370,6 +375,8 @@ async def purge_tombstones(db: Executor, retention: timedelta) -> int:
 
 @dataclass(frozen=True, slots=True)
 class SetCount:
+    """Live and deleted records of one set, and its last change."""
+
     spec: str
     live: int
     deleted: int
@@ -397,6 +404,8 @@ async def catalogue_counts(db: Executor) -> SetCount:
 
 @dataclass(frozen=True, slots=True)
 class DailyChanges:
+    """The day's figures of the catalogue: live records, and those changed and deleted."""
+
     live: int
     inserted_modified: int
     deleted: int

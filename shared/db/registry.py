@@ -48,6 +48,8 @@ class Accepted:
 
 @dataclass(frozen=True, slots=True)
 class Peer:
+    """A registry node this node talks to, where it was learnt from, and how it answers."""
+
     url: str
     source: str
     added_at: datetime
@@ -76,6 +78,7 @@ async def ensure_genesis(db: Pool, genesis: Block) -> None:
 
 
 async def chain_tip(db: Executor) -> Tip | None:
+    """The main chain's last block; None before the genesis block is stored."""
     row = await db.fetchrow(_SQL["chain_tip"])
     return Tip(row["height"], row["block_hash"]) if row else None
 
@@ -218,14 +221,17 @@ async def pool_add_new(db: Pool, tx: Transaction) -> bool:
 
 
 async def pool_take(db: Executor, limit: int) -> list[Transaction]:
+    """The oldest waiting transactions, at most ``limit``, for the next block."""
     return [_tx(row) for row in await db.fetch(_SQL["pool_take"], limit)]
 
 
 async def pool_remove(db: Executor, tx_hashes: Sequence[str]) -> None:
+    """Take the transactions now in the main chain out of the pool."""
     await db.execute(_SQL["pool_remove"], list(tx_hashes))
 
 
 async def pool_size(db: Executor) -> int:
+    """How many transactions wait for a block."""
     return int(await db.fetchval(_SQL["pool_size"]))
 
 
@@ -267,18 +273,22 @@ async def add_peer(db: Executor, url: str, source: str) -> bool:
 
 
 async def remove_peer(db: Executor, url: str) -> bool:
+    """Forget the peer ``url``; False if it was not known."""
     return await db.fetchval(_SQL["remove_peer"], url) is not None
 
 
 async def all_peers(db: Executor) -> list[Peer]:
+    """Every known peer."""
     return [Peer(**dict(row)) for row in await db.fetch(_SQL["all_peers"])]
 
 
 async def peer_ok(db: Executor, url: str) -> None:
+    """Note that the peer ``url`` answered."""
     await db.execute(_SQL["peer_ok"], url)
 
 
 async def peer_failed(db: Executor, url: str, reason: str) -> None:
+    """Note that the peer ``url`` did not answer, or answered nonsense, and why."""
     await db.execute(_SQL["peer_failed"], url, reason[:500])
 
 

@@ -14,6 +14,8 @@ from wiscat.shared.oaipmh.errors import BadArgument
 
 
 class Granularity(Enum):
+    """The two datestamp granularities of OAI-PMH 2.0 (§3.3), by their spec names."""
+
     DAY = "YYYY-MM-DD"
     SECONDS = "YYYY-MM-DDThh:mm:ssZ"
 

@@ -25,16 +25,14 @@ from lxml import etree
 
 from wiscat.shared.oaipmh.dates import shifted
 from wiscat.shared.oaipmh.errors import OAIError, error_for_code
+from wiscat.shared.oaipmh.namespaces import OAI_TAG, WISCAT_NS
 from wiscat.shared.text import clipped
 
 log = logging.getLogger("wiscat.harvester.pages")
 
-OAI_NS = "http://www.openarchives.org/OAI/2.0/"
-_Q = "{" + OAI_NS + "}"
 # Fed to libxml2 this much at a time: 256 KB reads a page about 1.6 times faster than 64 KB,
 # and holds only a few dozen records' trees at once.
 _CHUNK = 256 * 1024
-WISCAT_NS = "urn:wiscat:oai-pmh:1"  # as wiscat.shared.oaipmh.render writes it
 
 
 class ResponseError(Exception):
@@ -94,6 +92,8 @@ def parse_oai_date(text: str) -> datetime:
 
 @dataclass(frozen=True, slots=True)
 class HeaderItem:
+    """The header of one record as a list page gives it (§2.5)."""
+
     identifier: str
     datestamp: str
     datestamp_parsed: datetime
@@ -144,6 +144,8 @@ class PageSummary:
 
 @dataclass(frozen=True)
 class IdentifyInfo:
+    """What a peer's Identify response says about it (§4.2)."""
+
     repository_name: str
     base_url: str
     protocol_version: str
@@ -156,13 +158,14 @@ class IdentifyInfo:
 
     @property
     def day_granularity(self) -> bool:
+        """Whether the peer's datestamps are days only, not seconds."""
         return self.granularity == "YYYY-MM-DD"
 
 
 # Only envelope elements produce events: the payload's own elements (often ~100 a record) never
 # reach Python while a page is read.
 _EVENT_TAGS = [
-    _Q + name
+    OAI_TAG + name
     for name in (
         "OAI-PMH",
         "responseDate",
@@ -179,7 +182,7 @@ _EVENT_TAGS = [
     )
 ]
 _VERB_TAGS = {
-    _Q + name
+    OAI_TAG + name
     for name in (
         "Identify",
         "ListMetadataFormats",
@@ -229,13 +232,14 @@ def _events(parser: etree.XMLPullParser) -> list[tuple[str, etree._Element]]:
 
 
 def looks_like_html(body: bytes) -> bool:
+    """Whether ``body`` starts as an HTML page, as a proxy's or server's error page does."""
     head = body[:512].lstrip().lower()
     return head.startswith((b"<!doctype html", b"<html"))
 
 
-_IDENTIFIER = _Q + "identifier"
-_DATESTAMP = _Q + "datestamp"
-_SET_SPEC = _Q + "setSpec"
+_IDENTIFIER = OAI_TAG + "identifier"
+_DATESTAMP = OAI_TAG + "datestamp"
+_SET_SPEC = OAI_TAG + "setSpec"
 
 
 class _Unreadable(Exception):
@@ -330,12 +334,12 @@ class PageReader:
                         root_checked = True
                         self._check_root(element)
                     elif tag in _VERB_TAGS:
-                        self.summary.verb = tag[len(_Q) :]
-                    elif tag == _Q + "record":
+                        self.summary.verb = tag[len(OAI_TAG) :]
+                    elif tag == OAI_TAG + "record":
                         in_record = True
                     continue
                 item = self._end(element, in_record)
-                if tag == _Q + "record":
+                if tag == OAI_TAG + "record":
                     in_record = False
                 if item is not None:
                     self.items_seen += 1
@@ -361,19 +365,19 @@ class PageReader:
         docinfo = root.getroottree().docinfo
         if getattr(docinfo, "doctype", "") or docinfo.internalDTD is not None:
             raise MalformedResponse("the response carries a DOCTYPE, which is refused")
-        if root.tag != _Q + "OAI-PMH":
+        if root.tag != OAI_TAG + "OAI-PMH":
             raise NotOAIResponse(f"the root element is {root.tag}, not OAI-PMH")
 
     def _end(self, element: etree._Element, in_record: bool) -> Item | None:
         tag = element.tag
         try:
-            if tag == _Q + "header" and not in_record:
+            if tag == OAI_TAG + "header" and not in_record:
                 return _header(element)
-            if tag == _Q + "record":
-                head = element.find(_Q + "header")
+            if tag == OAI_TAG + "record":
+                head = element.find(OAI_TAG + "header")
                 if head is None:
                     raise _Unreadable("a record without a header", None)
-                metadata = element.find(_Q + "metadata")
+                metadata = element.find(OAI_TAG + "metadata")
                 payload = None
                 header = _header(head)
                 if metadata is not None:
@@ -389,13 +393,13 @@ class PageReader:
         except _Unreadable as exc:
             raw = etree.tostring(element, encoding="utf-8", with_tail=False)
             return UnreadableItem(exc.identifier, exc.reason, raw)
-        if tag == _Q + "responseDate":
+        if tag == OAI_TAG + "responseDate":
             self.summary.response_date = parse_oai_date(element.text or "")
-        elif tag == _Q + "error":
+        elif tag == OAI_TAG + "error":
             self.summary.errors.append(
                 error_for_code(element.get("code") or "", (element.text or "").strip())
             )
-        elif tag == _Q + "resumptionToken":
+        elif tag == OAI_TAG + "resumptionToken":
             if self._token_seen:  # the last was followed: the list could go on from either
                 raise MalformedResponse("the response has two resumptionTokens")
             self._token_seen = True
@@ -463,12 +467,12 @@ def read_identify(body: bytes) -> IdentifyInfo:
         pass
     parser = etree.XMLParser(resolve_entities=False, no_network=True)
     root = etree.fromstring(body[_content_start(body) :], parser)
-    identify = root.find(_Q + "Identify")
+    identify = root.find(OAI_TAG + "Identify")
     if identify is None:
         raise NotOAIResponse("the Identify response has no Identify element")
 
     def text(tag: str) -> str:
-        return (identify.findtext(_Q + tag) or "").strip()
+        return (identify.findtext(OAI_TAG + tag) or "").strip()
 
     granularity = text("granularity")
     if granularity not in ("YYYY-MM-DD", "YYYY-MM-DDThh:mm:ssZ"):
@@ -496,9 +500,11 @@ def read_identify(body: bytes) -> IdentifyInfo:
         earliest_datestamp=earliest,
         deleted_record=text("deletedRecord"),
         granularity=granularity,
-        compression=tuple((c.text or "").strip() for c in identify.findall(_Q + "compression")),
+        compression=tuple(
+            (c.text or "").strip() for c in identify.findall(OAI_TAG + "compression")
+        ),
         whole_seconds=any(
             guarantee.get("datestamps") == "whole-seconds"
-            for guarantee in identify.iterfind(f"{_Q}description/{{{WISCAT_NS}}}listGuarantee")
+            for guarantee in identify.iterfind(f"{OAI_TAG}description/{{{WISCAT_NS}}}listGuarantee")
         ),
     )

@@ -29,6 +29,8 @@ from lxml import etree
 from wiscat.shared.oaipmh.arguments import ARGUMENTS, VERBS
 from wiscat.shared.oaipmh.dates import Granularity, format_datestamp
 from wiscat.shared.oaipmh.errors import NoMetadataFormats, NoSetHierarchy, OAIError
+from wiscat.shared.oaipmh.namespaces import OAI_NS, OAI_TAG, WISCAT_NS, XSI_NS
+from wiscat.shared.text import NOT_XML
 
 __all__ = [
     "OAI_NS",
@@ -49,19 +51,14 @@ __all__ = [
     "resumption_token",
 ]
 
-OAI_NS = "http://www.openarchives.org/OAI/2.0/"
-XSI_NS = "http://www.w3.org/2001/XMLSchema-instance"
 SCHEMA_LOCATION = f"{OAI_NS} http://www.openarchives.org/OAI/2.0/OAI-PMH.xsd"
 DELETED_RECORD_POLICIES = ("no", "transient", "persistent")
-_Q = "{" + OAI_NS + "}"
 # lxml takes None as the key of the default namespace; its type stubs do not say so.
 _NSMAP: Any = {None: OAI_NS}
 _ROOT_NSMAP: Any = {None: OAI_NS, "xsi": XSI_NS}
 
-# XML 1.0 §2.2: characters outside these ranges cannot appear in a document at all.
-_NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 _NEEDS_ESCAPE = re.compile("[&<>\r]")
-# Either of the above: one search settles the usual text, which needs neither.
+# NOT_XML or _NEEDS_ESCAPE: one search settles the usual text, which needs neither.
 _SPECIAL = re.compile("[^\t\n\x20-\x25\x27-\x3b\x3d\x3f-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 _ESCAPES = {"&": "&amp;", "<": "&lt;", ">": "&gt;", "\r": "&#13;"}
 _DECLARATION_END = b"?>"
@@ -70,7 +67,7 @@ _RECORD_END = b"</metadata></record>"
 
 def clean(text: str) -> str:
     """``text`` with the characters XML 1.0 cannot carry (§2.2) replaced by U+FFFD."""
-    return _NOT_XML.sub("\ufffd", text)
+    return NOT_XML.sub("\ufffd", text)
 
 
 # The same characters in UTF-8 bytes: the C0 controls but tab, LF and CR, and U+FFFE and
@@ -98,7 +95,7 @@ def escape_text(text: str) -> str:
     """
     if not _SPECIAL.search(text):
         return text
-    if _NOT_XML.search(text):
+    if NOT_XML.search(text):
         text = clean(text)
     if _NEEDS_ESCAPE.search(text):
         text = _NEEDS_ESCAPE.sub(lambda match: _ESCAPES[match.group()], text)
@@ -128,10 +125,10 @@ def response_start(
     Only the protocol's argument keys (and ``verb``) are rendered as attributes. With ``verb``
     None (an error response) the verb's element is not opened.
     """
-    root = etree.Element(_Q + "OAI-PMH", nsmap=_ROOT_NSMAP)
+    root = etree.Element(OAI_TAG + "OAI-PMH", nsmap=_ROOT_NSMAP)
     root.set("{" + XSI_NS + "}schemaLocation", SCHEMA_LOCATION)
-    etree.SubElement(root, _Q + "responseDate").text = format_datestamp(response_date)
-    request = etree.SubElement(root, _Q + "request")
+    etree.SubElement(root, OAI_TAG + "responseDate").text = format_datestamp(response_date)
+    request = etree.SubElement(root, OAI_TAG + "request")
     for key, value in (echo or {}).items():
         if key == "verb" or key in ARGUMENTS:
             request.set(key, clean(value))
@@ -141,7 +138,7 @@ def response_start(
     _check_verb(verb)
     # An empty text makes lxml write a start and an end tag; the end tags are cut off so that
     # the verb's children can follow.
-    etree.SubElement(root, _Q + verb).text = ""
+    etree.SubElement(root, OAI_TAG + verb).text = ""
     return _serialize_open(root, f"</{verb}></OAI-PMH>".encode())
 
 
@@ -161,11 +158,11 @@ def _content(holder: etree._Element) -> bytes:
 
 
 def _holder(tag: str) -> etree._Element:
-    return etree.Element(_Q + tag, nsmap=_NSMAP)
+    return etree.Element(OAI_TAG + tag, nsmap=_NSMAP)
 
 
 def _add(parent: etree._Element, tag: str, text: str) -> etree._Element:
-    child = etree.SubElement(parent, _Q + tag)
+    child = etree.SubElement(parent, OAI_TAG + tag)
     child.text = clean(text)
     return child
 
@@ -332,12 +329,6 @@ def resumption_token(
     return _content(holder)
 
 
-# Identify description of a wiscat provider: "every list shows a datestamp second only once
-# every record of that second is visible", so a harvester that received datestamps up to second T
-# may ask ``from = T + 1 second`` next time and miss nothing (nor get the records of T again).
-WISCAT_NS = "urn:wiscat:oai-pmh:1"
-
-
 def identify(
     *,
     repository_name: str,
@@ -374,7 +365,7 @@ def identify(
     for name in compression:
         _add(holder, "compression", name)
     if whole_seconds:
-        description = etree.SubElement(holder, _Q + "description")
+        description = etree.SubElement(holder, OAI_TAG + "description")
         guarantee = etree.SubElement(
             description, f"{{{WISCAT_NS}}}listGuarantee", nsmap={"wiscat": WISCAT_NS}
         )
@@ -393,7 +384,7 @@ def list_metadata_formats(formats: Sequence[tuple[str, str, str]]) -> bytes:
         raise NoMetadataFormats()
     holder = _holder("ListMetadataFormats")
     for prefix, schema, namespace in formats:
-        element = etree.SubElement(holder, _Q + "metadataFormat")
+        element = etree.SubElement(holder, OAI_TAG + "metadataFormat")
         _add(element, "metadataPrefix", prefix)
         _add(element, "schema", schema)
         _add(element, "metadataNamespace", namespace)
@@ -410,7 +401,7 @@ def list_sets(sets: Sequence[tuple[str, str]]) -> bytes:
         raise NoSetHierarchy()
     holder = _holder("ListSets")
     for spec, name in sets:
-        element = etree.SubElement(holder, _Q + "set")
+        element = etree.SubElement(holder, OAI_TAG + "set")
         _add(element, "setSpec", spec)
         _add(element, "setName", name)
     return _content(holder)

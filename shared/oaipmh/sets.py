@@ -7,13 +7,14 @@ from dataclasses import dataclass
 
 from lxml import etree
 
-from wiscat.shared.oaipmh.pages import OAI_NS, NotOAIResponse, PageReader, PageSummary
-
-_Q = "{" + OAI_NS + "}"
+from wiscat.shared.oaipmh.namespaces import OAI_TAG
+from wiscat.shared.oaipmh.pages import NotOAIResponse, PageReader, PageSummary
 
 
 @dataclass(frozen=True)
 class SetsPage:
+    """One ListSets page: its setSpecs and the resumptionToken for the next, if any."""
+
     set_specs: list[str]
     resumption_token: str | None
 
@@ -23,7 +24,7 @@ def read_sets_page(body: bytes) -> SetsPage:
     ResponseError it carries."""
     # ListSets may be split like the other lists (OAI-PMH 2.0 §3.5)
     root, summary = _answer(body, "ListSets")
-    specs = root.iterfind(f"{_Q}ListSets/{_Q}set/{_Q}setSpec")
+    specs = root.iterfind(f"{OAI_TAG}ListSets/{OAI_TAG}set/{OAI_TAG}setSpec")
     return SetsPage([(spec.text or "").strip() for spec in specs], summary.resumption_token)
 
 
@@ -31,7 +32,7 @@ def read_metadata_formats(body: bytes) -> list[str]:
     """The metadataPrefixes of a ListMetadataFormats response; raise the OAI error (say
     ``noMetadataFormats``) or the ResponseError it carries."""
     root, _ = _answer(body, "ListMetadataFormats")
-    path = f"{_Q}ListMetadataFormats/{_Q}metadataFormat/{_Q}metadataPrefix"
+    path = f"{OAI_TAG}ListMetadataFormats/{OAI_TAG}metadataFormat/{OAI_TAG}metadataPrefix"
     return [(prefix.text or "").strip() for prefix in root.iterfind(path)]
 
 

@@ -110,9 +110,11 @@ class Transaction:
 
     @classmethod
     def new(cls, base_url: str, when: datetime | None = None) -> Transaction:
+        """The transaction of ``base_url``, dated ``when`` (now by default)."""
         return cls(url_hash(base_url), utc_stamp(when), base_url)
 
     def element(self) -> etree._Element:
+        """The transaction as the XML a block carries."""
         tx = etree.Element("transaction")
         etree.SubElement(tx, "tx-hash").text = self.tx_hash
         etree.SubElement(tx, "created-at").text = self.created_at
@@ -211,6 +213,7 @@ class Block:
     transactions: tuple[Transaction, ...]
 
     def element(self) -> etree._Element:
+        """The block as XML, its transactions inside."""
         block = etree.Element("block")
         etree.SubElement(block, "previous-hash").text = self.previous_hash
         etree.SubElement(block, "hash").text = self.hash
@@ -224,6 +227,7 @@ class Block:
         return block
 
     def to_xml(self) -> bytes:
+        """The block's XML as bytes, as nodes exchange it."""
         return etree.tostring(self.element(), encoding="utf-8", xml_declaration=False)
 
     def check(self, difficulty: int, members: frozenset[str], *, genesis: bool = False) -> None:

@@ -161,6 +161,8 @@ class Discovery:
 
 @dataclass(frozen=True)
 class PeerStatus:
+    """What a peer's ``/registry/status`` says: its network and the tip of its chain."""
+
     network: str
     genesis: str
     tip: Tip
@@ -171,6 +173,7 @@ class PeerStatus:
 def status_xml(
     network: Network, tip: Tip, public_key: str | None, peer_id: bytes | None = None
 ) -> bytes:
+    """This node's ``/registry/status`` document."""
     root = etree.Element(
         "registry",
         network=network.name,
@@ -189,6 +192,7 @@ def status_xml(
 
 
 def parse_status(body: bytes) -> PeerStatus:
+    """A peer's ``/registry/status`` document; InvalidBlock if it is something else."""
     root = parse_xml(body)
     if root.tag != "registry":
         raise InvalidBlock(f"not a registry status: <{root.tag}>")
@@ -205,6 +209,7 @@ def parse_status(body: bytes) -> PeerStatus:
 
 
 def peers_xml(network: str, urls: Sequence[str]) -> bytes:
+    """The ``/registry/peers`` document: the peers this node knows of ``network``."""
     root = etree.Element("peers", network=network)
     for url in urls:
         etree.SubElement(root, "peer").text = url

@@ -76,6 +76,8 @@ class KeyFileError(ValueError):
 
 @dataclass(frozen=True)
 class Member:
+    """A node allowed to mint blocks, by its public key."""
+
     public_key: str
     name: str = ""
 
@@ -93,6 +95,7 @@ class Network:
 
     @property
     def member_keys(self) -> frozenset[str]:
+        """The public keys of the members."""
         return frozenset(member.public_key for member in self.members)
 
     @property
@@ -102,6 +105,7 @@ class Network:
 
     @property
     def tracker_urls(self) -> tuple[str, ...]:
+        """Every tracker URL, the tiers flattened in order."""
         return tuple(url for tier in self.trackers for url in tier)
 
     def info(self) -> dict[bytes, Value]:
@@ -133,6 +137,7 @@ class Network:
         return hashlib.sha1(encode(self.info()), usedforsecurity=False).digest()
 
     def with_member(self, public_key: str, name: str = "") -> Network:
+        """The network with ``public_key`` a member (its name replaced if it was one already)."""
         kept = tuple(m for m in self.members if m.public_key != public_key)
         return replace(self, members=(*kept, Member(public_key, name)))
 
@@ -156,6 +161,7 @@ class Network:
         return encode(top)
 
     def to_xml(self) -> bytes:
+        """The key file as XML."""
         root = etree.Element("registry-network", name=self.name, difficulty=str(self.difficulty))
         for url in self.tracker_urls:
             etree.SubElement(root, "tracker").text = url
@@ -340,6 +346,7 @@ def parse_xml_network(body: bytes) -> Network:
 
 
 def load_network(path: Path) -> Network:
+    """The network of the key file at ``path``; KeyFileError if it cannot be read or parsed."""
     try:
         body = path.read_bytes()
     except OSError as exc:
@@ -394,6 +401,7 @@ def write_private_key(path: Path, key: Ed25519PrivateKey) -> None:
 
 
 def load_private_key(path: Path) -> Ed25519PrivateKey:
+    """The Ed25519 private key in the PEM file at ``path``; KeyFileError otherwise."""
     try:
         key = load_pem_private_key(path.read_bytes(), password=None)
     except (OSError, ValueError, TypeError) as exc:

@@ -115,6 +115,8 @@ def node_root(base_url: str) -> str:
 
 @dataclass(frozen=True)
 class NodeConfig:
+    """How a registry node runs: its own addresses and set, and what it may do on its own."""
+
     node_url: str  # this node's root, announced to the tracker
     own_base_url: str  # this node's /oai: never a candidate link (it would harvest itself)
     own_set: str
@@ -167,6 +169,7 @@ class RegistryNode:
 
     @property
     def can_mint(self) -> bool:
+        """Whether this node has a key the network takes blocks from."""
         if self.key is None:
             return False
         return self.network.is_open or self.public_key in self.network.member_keys
@@ -192,6 +195,7 @@ class RegistryNode:
         self._mint_wanted.set()
 
     async def stop(self) -> None:
+        """Cancel the background loops and tasks, and wait for them to end."""
         for task in [*self._loops, *self._tasks]:
             task.cancel()
         await self.discovery.stop()
@@ -201,6 +205,7 @@ class RegistryNode:
         self._loops, self._tasks = [], set()
 
     def wake_sync(self) -> None:
+        """Have the sync loop run now rather than at its next interval."""
         self._sync_wanted.set()
 
     def _background(self, coro: Coroutine[Any, Any, None]) -> None:
@@ -454,6 +459,7 @@ class RegistryNode:
         return learnt
 
     async def peer_status(self, url: str) -> PeerStatus:
+        """The peer's status; InvalidBlock if it is of another network, or this node itself."""
         response = await self.fetcher.get(url.rstrip("/") + "/registry/status")
         if response.status != 200:
             raise FetchError(f"status: HTTP {response.status}")

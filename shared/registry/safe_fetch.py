@@ -78,6 +78,8 @@ class _RefusedSocket(OSError):
 
 @dataclass(frozen=True)
 class FetchResponse:
+    """A response read whole: the final URL, its status, content type and body."""
+
     url: str  # the final URL, after redirects
     status: int
     content_type: str
@@ -148,6 +150,7 @@ class SafeFetcher:
         await self.close()
 
     async def close(self) -> None:
+        """Close the session; the fetcher can no longer be used."""
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -190,6 +193,7 @@ class SafeFetcher:
         follow: bool = True,
         encoded: bool = False,
     ) -> FetchResponse:
+        """Send one request, following redirects, each address checked, the body capped."""
         if self._session is None:
             raise RuntimeError("SafeFetcher is used outside its `async with` block")
         cap = max_bytes or self.max_bytes

@@ -84,6 +84,8 @@ def announce_url(tracker: str, announce: Announce) -> str:
 
 @dataclass(frozen=True)
 class TrackerReply:
+    """A tracker's answer to an announce: when to come back and which peers it knows."""
+
     interval: int
     peers: tuple[tuple[str, int], ...]  # (IP address or host name, port)
     min_interval: int | None = None
