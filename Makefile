@@ -141,7 +141,7 @@ format: $(STAMP) ## format the code with ruff
 	$(BIN)/ruff format shared services tests bench tools
 	$(BIN)/ruff check --fix shared services tests bench tools
 
-bench: $(STAMP) ## benchmarks; figures go to docs/benchmarks.md (BENCH_RECORDS scales them)
+bench: $(STAMP) opentracker ## benchmarks; figures go to docs/benchmarks.md (BENCH_RECORDS scales them)
 	$(BIN)/python -m bench.run
 
 schema: $(STAMP) ## rewrite shared/db/schema.sql from the migrations (after adding one)
