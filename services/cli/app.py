@@ -26,9 +26,9 @@ from wiscat.listen import CannotListen
 from wiscat.shared.db.errors import DatabaseError, DatabaseFailed
 from wiscat.shared.logs import configure
 from wiscat.shared.registry.keyfile import KeyFileError
+from wiscat.shared.setting_errors import explain as explain_settings
+from wiscat.shared.setting_errors import unknown as unknown_settings
 from wiscat.shared.settings import Settings
-from wiscat.shared.settings import explain as explain_settings
-from wiscat.shared.settings import unknown as unknown_settings
 from wiscat.shared.version import VERSION
 
 log = logging.getLogger("wiscat")

@@ -9,7 +9,8 @@ import pytest
 from pydantic import ValidationError
 
 from wiscat.cli.settings import settings_rows
-from wiscat.shared.settings import Settings, explain, unknown
+from wiscat.shared.setting_errors import explain, unknown
+from wiscat.shared.settings import Settings
 
 
 def settings(**values: object) -> Settings:
