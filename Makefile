@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 .DEFAULT_GOAL := all
-.PHONY: all help venv lock run test test-unit test-integration test-containers base-images soak fuzz lint format bench schema settings-doc demo chromium promtool pgbouncer opentracker podman clean
+.PHONY: all help venv lock run test test-unit test-integration test-containers base-images soak fuzz lint format bench schema settings-doc demo chromium promtool pgbouncer postgresql opentracker podman clean
 
 all: lint test ## lint, then the whole test suite
 
@@ -69,6 +69,12 @@ promtool: ## install Debian's prometheus package when promtool is missing (the a
 		echo "installing Debian's prometheus package for promtool (the alert rules' tests)"; \
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq --no-install-recommends prometheus; }
+
+postgresql: ## install Debian's postgresql when missing (the benchmark runs a throwaway cluster of it)
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { \
+		echo "installing Debian's postgresql for the benchmark's second server"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq --no-install-recommends postgresql; }
 
 pgbouncer: ## install Debian's pgbouncer when missing (the connection pooler's tests run one)
 	@command -v pgbouncer >/dev/null 2>&1 || test -x /usr/sbin/pgbouncer || { \
@@ -141,7 +147,7 @@ format: $(STAMP) ## format the code with ruff
 	$(BIN)/ruff format shared services tests bench tools
 	$(BIN)/ruff check --fix shared services tests bench tools
 
-bench: $(STAMP) opentracker ## benchmarks; figures go to docs/benchmarks.md (BENCH_RECORDS scales them)
+bench: $(STAMP) opentracker postgresql ## benchmarks; figures go to docs/benchmarks.md (BENCH_RECORDS scales them)
 	$(BIN)/python -m bench.run
 
 schema: $(STAMP) ## rewrite shared/db/schema.sql from the migrations (after adding one)

@@ -20,6 +20,7 @@ from bench.measure import (
     SOURCE_SET,
     WISCAT,
     free_port,
+    load_average,
     process,
     provider_env,
     timed_command,
@@ -58,8 +59,18 @@ def iterate_with(client: str, url: str) -> int:
     return sum(1 for _ in Client(url, registry).listRecords(metadataPrefix="iso19139"))
 
 
-async def bench_harvester(server_url: str, source: str, records: int, page_size: int) -> list[str]:
-    lines = ["## Harvester: a full harvest into an empty node", ""]
+async def bench_harvester(
+    server_url: str,
+    source: str,
+    records: int,
+    page_size: int,
+    on: str = "",
+    figures: dict[str, float] | None = None,
+) -> list[str]:
+    """The section's lines, titled with ``on`` (the server's name) when given; its main figures
+    also go in ``figures`` when given (the side-by-side table of the servers)."""
+    lines = ["## Harvester: a full harvest into an empty node" + (f", {on}" if on else ""), ""]
+    lines += [f"Load average at the start: {load_average()}.", ""]
     port = free_port()
     oai = f"http://127.0.0.1:{port}/oai"
     rows = []
@@ -110,6 +121,10 @@ async def bench_harvester(server_url: str, source: str, records: int, page_size:
                 count = await asyncio.to_thread(iterate_with, client, oai)
             rates[client] = count / (time.perf_counter() - t)
             rows.append(f"| {client}, merely iterating | {rates[client]:,.0f} | - |")
+    if figures is not None:
+        figures.update(
+            harvest_stored=stored, harvest_memory=peak, noop_seconds=quiet[1], pyoai=rates["pyoai"]
+        )
     lines += [
         f"{records:,} records from the project's provider (its own process), pages of {page_size}.",
         "",

@@ -95,6 +95,12 @@ def machine() -> str:
     return f"{cpu}, {os.cpu_count()} cores, {memory:.0f} GiB, Python {platform.python_version()}"
 
 
+def load_average() -> str:
+    """The machine's load average (1, 5 and 15 minutes): other work shares its cores."""
+    one, five, fifteen = os.getloadavg()
+    return f"{one:.2f}, {five:.2f}, {fifteen:.2f}"
+
+
 async def wait_ready(url: str, process: subprocess.Popen[bytes]) -> None:
     async with aiohttp.ClientSession() as session:
         for _ in range(600):

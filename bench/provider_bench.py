@@ -23,6 +23,7 @@ from bench.measure import (
     OUT,
     WISCAT,
     free_port,
+    load_average,
     loaded_database,
     peak_rss_mb,
     process,
@@ -159,9 +160,18 @@ def _row(name: str, minimal: Harvest, parsing: Harvest, memory: str) -> str:
 
 
 async def bench_provider(
-    server_url: str, source: str, records: int, load_rate: float, page_size: int
+    server_url: str,
+    source: str,
+    records: int,
+    load_rate: float,
+    page_size: int,
+    on: str = "",
+    figures: dict[str, float] | None = None,
 ) -> list[str]:
-    lines = ["## Provider: a full ListRecords harvest", ""]
+    """The section's lines, titled with ``on`` (the server's name) when given; its main figures
+    also go in ``figures`` when given (the side-by-side table of the servers)."""
+    lines = ["## Provider: a full ListRecords harvest" + (f", {on}" if on else ""), ""]
+    lines += [f"Load average at the start: {load_average()}.", ""]
     small_size = max(records // 4, page_size)
     small = await loaded_database(server_url, small_size)
     memory = {}
@@ -209,6 +219,17 @@ async def bench_provider(
         pyoai_minimal, pyoai_parsing = await both_clients(f"http://127.0.0.1:{port}/oai", records)
         pyoai_memory = peak_rss_mb(proc.pid)
     sqlite_path.unlink(missing_ok=True)
+
+    if figures is not None:
+        figures.update(
+            provider_minimal=wiscat_minimal.rate,
+            provider_parsing=wiscat_parsing.rate,
+            provider_p99_ms=wiscat_minimal.p99_ms,
+            provider_memory=memory["full"],
+            zero_minimal=zero_minimal.rate,
+            pyoai_minimal=pyoai_minimal.rate,
+            load_rate=load_rate,
+        )
 
     def ratios(label: str, wiscat: Harvest, zero: Harvest, pyoai: Harvest) -> str:
         return (

@@ -1,31 +1,46 @@
 """``make bench``: provider, harvester and many-peer benchmarks; figures go to docs/benchmarks.md.
 
-Everything runs on this machine, on loopback: one PostgreSQL (embedded, under bench/out/, or
-``WISCAT_BENCH_DATABASE_URL``), the provider and the reference servers as separate processes, and
-each comparison is made in the same run, so ratios hold when the machine's speed drifts.
+Everything runs on this machine, on loopback: the PostgreSQL servers (the embedded one under
+bench/out/pg, or ``WISCAT_BENCH_DATABASE_URL``, and a throwaway cluster of Debian's ``postgresql``
+package under bench/out/debian-pg, with a hot standby of it for the providers section), the
+provider and the reference servers as separate processes, and each comparison is made in the same
+run, so ratios hold when the machine's speed drifts. The provider and harvester sections run on
+each server in turn, then side by side; the providers and scaling sections on the last server
+(Debian's by default); the others on the first.
 
     python -m bench.run [--records N] [--page-size P] [--only SECTION[,SECTION...]]
+                        [--servers embedded,debian] [--scaling N[,N...]]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
-import shutil
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 
 from bench import mesh, registry
+from bench import scale_bench as scale
+from bench.clusters import SERVERS, bench_server
 from bench.harvester_bench import bench_check, bench_harvester, bench_peers
-from bench.measure import OUT, ROOT, loaded_database, machine
+from bench.measure import OUT, ROOT, load_average, loaded_database, machine
 from bench.provider_bench import bench_provider
-from tests import pg
-from wiscat.shared.db.embedded import EmbeddedPostgres
 from wiscat.shared.generator import generate_records
 
-SECTIONS = ("provider", "harvester", "peers", "check", "mesh", "registry", "generator")
+SECTIONS = (
+    "provider",
+    "harvester",
+    "providers",
+    "scaling",
+    "peers",
+    "check",
+    "mesh",
+    "registry",
+    "generator",
+)
 
 
 def merge_sections(old: str, new: list[str]) -> list[str]:
@@ -66,6 +81,47 @@ def bench_generator(count: int = 20_000) -> list[str]:
     ]
 
 
+# The side-by-side table's rows: a figure of the provider and harvester sections, its label and
+# its format.
+_COMPARED = (
+    ("load_rate", "records loaded a second (the catalogue, before the sections)", "{:,.0f}"),
+    ("provider_minimal", "provider, minimal client: records/s", "{:,.0f}"),
+    ("provider_parsing", "provider, parsing client: records/s", "{:,.0f}"),
+    ("provider_p99_ms", "provider, minimal client: p99 page ms", "{:.0f}"),
+    ("provider_memory", "provider peak memory, MB", "{:.0f}"),
+    (
+        "zero_minimal",
+        "zero-cost provider, minimal client: records/s (the machine's pace)",
+        "{:,.0f}",
+    ),
+    ("pyoai_minimal", "pyoai's server, minimal client: records/s (the machine's pace)", "{:,.0f}"),
+    ("harvest_stored", "wiscat harvest, stored end to end: records/s", "{:,.0f}"),
+    ("harvest_memory", "wiscat harvest peak memory, MB", "{:.0f}"),
+    ("noop_seconds", "incremental run with no changes, s", "{:.2f}"),
+    ("pyoai", "pyoai's client iterating: records/s (the machine's pace)", "{:,.0f}"),
+)
+
+
+def side_by_side(figures: dict[str, dict[str, float]], records: int) -> list[str]:
+    """The provider and harvester sections' main figures, one column a server."""
+    names = list(figures)
+    lines = [
+        "## The servers side by side",
+        "",
+        f"The provider and harvester sections above, {records:,} records, run on each server "
+        "in turn in the same run (each section notes the load average at its start; the "
+        "machine's pace is read from the servers that do not use PostgreSQL).",
+        "",
+        "| figure | " + " | ".join(names) + " |",
+        "|---|" + "---|" * len(names),
+    ]
+    for key, label, form in _COMPARED:
+        if all(key in figures[name] for name in names):
+            cells = " | ".join(form.format(figures[name][key]) for name in names)
+            lines.append(f"| {label} | {cells} |")
+    return [*lines, ""]
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument(
@@ -89,63 +145,75 @@ async def main() -> None:
         help="a database (on the benchmark's server) already holding --records generated "
         "records in the benchmark's set, as a previous run left it: not loaded again",
     )
+    parser.add_argument(
+        "--servers",
+        type=lambda text: text.split(","),
+        default=os.environ.get("BENCH_SERVERS", "embedded,debian").split(","),
+        help="the PostgreSQL servers the provider and harvester sections run on, in turn "
+        "(comma-separated): embedded (or WISCAT_BENCH_DATABASE_URL), debian (a throwaway "
+        "cluster of Debian's postgresql package; `make postgresql` installs it)",
+    )
+    parser.add_argument(
+        "--scaling",
+        type=lambda text: [int(n) for n in text.split(",")],
+        default=[int(n) for n in os.environ.get("BENCH_SCALING", "10000,100000").split(",")],
+        help="the catalogue sizes of the scaling section (comma-separated)",
+    )
     parser.add_argument("--output", type=Path, default=ROOT / "docs" / "benchmarks.md")
     args = parser.parse_args()
+    if bad := set(args.servers) - set(SERVERS):
+        parser.error(f"no server {', '.join(sorted(bad))}; the servers: {', '.join(SERVERS)}")
     if unknown := args.only - set(SECTIONS):
         parser.error(
             f"no section {', '.join(sorted(unknown))}; the sections: {', '.join(SECTIONS)}"
         )
     OUT.mkdir(parents=True, exist_ok=True)
-    configured = os.environ.get("WISCAT_BENCH_DATABASE_URL")
-    server = None
-    if configured:
-        server_url = configured
-    else:
-        shutil.rmtree(OUT / "pg", ignore_errors=True)
-        server = EmbeddedPostgres(OUT / "pg")
-        server_url = server.start()
-    try:
-        await pg.build_template(server_url)
-        database = (
-            "WISCAT_BENCH_DATABASE_URL"
-            if configured
-            else "embedded PostgreSQL (pgserver wheel; built without lz4, so records.xml is stored "
-            "uncompressed, migration 0005)"
-        )
+    async with contextlib.AsyncExitStack() as stack:
+        servers = [await stack.enter_async_context(bench_server(name)) for name in args.servers]
         lines = [
             "# Benchmarks",
             "",
             f"- date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC",
-            f"- machine: {machine()}",
-            f"- database: {database}",
+            f"- machine: {machine()}; load average at the start {load_average()}",
+            *[f"- database, {server.name}: {server.description}" for server in servers],
             "- command: `make bench` "
             f"(`python -m bench.run --records {args.records} --page-size {args.page_size}`)",
             "",
         ]
-        if args.only & {"provider", "harvester"}:
-            # one catalogue for both: loading a million records takes a while
+        first = servers[0].url
+        figures: dict[str, dict[str, float]] = {}
+        for server in servers if args.only & {"provider", "harvester"} else []:
+            # one catalogue for both sections: loading a million records takes a while
             started = time.perf_counter()
-            source = args.source or await loaded_database(server_url, args.records)
-            load_rate = 0.0 if args.source else args.records / (time.perf_counter() - started)
-        if "provider" in args.only:
-            lines += await bench_provider(
-                server_url, source, args.records, load_rate, args.page_size
-            )
-        if "harvester" in args.only:
-            lines += await bench_harvester(server_url, source, args.records, args.page_size)
+            reuse = args.source if server is servers[0] else None
+            source = reuse or await loaded_database(server.url, args.records)
+            load_rate = 0.0 if reuse else args.records / (time.perf_counter() - started)
+            on = server.name if len(servers) > 1 else ""
+            found = figures[server.name] = {}
+            if "provider" in args.only:
+                lines += await bench_provider(
+                    server.url, source, args.records, load_rate, args.page_size, on, found
+                )
+            if "harvester" in args.only:
+                lines += await bench_harvester(
+                    server.url, source, args.records, args.page_size, on, found
+                )
+        if len(figures) > 1:
+            lines += side_by_side(figures, args.records)
+        if "providers" in args.only:
+            lines += await scale.bench_providers(servers[-1], args.records, args.page_size)
+        if "scaling" in args.only:
+            lines += await scale.bench_scaling(servers[-1], args.scaling, args.page_size)
         if "peers" in args.only:
-            lines += await bench_peers(server_url)
+            lines += await bench_peers(first)
         if "check" in args.only:
             lines += await bench_check(args.check_size)
         if "mesh" in args.only:
-            lines += await mesh.run(server_url)
+            lines += await mesh.run(first)
         if "registry" in args.only:
-            lines += await registry.run(server_url)
+            lines += await registry.run(first)
         if "generator" in args.only:
             lines += bench_generator()
-    finally:
-        if server is not None:
-            server.stop()
     if args.only != set(SECTIONS) and args.output.exists():
         # one section run again: the others keep their figures (and the header its date)
         lines = merge_sections(args.output.read_text(), lines)
