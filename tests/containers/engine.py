@@ -53,6 +53,20 @@ def podman(*args: str, timeout: float = 120, check: bool = True) -> str:
     return run(["podman", *args], timeout=timeout, check=check)
 
 
+def logs(container: str, lines: int = 30) -> str:
+    """The container's last ``lines`` of output, what it wrote to stderr (its log) included."""
+    done = subprocess.run(
+        ["podman", "logs", "--tail", str(lines), container],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=60,
+        check=False,
+        env=engine_env(),
+    )
+    return done.stdout
+
+
 def inspect(container: str) -> dict[str, Any]:
     found: list[dict[str, Any]] = json.loads(podman("container", "inspect", container))
     return found[0]

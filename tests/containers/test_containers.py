@@ -30,6 +30,7 @@ from tests.containers.engine import (
     free_port,
     http,
     inspect,
+    logs,
     podman,
     run,
     wait_healthy,
@@ -244,12 +245,27 @@ def test_records_put_through_the_admin_api_are_listed(projects: tuple[Project, P
     assert identifiers(alpha, "WIS-GISC-ALPHA") == wanted
 
 
-def test_another_gisc_harvests_the_first(projects: tuple[Project, Project]) -> None:
+def test_another_gisc_harvests_the_first(
+    projects: tuple[Project, Project], request: pytest.FixtureRequest
+) -> None:
     alpha, bravo = projects
     bravo.up()
-    # Two GISCs on one host: bravo's harvester joins alpha's network, where alpha's provider is
-    # known by its container name (alpha's base URL), as a peer's host name is on the Internet.
-    podman("network", "connect", alpha.network, bravo.container("harvester"))
+    # Two GISCs on one host, met on a network of their own, where alpha's provider is known by its
+    # container name (alpha's base URL), as a peer's host name is on the Internet. Not on either
+    # project's network: there "db" is that project's database, and a harvester that joined
+    # alpha's would open its new sessions (its runs' leases) on alpha's database.
+    peering = f"wiscat-peering-{os.getpid()}"
+    podman("network", "create", peering)
+    met = [alpha.container("provider"), bravo.container("harvester")]
+
+    def part() -> None:  # not `network rm --force`: it would remove the containers too
+        for container in met:
+            podman("network", "disconnect", peering, container, check=False)
+        podman("network", "rm", peering, check=False)
+
+    request.addfinalizer(part)
+    for container in met:
+        podman("network", "connect", peering, container)
     link = {"name": "alpha", "url": f"http://{alpha.container('provider')}:8080/oai"}
     link |= {"set": "WIS-GISC-ALPHA", "into": "WIS-GISC-ALPHA"}
     status, answer = bravo.admin("POST", "/admin/links", link)
@@ -261,8 +277,8 @@ def test_another_gisc_harvests_the_first(projects: tuple[Project, Project]) -> N
         assert status == 202, answer
         if time.monotonic() > deadline:
             runs = bravo.admin("GET", "/admin/runs?link=alpha&limit=3")
-            logs = podman("logs", "--tail", "30", bravo.container("harvester"))
-            raise AssertionError(f"bravo did not harvest alpha's records: {runs}\n{logs}")
+            output = logs(bravo.container("harvester"))
+            raise AssertionError(f"bravo did not harvest alpha's records: {runs}\n{output}")
         time.sleep(3)
 
 
