@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.e2e.nodes import free_port
+from wiscat.shared.db import migrate
 from wiscat.shared.db.embedded import import_pgserver
 from wiscat.shared.db.pool import connect
 from wiscat.shared.db.replication import primary_horizon, replayed_position
@@ -217,6 +218,22 @@ def replication() -> Iterator[Replication]:
         # seconds on a busy machine, and nothing waits for it (but
         # the interpreter's exit)
         threading.Thread(target=shutil.rmtree, args=(folder, True)).start()
+
+
+async def migrated_primary(made: Replication, database: str) -> Server:
+    """A new primary of ``made`` holding ``database``, created and migrated."""
+    primary = await asyncio.to_thread(made.primary)
+    conn = await connect(primary.url())
+    try:
+        await conn.execute(f"create database {database}")
+    finally:
+        await conn.close()
+    conn = await connect(primary.url(database))
+    try:
+        await migrate.migrate(conn)
+    finally:
+        await conn.close()
+    return primary
 
 
 async def caught_up(primary: Server, standby: Server, database: str = "postgres") -> None:

@@ -20,13 +20,12 @@ from tests import factories
 from tests.faultproxy import FaultProxy, Freeze, Latency
 from tests.harvest_pair import SOURCE_SET, content, sink_settings
 from tests.oai_client import oai_get
-from tests.replication import Replication, Server, caught_up, replication, several_hosts
+from tests.replication import Server, caught_up, migrated_primary, replication, several_hosts
 from tests.servers import running_provider
 from wiscat.harvester.context import RunReport
 from wiscat.harvester.harvest import harvest_link
 from wiscat.harvester.service import harvest_context
 from wiscat.shared.db import links as link_store
-from wiscat.shared.db import migrate
 from wiscat.shared.db import records as store
 from wiscat.shared.db.errors import DatabaseUnavailable
 from wiscat.shared.db.pool import Connection, Pool, connect, create_pool
@@ -57,28 +56,12 @@ async def stored_pages(server: Server) -> int:
     return int(value)
 
 
-async def node_primary(made: Replication) -> Server:
-    """A new primary holding the node's database, migrated."""
-    primary = await asyncio.to_thread(made.primary)
-    conn = await connect(primary.url())
-    try:
-        await conn.execute(f"create database {DATABASE}")
-    finally:
-        await conn.close()
-    conn = await connect(primary.url(DATABASE))
-    try:
-        await migrate.migrate(conn)
-    finally:
-        await conn.close()
-    return primary
-
-
 async def test_a_promoted_standby_takes_over_and_the_next_run_resumes(
     db: Pool, database_url: str
 ) -> None:
     await factories.load_records(db, SOURCE_SET, range(100))
     with replication() as made:
-        primary = await node_primary(made)
+        primary = await migrated_primary(made, DATABASE)
         async with FaultProxy("127.0.0.1", primary.port) as stream:
             standby = await asyncio.to_thread(made.standby, primary, stream.port)
             both = several_hosts([primary, standby], DATABASE)
@@ -196,7 +179,7 @@ async def test_with_synchronous_replication_a_failover_loses_no_commit() -> None
     standby holds every record and deletion whose write returned; a write the standby never
     received never returned."""
     with replication() as made:
-        primary = await node_primary(made)
+        primary = await migrated_primary(made, DATABASE)
         async with FaultProxy("127.0.0.1", primary.port) as stream:
             standby = await asyncio.to_thread(made.standby, primary, stream.port)
             conn = await connect(primary.url())

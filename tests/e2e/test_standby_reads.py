@@ -20,6 +20,7 @@ from tests.pg import clone_template, drop_database
 from tests.replication import (
     Server,
     caught_up,
+    migrated_primary,
     pause_replay,
     replication,
     resume_replay,
@@ -30,10 +31,9 @@ from wiscat.harvester.context import RunReport
 from wiscat.harvester.harvest import harvest_link
 from wiscat.harvester.service import harvest_context
 from wiscat.shared.db import links as link_store
-from wiscat.shared.db import migrate
 from wiscat.shared.db import records as store
 from wiscat.shared.db.errors import DatabaseError
-from wiscat.shared.db.pool import connect, create_pool
+from wiscat.shared.db.pool import create_pool
 from wiscat.shared.generator import generate_record
 from wiscat.shared.ingest import incoming
 from wiscat.shared.iso19139 import parse_record
@@ -46,17 +46,7 @@ DATABASE = "source"
 async def servers() -> AsyncIterator[tuple[Server, Server]]:
     """A primary holding a migrated database, and its standby (one pair for the module)."""
     with replication() as made:
-        primary = await asyncio.to_thread(made.primary)
-        conn = await connect(primary.url())
-        try:
-            await conn.execute(f"create database {DATABASE}")
-        finally:
-            await conn.close()
-        conn = await connect(primary.url(DATABASE))
-        try:
-            await migrate.migrate(conn)
-        finally:
-            await conn.close()
+        primary = await migrated_primary(made, DATABASE)
         standby = await asyncio.to_thread(made.standby, primary)
         yield primary, standby
 
