@@ -35,6 +35,30 @@ class NetworkFiles:
     key_files: list[Path]
 
 
+# RELIABILITY S02: the literal ways of writing a loopback, private or otherwise local address
+S02_HOSTS = (
+    "localhost",
+    "[::1]",
+    "0.0.0.0",
+    "127.1",
+    "0x7f.1",
+    "0177.0.0.1",
+    "2130706433",
+    "[::ffff:127.0.0.1]",
+    "[::127.0.0.1]",
+    "[64:ff9b::7f00:1]",
+    "[2002:7f00:1::1]",
+    "169.254.169.254",
+    "100.64.0.1",
+    "10.0.0.1",
+    "172.16.0.1",
+    "192.168.0.1",
+    "[fc00::1]",
+    "[fe80::1]",
+    "224.0.0.1",
+)
+
+
 def make_network(
     folder: Path,
     members: int,

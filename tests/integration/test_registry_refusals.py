@@ -18,6 +18,7 @@ from aiohttp import web
 from aiohttp.abc import AbstractResolver, ResolveResult
 
 from tests.registry_network import (
+    S02_HOSTS,
     CountingResolver,
     canary,
     make_network,
@@ -31,29 +32,6 @@ from wiscat.shared.registry.node import NodeConfig, RegistryNode, UrlRefused
 from wiscat.shared.registry.safe_fetch import SafeFetcher
 
 UNREACHABLE = "the repository cannot be reached from this registry node (its log says why)"
-
-# RELIABILITY S02: the literal ways of writing a loopback, private or otherwise local address
-S02_HOSTS = (
-    "localhost",
-    "[::1]",
-    "0.0.0.0",
-    "127.1",
-    "0x7f.1",
-    "0177.0.0.1",
-    "2130706433",
-    "[::ffff:127.0.0.1]",
-    "[::127.0.0.1]",
-    "[64:ff9b::7f00:1]",
-    "[2002:7f00:1::1]",
-    "169.254.169.254",
-    "100.64.0.1",
-    "10.0.0.1",
-    "172.16.0.1",
-    "192.168.0.1",
-    "[fc00::1]",
-    "[fe80::1]",
-    "224.0.0.1",
-)
 
 
 async def test_s02_every_literal_form_of_a_local_address_is_refused_unconnected(
