@@ -173,19 +173,41 @@ async def test_l03_fifteen_full_harvests_and_get_records_for_a_fixed_time(
     assert resident[-1] - resident[0] < 100
 
 
-async def test_l04_the_harvesters_memory_is_flat_across_pages(
-    catalogues: Catalogues, template_ready: str
-) -> None:
-    """L04 (and L02's figure): ``wiscat harvest --full`` (its own process, with its page
-    workers) harvests the catalogue in pages of 1000. Its memory (proportional set sizes of
-    the process and its workers, with its spool: ``make bench``'s measure), sampled with the
-    records stored so far: the largest while the second half of the records was stored is at
-    most 25 MiB above the largest of the first half (the first page's parse included), and the
-    harvest process's own peak is under 200 MiB. Its page workers each hold the page they
-    parse, so the whole tree's peak is set by the page size, not by the records (printed)."""
-    catalogue = await catalogues(load.records())
+@dataclass
+class HarvestMemory:
+    """A full harvest's memory, in MiB: of the harvester with its page workers and spool, the
+    largest while the first half of the records was stored and while the second half was,
+    and the harvest process's own largest."""
+
+    records: int
+    seconds: float
+    samples: int
+    first: float
+    second: float
+    own: float
+
+    @property
+    def peak(self) -> float:
+        return max(self.first, self.second)
+
+    def __str__(self) -> str:
+        return (
+            f"{self.records:,} records in pages of 1000 in {self.seconds:.1f} s "
+            f"({self.records / self.seconds:,.0f} records/s, the process's start included); "
+            f"{self.samples} samples; the harvester with its page workers and spool: at most "
+            f"{self.first:.0f} MiB while the first half was stored, {self.second:.0f} MiB in "
+            f"the second; the harvest process alone at most {self.own:.0f} MiB"
+        )
+
+
+async def _harvest_memory(
+    catalogue: Catalogue, template_ready: str, **settings: str
+) -> HarvestMemory:
+    """``wiscat harvest --full`` (its own process) of ``catalogue`` in pages of 1000, with
+    ``settings``; its memory (proportional set sizes of the process and its page workers, with
+    its spool: ``make bench``'s measure) sampled with the records stored so far."""
     sink_url = await clone_template(template_ready)
-    sink = Node("SINK", sink_url, extra=SINK_SETTINGS)
+    sink = Node("SINK", sink_url, extra={**SINK_SETTINGS, **settings})
     stored = await create_pool(load.test_session_url(sink_url), max_size=1)
     try:
         async with provider(catalogue.database_url, WISCAT_PAGE_SIZE="1000") as source:
@@ -216,20 +238,54 @@ async def test_l04_the_harvesters_memory_is_flat_across_pages(
     assert harvest.returncode == 0, (out + err).decode()
     assert b"nclosed" not in err, err.decode()
     half = catalogue.size // 2
-    first = max(tree for count, tree, _ in samples if count <= half)
-    second = max(tree for count, tree, _ in samples if count > half)
-    peak = max(tree for _, tree, _ in samples)
-    own = max(own for _, _, own in samples)
-    print(
-        f"L04: {catalogue.size:,} records in pages of 1000 in {seconds:.1f} s "
-        f"(L02: {catalogue.size / seconds:,.0f} records/s, the process's start included); "
-        f"{len(samples)} samples; the harvester with its page workers and spool: at most "
-        f"{first:.0f} MiB while the first half was stored, {second:.0f} MiB in the second; "
-        f"the harvest process alone at most {own:.0f} MiB"
+    return HarvestMemory(
+        records=catalogue.size,
+        seconds=seconds,
+        samples=len(samples),
+        first=max(tree for count, tree, _ in samples if count <= half),
+        second=max(tree for count, tree, _ in samples if count > half),
+        own=max(own for _, _, own in samples),
     )
-    assert second - first <= 25
-    assert own < 200
-    assert peak == max(first, second)
+
+
+# What a page worker may add to a harvester's memory with pages of 1000 records (about 9.4 MB
+# each): its process (about 70 MiB at its peak: the page, its records, their pickled copy on
+# the way back, the parser), its share of the fork server, and the page waiting for it in the
+# spool (docs/harvesting.md).
+PER_PAGE_WORKER_MIB = 100
+
+
+async def test_l04_the_harvesters_memory_is_flat_across_pages(
+    catalogues: Catalogues, template_ready: str
+) -> None:
+    """L04 (and L02's figure), with the default page workers (two on two cores): the memory of
+    the harvester with its workers, sampled with the records stored, is flat (the largest
+    while the second half of the records was stored at most 25 MiB above the largest of the
+    first half, the first page's parse included); the harvest process alone stays under
+    200 MiB; and each page worker adds at most ``PER_PAGE_WORKER_MIB``, the rule that
+    docs/reliability.md gives for the criterion's 200 MiB: the workers are memory the
+    operator trades for speed."""
+    catalogue = await catalogues(load.records())
+    memory = await _harvest_memory(catalogue, template_ready)
+    workers = min(4, os.cpu_count() or 1)  # the default of WISCAT_HARVEST_PAGE_WORKERS
+    print(f"L04, {workers} page workers: {memory}")
+    assert memory.second - memory.first <= 25
+    assert memory.own < 200
+    assert memory.peak < 200 + workers * PER_PAGE_WORKER_MIB
+
+
+async def test_l04_without_page_workers_the_harvester_stays_under_200_mib(
+    catalogues: Catalogues, template_ready: str
+) -> None:
+    """L04's criterion as written, with ``WISCAT_HARVEST_PAGE_WORKERS=0`` (pages parsed in a
+    thread of the harvest process, the setting for a machine short of memory): the whole
+    harvester's peak under 200 MiB, and flat across pages (at most 25 MiB more in the second
+    half of the records than in the first)."""
+    catalogue = await catalogues(load.records())
+    memory = await _harvest_memory(catalogue, template_ready, WISCAT_HARVEST_PAGE_WORKERS="0")
+    print(f"L04, no page workers: {memory}")
+    assert memory.second - memory.first <= 25
+    assert memory.peak < 200
 
 
 async def _finished_runs(pool: Pool) -> int:
