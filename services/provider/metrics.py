@@ -49,7 +49,8 @@ class ProviderMetrics(ServiceMetrics):
         self.read_ahead = Counter(
             "wiscat_oai_pages_read_ahead",
             "List pages asked for by resumptionToken, by whether the page had been read ahead "
-            "(used, missed, expired, failed), and pages read ahead that nobody asked for (dropped)",
+            "(used, missed, expired, failed), pages read ahead that nobody asked for "
+            "(dropped), and pages not read ahead for want of room (skipped)",
             ["outcome"],
             registry=self.registry,
         )

@@ -126,13 +126,21 @@ class ReadAhead:
         return len(self._reads)
 
     def start(self, key: PageKey) -> None:
-        """Start reading the page at ``key``: a client was just sent its token. The oldest page
-        held makes room when all ``capacity`` are taken."""
+        """Start reading the page at ``key``: a client was just sent its token. When all
+        ``capacity`` pages are taken, the page furthest ahead of the list holding the most
+        makes room; when every list holds only the page its client asks for next, none is
+        pushed out and this page is not read ahead (``skipped``): each of those will be asked
+        for soon, and a page read and then dropped is work thrown away (with more lists than
+        pages, dropping the oldest dropped most pages just before they were asked for)."""
         if self.capacity <= 0 or key in self._reads:
             return
         self._expire()
         while len(self._reads) >= self.capacity:
-            abandon(self._reads.popitem(last=False)[1].task)
+            furthest = self._furthest_ahead()
+            if furthest is None:
+                self._observe("skipped")
+                return
+            abandon(self._reads.pop(furthest).task)
             self._observe("dropped")
         self._begin(key)
 
@@ -195,6 +203,17 @@ class ReadAhead:
             return
         if sum(1 for held in self._reads if held.list == key.list) < self.depth:
             self._begin(following)
+
+    def _furthest_ahead(self) -> PageKey | None:
+        """The page furthest ahead of its list, of the list holding the most pages; None when no
+        list holds more than one."""
+        held: dict[tuple[Any, ...], list[PageKey]] = {}
+        for key in self._reads:
+            held.setdefault(key.list, []).append(key)
+        pages = max(held.values(), key=len, default=[])
+        if len(pages) < 2:
+            return None
+        return max(pages, key=lambda page: (page.last is not None, page.last or ()))
 
     def _expire(self) -> None:
         now = time.monotonic()

@@ -128,17 +128,37 @@ async def test_a_client_waits_for_its_page_while_it_is_being_read() -> None:
     await ahead.close()
 
 
-async def test_capacity_bounds_the_pages_held_and_the_oldest_list_gives_way() -> None:
+async def test_capacity_bounds_the_pages_held_and_the_furthest_ahead_gives_way() -> None:
     catalogue = Catalogue(10)
     ahead, seen = read_ahead(catalogue, capacity=3)
-    for name in "ABCD":
+    for name in "ABC":
         ahead.start(key(1, name))
         await settle(ahead)
         assert len(ahead) <= 3
-    # a page read ahead never pushed another out; each new list pushed out the oldest page
-    assert await ahead.take(key(1, "A")) is None
-    assert await ahead.take(key(1, "D")) is not None
-    assert seen["dropped"] == 2
+    # A read pages 1 and 2 ahead, B its page 1 into the last room (a page read ahead never
+    # pushes another out); C's start pushed out A's page 2, the one furthest ahead of its
+    # list: no list's next page went
+    assert catalogue.reads == [key(1, "A"), key(2, "A"), key(1, "B"), key(1, "C")]
+    assert seen == {"dropped": 1}
+    for name in "ABC":
+        assert await ahead.take(key(1, name)) is not None
+    await ahead.close()
+
+
+async def test_with_every_list_at_its_next_page_a_new_list_reads_nothing_ahead() -> None:
+    """More lists than pages held (15 harvesters, 8 pages): a page its client asks for next
+    is never pushed out for another's, where it would be read for nothing."""
+    catalogue = Catalogue(10)
+    ahead, seen = read_ahead(catalogue, capacity=2, depth=1)
+    for name in "ABC":
+        ahead.start(key(1, name))
+        await settle(ahead)
+    assert catalogue.reads == [key(1, "A"), key(1, "B")]
+    assert seen == {"skipped": 1}
+    assert await ahead.take(key(1, "C")) is None  # C's client reads its page itself
+    assert await ahead.take(key(1, "A")) is not None
+    assert await ahead.take(key(1, "B")) is not None
+    assert seen == {"skipped": 1, "missed": 1, "used": 2}
     await ahead.close()
 
 
