@@ -261,3 +261,35 @@ def test_failover_runbook(ha: HaProject) -> None:
             running[service]["Pid"],
             running[service]["StartedAt"],
         ), f"{service} was restarted"
+
+
+#: runbook step 5 in the old primary's volume: emptied, then a copy of the promoted server
+COPY_PROMOTED = (
+    'rm -rf "$PGDATA"/* && PGPASSWORD="$POSTGRES_PASSWORD" '
+    'pg_basebackup -h standby -U wiscat -D "$PGDATA" -R -X stream -c fast'
+)
+
+
+def test_the_old_primary_becomes_a_standby_of_the_promoted_one(ha: HaProject) -> None:
+    """docs/scaling.md, runbook step 5 with compose: the old primary's data folder made a copy
+    of the promoted server (``run`` with the service's volume), then started: it streams from
+    the promoted server, and the services, which try it first, still write to the other."""
+    started = time.monotonic()
+    ha.compose(
+        "run", "--rm", "--no-deps", "-T", "--user", "postgres", "--entrypoint", "bash",
+        "primary", "-c", COPY_PROMOTED,
+    )  # fmt: skip
+    ha.compose("start", "primary")
+    wait_healthy(ha.container("primary"))
+    replication = "select client_addr, state from pg_stat_replication"
+    wait_sql(ha, "standby", replication, [[ha.address("primary"), "streaming"]])
+    FIGURES["old primary copied from the promoted one until it streams"] = (
+        f"{time.monotonic() - started:.0f} s"
+    )
+    assert ha.sql("primary", "select pg_is_in_recovery()") == [["t"]]
+    status, answer = put(ha, RECORDS + 2)
+    assert status == 201, answer
+    every = {identifier_for(n, CENTRE) for n in range(RECORDS + 3)}
+    wait_listed(ha, every)
+    count = f"select count(*) from records where identifier like '%::{CENTRE}.%'"
+    wait_sql(ha, "primary", count, [[str(len(every))]])
