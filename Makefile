@@ -99,12 +99,13 @@ podman: ## install Debian's podman, podman-compose and debootstrap when missing 
 		$$SUDO apt-get update -qq && \
 		$$SUDO apt-get install -y -qq --no-install-recommends $(CONTAINER_PACKAGES); }
 
-base-images: podman ## build the Python and PostgreSQL base images from Debian's packages when missing
+base-images: podman ## build the Python, PostgreSQL and nginx base images from Debian's packages when missing
 	deploy/containers/base-images.sh
 
-# Builds the image from a clean copy of the checkout and starts compose.yaml as two GISCs (the
-# base images are built first when missing, kept after): not part of make test; as root.
-test-containers: $(STAMP) podman ## the image built and compose.yaml started for real (podman; < 10 min)
+# Builds the image from a clean copy of the checkout, starts compose.yaml as two GISCs, then
+# compose.ha.yaml and its failover (the base images are built first when missing or stale, kept
+# after): not part of make test; as root.
+test-containers: $(STAMP) podman ## the image built, compose.yaml and compose.ha.yaml started for real (podman; < 10 min)
 	timeout 1200 $(BIN)/pytest --timeout 1100 -s tests/containers
 
 test-unit: $(STAMP) ## the fast, pure tests only

@@ -1,11 +1,12 @@
-"""Podman and podman-compose as the container tests drive them: a compose project is one GISC.
+"""Podman and podman-compose as the container tests drive them: a compose project is one GISC
+(:class:`Project`, compose.yaml; :class:`HaProject`, compose.ha.yaml).
 
 Two things of Debian bookworm's engine shape this module (docs/deploy.md says the same to
 operators):
 
 - podman-compose 1.0.3 starts the services in ``depends_on`` order but does not wait for their
-  conditions, so :meth:`Project.up` starts ``db`` first and waits until it is healthy, as
-  ``condition: service_healthy`` would, then starts the rest.
+  conditions, so :meth:`Project.up` starts the database servers first, one by one, and waits
+  until each is healthy, as ``condition: service_healthy`` would, then starts the rest.
 - Podman schedules healthchecks with systemd timers; on a host without systemd nobody runs them,
   so :func:`wait_healthy` runs the compose file's healthcheck itself (``podman healthcheck run``),
   which is also what sets the container's health status.
@@ -23,13 +24,22 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 ROOT = Path(__file__).resolve().parents[2]
 #: runc, and the ulimits podman inherits (a VM may refuse to raise them: docs/deploy.md)
 CONTAINERS_CONF = ROOT / "deploy" / "containers" / "containers.conf"
 BASE_IMAGES = ROOT / "deploy" / "containers" / "base-images.sh"
 IMAGE = "localhost/wiscat:latest"
+#: what the tests measured, printed at the end of each module (docs/deploy.md quotes it)
+FIGURES: dict[str, str] = {}
+
+
+def print_figures() -> None:
+    """What the module measured (and the session's builds, when it was the first), then
+    forgotten: the next module prints its own."""
+    print("\n" + "\n".join(f"{key}: {value}" for key, value in FIGURES.items()))
+    FIGURES.clear()
 
 
 def engine_env(**extra: str) -> dict[str, str]:
@@ -46,7 +56,7 @@ def run(argv: list[str], *, timeout: float = 120, check: bool = True, **kwargs: 
         raise AssertionError(
             f"{' '.join(argv)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
         )
-    return done.stdout
+    return str(done.stdout)
 
 
 def podman(*args: str, timeout: float = 120, check: bool = True) -> str:
@@ -145,21 +155,27 @@ class Project:
     folder: Path
     gisc: str
     postgres_image: str
+    #: where the host reaches the providers (the provider's port; the load balancer's)
     provider_port: int = field(default_factory=free_port)
     harvester_port: int = field(default_factory=free_port)
     admin_token: str = field(default_factory=lambda: secrets.token_urlsafe(24))
 
-    def __post_init__(self) -> None:
-        compose = self.folder / "compose.yaml"
-        text = compose.read_text()
-        for old, new in (
-            ('"8080:8080"', f'"127.0.0.1:{self.provider_port}:8080"'),
-            ('"127.0.0.1:8081:8081"', f'"127.0.0.1:{self.harvester_port}:8081"'),
-        ):
-            assert text.count(old) == 1, f"compose.yaml publishes no {old}: update this test"
-            text = text.replace(old, new)
-        compose.write_text(text)
-        settings = {
+    COMPOSE_FILE: ClassVar[str] = "compose.yaml"
+    #: started first, one by one, each waited for until healthy
+    DATABASES: ClassVar[tuple[str, ...]] = ("db",)
+    #: started with the rest, then waited for until healthy
+    SERVICES: ClassVar[tuple[str, ...]] = ("provider", "harvester")
+
+    def published(self) -> dict[str, str]:
+        """The compose file's published ports, and what this project publishes instead."""
+        return {
+            '"8080:8080"': f'"127.0.0.1:{self.provider_port}:8080"',
+            '"127.0.0.1:8081:8081"': f'"127.0.0.1:{self.harvester_port}:8081"',
+        }
+
+    def settings(self) -> dict[str, str]:
+        """What .env says besides .env.example."""
+        return {
             "WISCAT_GISC_NAME": self.gisc,
             "WISCAT_BASE_URL": f"http://{self.container('provider')}:8080/oai",
             "WISCAT_REPOSITORY_NAME": f"GISC {self.gisc} in a container",
@@ -167,6 +183,19 @@ class Project:
             "WISCAT_TOKEN_SECRET": secrets.token_urlsafe(24),
             "WISCAT_SETTLE_SECONDS": "0",
         }
+
+    def images(self) -> dict[str, str]:
+        """The variables naming the compose file's images."""
+        return {"POSTGRES_IMAGE": self.postgres_image}
+
+    def __post_init__(self) -> None:
+        compose = self.folder / self.COMPOSE_FILE
+        text = compose.read_text()
+        for old, new in self.published().items():
+            assert text.count(old) == 1, f"{self.COMPOSE_FILE} publishes no {old}: update this test"
+            text = text.replace(old, new)
+        compose.write_text(text)
+        settings = self.settings()
         lines = [
             line
             for line in (self.folder / ".env.example").read_text().splitlines()
@@ -182,20 +211,22 @@ class Project:
     def network(self) -> str:
         return f"{self.name}_default"
 
-    def compose(self, *args: str, timeout: float = 300) -> str:
-        env = engine_env(POSTGRES_IMAGE=self.postgres_image)
-        argv = ["podman-compose", "-p", self.name, "-f", "compose.yaml", *args]
-        return run(argv, cwd=self.folder, env=env, timeout=timeout)
+    def compose(self, *args: str, timeout: float = 300, check: bool = True) -> str:
+        env = engine_env(**self.images())
+        argv = ["podman-compose", "-p", self.name, "-f", self.COMPOSE_FILE, *args]
+        return run(argv, cwd=self.folder, env=env, timeout=timeout, check=check)
 
     def up(self) -> None:
-        """db first, until healthy; migrate once, successfully; then provider and harvester."""
-        self.compose("up", "-d", "--no-build", "db")
-        wait_healthy(self.container("db"))
+        """The database servers first, each until healthy; migrate once, successfully; then the
+        services, until healthy."""
+        for database in self.DATABASES:
+            self.compose("up", "-d", "--no-build", database)
+            wait_healthy(self.container(database))
         self.compose("up", "-d", "--no-build")
         code = wait_exited(self.container("migrate"))
         logs = podman("logs", self.container("migrate"))
         assert code == 0, f"wiscat migrate exited {code}:\n{logs}"
-        for service in ("provider", "harvester"):
+        for service in self.SERVICES:
             wait_healthy(self.container(service))
 
     def down(self, *args: str) -> None:
@@ -203,10 +234,21 @@ class Project:
 
     def remove(self) -> None:
         """Containers, volumes and network gone (those a run that was stopped left too)."""
-        env = engine_env(POSTGRES_IMAGE=self.postgres_image)
-        argv = ["podman-compose", "-p", self.name, "-f", "compose.yaml", "down", "--volumes"]
-        run(argv, cwd=self.folder, env=env, timeout=300, check=False)
+        self.compose("down", "--volumes", check=False)
         podman("network", "rm", "--force", self.network, check=False)
+
+    def sql(self, service: str, query: str) -> list[list[str]]:
+        """The rows of ``query`` run by psql in the service's database server."""
+        out = podman(
+            "exec", "--user", "postgres", self.container(service),
+            "psql", "-U", "wiscat", "-d", "wiscat", "-AtX", "-F", "|", "-c", query,
+        )  # fmt: skip
+        return [line.split("|") for line in out.splitlines()]
+
+    def address(self, service: str) -> str:
+        """The service's address on the project's network."""
+        networks = inspect(self.container(service))["NetworkSettings"]["Networks"]
+        return str(networks[self.network]["IPAddress"])
 
     def url(self, path: str) -> str:
         return f"http://127.0.0.1:{self.provider_port}{path}"
@@ -220,3 +262,34 @@ class Project:
             data, headers["Content-Type"] = json.dumps(body).encode(), "application/json"
         status, answer = http(self.url(path), method, data, headers)
         return status, json.loads(answer) if answer else None
+
+
+@dataclass
+class HaProject(Project):
+    """One GISC of compose.ha.yaml: a primary and its standby, two providers behind the load
+    balancer (``provider_port``), two harvesters (``harvester_port`` and ``harvester2_port``)."""
+
+    lb_image: str = ""
+    harvester2_port: int = field(default_factory=free_port)
+    page_size: int = 3
+
+    COMPOSE_FILE: ClassVar[str] = "compose.ha.yaml"
+    DATABASES: ClassVar[tuple[str, ...]] = ("primary", "standby")
+    SERVICES: ClassVar[tuple[str, ...]] = ("provider1", "provider2", "harvester1", "harvester2")
+
+    def published(self) -> dict[str, str]:
+        return {
+            '"8080:8080"': f'"127.0.0.1:{self.provider_port}:8080"',
+            '"127.0.0.1:8081:8081"': f'"127.0.0.1:{self.harvester_port}:8081"',
+            '"127.0.0.1:8082:8081"': f'"127.0.0.1:{self.harvester2_port}:8081"',
+        }
+
+    def settings(self) -> dict[str, str]:
+        return super().settings() | {
+            "WISCAT_BASE_URL": f"http://127.0.0.1:{self.provider_port}/oai",
+            "WISCAT_REPOSITORY_NAME": f"GISC {self.gisc} on a primary and a standby",
+            "WISCAT_PAGE_SIZE": str(self.page_size),
+        }
+
+    def images(self) -> dict[str, str]:
+        return super().images() | {"LB_IMAGE": self.lb_image}

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,16 +20,14 @@ import pytest
 from lxml import etree
 
 from tests.containers.engine import (
-    BASE_IMAGES,
-    IMAGE,
-    ROOT,
+    FIGURES,
     Project,
-    engine_env,
     free_port,
     http,
     inspect,
     logs,
     podman,
+    print_figures,
     run,
     wait_healthy,
     wait_http,
@@ -40,85 +36,6 @@ from wiscat.shared.generator import generate_record, identifier_for
 
 OAI = "{http://www.openarchives.org/OAI/2.0/}"
 RECORDS = 5
-#: what the test measured, printed at the end (docs/deploy.md quotes it)
-FIGURES: dict[str, str] = {}
-
-
-def clean_copy(into: Path) -> Path:
-    """The checkout as git would give it: tracked files and new ones not ignored (no .venv,
-    no var/, no .env), as they are in the working tree."""
-    listed = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=ROOT,
-        capture_output=True,
-        check=True,
-    ).stdout.decode()
-    for name in filter(None, listed.split("\0")):
-        source = ROOT / name
-        if source.is_file():
-            (into / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, into / name)
-    return into
-
-
-@pytest.fixture(scope="module")
-def postgres_base() -> Iterator[subprocess.Popen[str]]:
-    """The stand-in for the postgres image, built (when missing) while the wiscat image is."""
-    building = subprocess.Popen(
-        [str(BASE_IMAGES), "postgres"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=engine_env(),
-        start_new_session=True,
-    )
-    yield building
-    if building.poll() is None:  # a test failed before it was needed: debootstrap too
-        os.killpg(building.pid, signal.SIGKILL)
-    building.communicate()
-
-
-@pytest.fixture(scope="module")
-def python_base() -> str:
-    """The stand-in for python:3.11-slim, built when missing."""
-    started = time.monotonic()
-    image = run([str(BASE_IMAGES), "python"], timeout=1200).strip()
-    FIGURES["Python base image ready in"] = f"{time.monotonic() - started:.0f} s"
-    return image
-
-
-@pytest.fixture(scope="module")
-def base_images(python_base: str, postgres_base: subprocess.Popen[str]) -> dict[str, str]:
-    started = time.monotonic()
-    out, err = postgres_base.communicate(timeout=1200)
-    assert postgres_base.returncode == 0, f"{BASE_IMAGES} postgres failed:\n{out}\n{err}"
-    FIGURES["then waited for the PostgreSQL base image"] = f"{time.monotonic() - started:.0f} s"
-    return {"python": python_base, "postgres": out.strip()}
-
-
-@pytest.fixture(scope="module")
-def checkout(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return clean_copy(tmp_path_factory.mktemp("checkout"))
-
-
-@pytest.fixture(scope="module")
-def image(postgres_base: subprocess.Popen[str], python_base: str, checkout: Path) -> str:
-    # postgres_base asked for first: the PostgreSQL base image is built while this one is
-    started = time.monotonic()
-    podman(
-        "build",
-        "--build-arg",
-        f"PYTHON_IMAGE={python_base}",
-        "--tag",
-        IMAGE,
-        str(checkout),
-        timeout=900,
-    )
-    FIGURES["image built in"] = f"{time.monotonic() - started:.0f} s"
-    size = int(podman("image", "inspect", "--format", "{{.Size}}", IMAGE))
-    base = int(podman("image", "inspect", "--format", "{{.Size}}", python_base))
-    FIGURES["image size"] = f"{size / 1e6:.0f} MB (its base {base / 1e6:.0f} MB)"
-    return IMAGE
 
 
 def project(name: str, gisc: str, checkout: Path, postgres: str, into: Path) -> Project:
@@ -144,7 +61,7 @@ def projects(
     finally:
         for each in (alpha, bravo):
             each.remove()
-        print("\n" + "\n".join(f"{key}: {value}" for key, value in FIGURES.items()))
+        print_figures()
 
 
 def identifiers(project: Project, set_spec: str) -> set[str]:

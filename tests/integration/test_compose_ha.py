@@ -1,13 +1,14 @@
 """compose.ha.yaml (a primary and its standby, two providers behind a load balancer, two
 harvesters) agrees with the code, checked as tests/integration/test_compose.py checks
-compose.yaml, with its helpers: nothing is built or started."""
+compose.yaml, with its helpers: nothing is built or started (tests/containers/test_ha.py starts
+it). The files it mounts (deploy/ha/) are read with it."""
 
 from __future__ import annotations
 
 import copy
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import pytest
@@ -21,6 +22,7 @@ from tests.compose_checks import (
     env_file_values,
     env_name_problems,
     healthcheck_urls,
+    interpolate,
     load_compose,
     parse_wiscat,
     published,
@@ -40,6 +42,66 @@ WISCAT_SERVICES = {
     "harvester2": "harvester",
 }
 DATABASES = ("primary", "standby")
+#: where the postgres image runs scripts once, and where nginx reads its sites
+INIT_SCRIPTS = "/docker-entrypoint-initdb.d/"
+NGINX_SITES = "/etc/nginx/conf.d/"
+
+
+class Files(NamedTuple):
+    """compose.ha.yaml, .env.example and the files compose.ha.yaml mounts (by their source)."""
+
+    compose: str
+    env: str
+    mounts: dict[str, str]
+
+
+def bind_mounts(svc: dict[str, Any]) -> list[tuple[str, str]]:
+    """(source, target) of the service's mounts of a file or folder of the checkout."""
+    found = []
+    for entry in svc.get("volumes") or []:
+        if isinstance(entry, dict):
+            source, target = str(entry.get("source", "")), str(entry.get("target", ""))
+        else:
+            source, _, rest = str(entry).partition(":")
+            target = rest.partition(":")[0]
+        if source.startswith(("./", "../", "/")):
+            found.append((source.removeprefix("./"), target))
+    return found
+
+
+def mounted_texts(compose: dict[str, Any]) -> dict[str, str]:
+    """The checkout's files that the services mount, as they are on disk."""
+    texts = {}
+    for svc in (compose.get("services") or {}).values():
+        for source, _ in bind_mounts(svc):
+            path = ROOT / source
+            if path.is_file():
+                texts[source] = path.read_text()
+    return texts
+
+
+def mounted(svc: dict[str, Any], folder: str, mounts: dict[str, str]) -> str:
+    """The text of the files the service mounts into ``folder``."""
+    return "\n".join(
+        mounts.get(source, "") for source, target in bind_mounts(svc) if target.startswith(folder)
+    )
+
+
+def mount_problems(compose: dict[str, Any], mounts: dict[str, str]) -> list[str]:
+    """What the services mount is in the checkout; nothing comes from compose ``configs:``,
+    which podman-compose 1.0.3 ignores (its services would start without them)."""
+    problems = []
+    if compose.get("configs"):
+        problems.append("top-level configs: podman-compose 1.0.3 ignores them; mount files")
+    for name, svc in (compose.get("services") or {}).items():
+        if svc.get("configs"):
+            problems.append(f"{name} takes configs: podman-compose 1.0.3 ignores them")
+        problems += [
+            f"{name} mounts {source}, which is not a file of the checkout"
+            for source, _ in bind_mounts(svc)
+            if source not in mounts
+        ]
+    return problems
 
 
 def _hosts(url: str) -> tuple[list[str], str | None, str | None, str, dict[str, list[str]]]:
@@ -58,7 +120,7 @@ def _hosts(url: str) -> tuple[list[str], str | None, str | None, str, dict[str, 
     )
 
 
-def service_problems(compose: dict[str, Any]) -> list[str]:
+def service_problems(compose: dict[str, Any], mounts: dict[str, str]) -> list[str]:
     """The services, what they wait for, and the standby made from the primary."""
     services = compose.get("services") or {}
     wanted = (*DATABASES, "lb", *WISCAT_SERVICES)
@@ -67,8 +129,10 @@ def service_problems(compose: dict[str, Any]) -> list[str]:
         return problems
     for name in DATABASES:
         db = services[name]
-        if not str(db.get("image", "")).startswith("postgres"):
-            problems.append(f"{name} runs {db.get('image')!r}, not a postgres image")
+        # its default, when POSTGRES_IMAGE names no stand-in built from Debian's packages
+        image = interpolate(str(db.get("image", "")), {})
+        if not image.startswith("postgres"):
+            problems.append(f"{name} runs {image!r}, not a postgres image")
         if "pg_isready" not in str((db.get("healthcheck") or {}).get("test")):
             problems.append(f"{name} has no pg_isready healthcheck")
     standby = " ".join(service_argv(services["standby"], ""))
@@ -76,9 +140,7 @@ def service_problems(compose: dict[str, Any]) -> list[str]:
         problems.append("the standby is not copied from primary by pg_basebackup -R")
     if depends_on(services["standby"]).get("primary") != "service_healthy":
         problems.append("the standby does not wait for the primary to be healthy")
-    access = (compose.get("configs") or {}).get("replication-access", {}).get("content", "")
-    mounted = [c.get("source") for c in services["primary"].get("configs") or []]
-    if "host replication" not in access or "replication-access" not in mounted:
+    if "host replication" not in mounted(services["primary"], INIT_SCRIPTS, mounts):
         problems.append("the primary does not let the standby connect for replication")
     for name, command in WISCAT_SERVICES.items():
         deps = depends_on(services[name])
@@ -143,16 +205,18 @@ def database_problems(compose: dict[str, Any], env_text: str) -> list[str]:
     return problems
 
 
-def port_problems(compose: dict[str, Any], env_text: str) -> list[str]:
+def port_problems(compose: dict[str, Any], env_text: str, mounts: dict[str, str]) -> list[str]:
     """The load balancer publishes the base URL's port and passes to every provider at its
     port; the providers publish none; each harvester's port is on the host's loopback."""
     services = compose.get("services") or {}
     env_file = env_file_values(env_text)
     problems = []
     lb = services.get("lb") or {}
-    if not str(lb.get("image", "")).startswith(("nginx", "haproxy")):
-        problems.append(f"lb runs {lb.get('image')!r}, not nginx or haproxy")
-    config = (compose.get("configs") or {}).get("load-balancer", {}).get("content", "")
+    # its default, when LB_IMAGE names no stand-in built from Debian's packages
+    image = interpolate(str(lb.get("image", "")), {})
+    if not image.startswith("nginx"):
+        problems.append(f"lb runs {image!r}, not nginx")
+    config = mounted(lb, NGINX_SITES, mounts)
     upstreams = set(re.findall(r"server\s+([\w.-]+:\d+)", config))
     listens = {int(port) for port in re.findall(r"listen\s+(\d+)", config)}
     providers = [name for name, c in WISCAT_SERVICES.items() if c == "provider"]
@@ -188,46 +252,68 @@ def port_problems(compose: dict[str, Any], env_text: str) -> list[str]:
     return problems
 
 
-def _run_all(compose_text: str, env_text: str) -> list[str]:
-    compose = load_compose(compose_text)
+def _run_all(files: Files) -> list[str]:
+    compose = load_compose(files.compose)
     return (
-        service_problems(compose)
-        + database_problems(compose, env_text)
-        + port_problems(compose, env_text)
-        + env_name_problems(compose_text, "compose.ha.yaml")
+        service_problems(compose, files.mounts)
+        + database_problems(compose, files.env)
+        + port_problems(compose, files.env, files.mounts)
+        + mount_problems(compose, files.mounts)
+        + env_name_problems(files.compose, "compose.ha.yaml")
     )
 
 
 @pytest.fixture(scope="module")
-def files() -> tuple[str, str]:
-    return COMPOSE_HA.read_text(), ENV_EXAMPLE.read_text()
+def files() -> Files:
+    text = COMPOSE_HA.read_text()
+    return Files(text, ENV_EXAMPLE.read_text(), mounted_texts(load_compose(text)))
 
 
-def test_services_and_dependencies(files: tuple[str, str]) -> None:
-    assert service_problems(load_compose(files[0])) == []
+def test_services_and_dependencies(files: Files) -> None:
+    assert service_problems(load_compose(files.compose), files.mounts) == []
 
 
-def test_services_take_the_primary_and_providers_read_the_standby(
-    files: tuple[str, str],
-) -> None:
-    assert database_problems(load_compose(files[0]), files[1]) == []
+def test_services_take_the_primary_and_providers_read_the_standby(files: Files) -> None:
+    assert database_problems(load_compose(files.compose), files.env) == []
 
 
-def test_ports_load_balancer_and_healthchecks(files: tuple[str, str]) -> None:
-    assert port_problems(load_compose(files[0]), files[1]) == []
+def test_ports_load_balancer_and_healthchecks(files: Files) -> None:
+    assert port_problems(load_compose(files.compose), files.env, files.mounts) == []
 
 
-def test_wiscat_variables_are_settings(files: tuple[str, str]) -> None:
-    assert env_name_problems(files[0], "compose.ha.yaml") == []
+def test_mounted_files_are_in_the_checkout(files: Files) -> None:
+    wanted = ["deploy/ha/load-balancer.conf", "deploy/ha/replication-access.sh"]
+    assert sorted(files.mounts) == wanted
+    assert mount_problems(load_compose(files.compose), files.mounts) == []
 
 
-def _edit(change: Callable[[dict[str, Any]], None]) -> Callable[[str], str]:
-    def mutate(text: str) -> str:
-        compose = copy.deepcopy(load_compose(text))
+def test_wiscat_variables_are_settings(files: Files) -> None:
+    assert env_name_problems(files.compose, "compose.ha.yaml") == []
+
+
+def _edit(change: Callable[[dict[str, Any]], None]) -> Callable[[Files], Files]:
+    def mutate(files: Files) -> Files:
+        compose = copy.deepcopy(load_compose(files.compose))
         change(compose)
-        return yaml.safe_dump(compose, sort_keys=False)
+        return files._replace(compose=yaml.safe_dump(compose, sort_keys=False))
 
     return mutate
+
+
+def _mounted(source: str, old: str, new: str) -> Callable[[Files], Files]:
+    def mutate(files: Files) -> Files:
+        changed = files.mounts[source].replace(old, new)
+        return files._replace(mounts=files.mounts | {source: changed})
+
+    return mutate
+
+
+def _volumes(service: str, keep: Callable[[str], bool]) -> Callable[[dict[str, Any]], None]:
+    def change(compose: dict[str, Any]) -> None:
+        svc = compose["services"][service]
+        svc["volumes"] = [v for v in svc["volumes"] if keep(str(v))]
+
+    return change
 
 
 def _env(service: str, **values: str | None) -> Callable[[dict[str, Any]], None]:
@@ -243,10 +329,22 @@ def _env(service: str, **values: str | None) -> Callable[[dict[str, Any]], None]
 
 
 URL = "postgresql://wiscat:wiscat@{}/wiscat"
-MUTATIONS: dict[str, Callable[[str], str]] = {
+MUTATIONS: dict[str, Callable[[Files], Files]] = {
     "no second harvester": _edit(lambda c: c["services"].pop("harvester2")),
     "standby not a copy": _edit(lambda c: c["services"]["standby"].update(command=["postgres"])),
-    "no replication access": _edit(lambda c: c["configs"].pop("replication-access")),
+    "no replication access": _edit(_volumes("primary", lambda v: INIT_SCRIPTS not in v)),
+    "replication access for nobody": _mounted(
+        "deploy/ha/replication-access.sh", "host replication", "host all"
+    ),
+    "standby on another image": _edit(lambda c: c["services"]["standby"].update(image="mysql:8")),
+    "load balancer on another image": _edit(
+        lambda c: c["services"]["lb"].update(image="${LB_IMAGE:-traefik:3}")
+    ),
+    "load balancer settings not mounted": _edit(_volumes("lb", lambda v: False)),
+    "a mounted file missing": _edit(
+        lambda c: c["services"]["lb"].update(volumes=["./lb.conf:/etc/nginx/conf.d/a.conf"])
+    ),
+    "settings as configs": _edit(lambda c: c.update(configs={"x": {"content": "x"}})),
     "harvester on the primary only": _edit(
         _env("harvester1", WISCAT_DATABASE_URL=URL.format("primary:5432"))
     ),
@@ -261,8 +359,8 @@ MUTATIONS: dict[str, Callable[[str], str]] = {
         _env("harvester2", WISCAT_DATABASE_READ_URL=URL.format("standby:5432"))
     ),
     "provider published": _edit(lambda c: c["services"]["provider1"].update(ports=["8080:8080"])),
-    "load balancer misses a provider": lambda text: text.replace(
-        "server provider2:8080", "server provider3:8080", 1
+    "load balancer misses a provider": _mounted(
+        "deploy/ha/load-balancer.conf", "server provider2:8080", "server provider3:8080"
     ),
     "harvester on every interface": _edit(
         lambda c: c["services"]["harvester2"].update(ports=["8082:8081"])
@@ -272,8 +370,8 @@ MUTATIONS: dict[str, Callable[[str], str]] = {
 
 
 @pytest.mark.parametrize("mutation", MUTATIONS)
-def test_checks_catch(files: tuple[str, str], mutation: str) -> None:
-    broken = MUTATIONS[mutation](files[0])
-    assert broken != files[0]
-    new = set(_run_all(broken, files[1])) - set(_run_all(*files))
+def test_checks_catch(files: Files, mutation: str) -> None:
+    broken = MUTATIONS[mutation](files)
+    assert broken != files
+    new = set(_run_all(broken)) - set(_run_all(files))
     assert new, f"no check noticed: {mutation}"
