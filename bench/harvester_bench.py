@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import subprocess
 import sys
 import time
 
@@ -17,12 +16,12 @@ from bench.cpu import CpuUse
 from bench.measure import (
     CPU_GROUPS,
     OUT,
-    SOURCE_SET,
     WISCAT,
     free_port,
     load_average,
     process,
     provider_env,
+    sink_node,
     timed_command,
 )
 from tests import pg
@@ -79,15 +78,7 @@ async def bench_harvester(
         oai + "?verb=Identify",
         provider_env(source, port, page_size),
     ):
-        sink = await pg.clone_template(server_url)
-        env = provider_env(sink, free_port(), page_size)
-        env["WISCAT_GISC_NAME"] = "SINK"
-        subprocess.run(
-            [WISCAT, "link", "add", "bench", "--url", oai, "--set", SOURCE_SET],
-            env=env,
-            check=True,
-            stdout=subprocess.DEVNULL,
-        )
+        sink, env = await sink_node(server_url, oai, page_size)
         harvest_cpu = CpuUse(CPU_GROUPS)
         with harvest_cpu.measured():
             seconds, peak, code, summary = await asyncio.to_thread(

@@ -147,6 +147,21 @@ def provider_env(database_url: str, port: int, page_size: int) -> dict[str, str]
     return env
 
 
+async def sink_node(server_url: str, source_oai: str, page_size: int) -> tuple[str, dict[str, str]]:
+    """An empty node's database on ``server_url`` with a link ``bench`` to the benchmark's set
+    at ``source_oai``; its URL and the environment of its commands."""
+    sink = await pg.clone_template(server_url)
+    env = provider_env(sink, free_port(), page_size)
+    env["WISCAT_GISC_NAME"] = "SINK"
+    subprocess.run(
+        [WISCAT, "link", "add", "bench", "--url", source_oai, "--set", SOURCE_SET],
+        env=env,
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    return sink, env
+
+
 async def loaded_database(server_url: str, records: int) -> str:
     """A database holding ``records`` generated records, vacuumed: a catalogue that has been
     served for a while, not one whose first readers still set hint bits while autovacuum runs

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import http.client
-import subprocess
 import time
 from collections.abc import AsyncIterator
 from urllib.parse import quote, urlsplit
@@ -14,13 +13,13 @@ from urllib.parse import quote, urlsplit
 from bench.clusters import BenchServer, Cluster, make_standby
 from bench.measure import (
     OUT,
-    SOURCE_SET,
     WISCAT,
     free_port,
     load_average,
     loaded_database,
     process,
     provider_env,
+    sink_node,
     timed_command,
 )
 from bench.provider_bench import Harvest, bare_harvest
@@ -212,15 +211,7 @@ async def _full_and_quiet(
 ) -> tuple[float, float, float]:
     """A full harvest of ``source_oai`` into an empty node (records/s, peak MB), then the
     second incremental run with no changes in one harvester context (seconds)."""
-    sink = await pg.clone_template(server.url)
-    env = provider_env(sink, free_port(), page_size)
-    env["WISCAT_GISC_NAME"] = "SINK"
-    subprocess.run(
-        [WISCAT, "link", "add", "bench", "--url", source_oai, "--set", SOURCE_SET],
-        env=env,
-        check=True,
-        stdout=subprocess.DEVNULL,
-    )
+    sink, env = await sink_node(server.url, source_oai, page_size)
     seconds, peak, code, summary = await asyncio.to_thread(
         timed_command, [WISCAT, "harvest", "bench", "--full"], env
     )

@@ -54,17 +54,24 @@ async def open_pair(db: Pool, database_url: str, template_ready: str) -> AsyncIt
         await drop_database(template_ready, sink_url)
 
 
-async def add_link(pair: Pair, name: str = "test", **kwargs: object) -> link_store.Link:
+async def link_to(
+    ctx: HarvestContext, url: str, name: str = "test", **kwargs: object
+) -> link_store.Link:
+    """A link of ``ctx``'s node to the source's set at ``url``, stored with its local set."""
     new = build_link(
         name=name,
-        url=pair.provider.oai,
+        url=url,
         remote_set=SOURCE_SET,
         into=kwargs.pop("into", None),
-        own_set=pair.ctx.settings.own_set,
+        own_set=ctx.settings.own_set,
         **kwargs,  # type: ignore[arg-type]
     )
-    await store.ensure_set(pair.sink, new.local_set, new.local_set, "remote")
-    return await link_store.add_link(pair.sink, new)
+    await store.ensure_set(ctx.pool, new.local_set, new.local_set, "remote")
+    return await link_store.add_link(ctx.pool, new)
+
+
+async def add_link(pair: Pair, name: str = "test", **kwargs: object) -> link_store.Link:
+    return await link_to(pair.ctx, pair.provider.oai, name, **kwargs)
 
 
 async def content(pool: Pool, set_spec: str) -> dict[str, tuple[bytes | None, bool]]:

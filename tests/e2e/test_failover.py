@@ -18,7 +18,7 @@ import pytest
 
 from tests import factories
 from tests.faultproxy import FaultProxy, Freeze, Latency
-from tests.harvest_pair import SOURCE_SET, content, sink_settings
+from tests.harvest_pair import SOURCE_SET, content, link_to, sink_settings
 from tests.oai_client import oai_get
 from tests.replication import Server, caught_up, migrated_primary, replication, several_hosts
 from tests.servers import running_provider
@@ -26,10 +26,8 @@ from wiscat.harvester.context import RunReport
 from wiscat.harvester.harvest import harvest_link
 from wiscat.harvester.service import harvest_context
 from wiscat.shared.db import links as link_store
-from wiscat.shared.db import records as store
 from wiscat.shared.db.errors import DatabaseUnavailable
 from wiscat.shared.db.pool import Connection, Pool, connect, create_pool
-from wiscat.shared.linkspec import build_link
 
 DATABASE = "node"
 PAGES_LOST = re.compile(
@@ -74,15 +72,7 @@ async def test_a_promoted_standby_takes_over_and_the_next_run_resumes(
                 ) as reader,
                 harvest_context(sink_settings(both), both) as ctx,
             ):
-                new = build_link(
-                    name="src",
-                    url=peer_line.url + "/oai",
-                    remote_set=SOURCE_SET,
-                    into=None,
-                    own_set=ctx.settings.own_set,
-                )
-                await store.ensure_set(ctx.pool, new.local_set, new.local_set, "remote")
-                await link_store.add_link(ctx.pool, new)
+                new = await link_to(ctx, peer_line.url + "/oai", "src")
 
                 async def harvest() -> RunReport:
                     link = await link_store.get_link(ctx.pool, "src")

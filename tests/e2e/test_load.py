@@ -31,6 +31,7 @@ from tests.e2e import load
 from tests.e2e.nodes import WISCAT, Node, NodeFactory
 from tests.pg import clone_template, drop_database
 from wiscat.shared.db.pool import Pool, create_pool
+from wiscat.shared.settings import Settings
 
 pytestmark = pytest.mark.e2e
 
@@ -267,7 +268,8 @@ async def test_l04_the_harvesters_memory_is_flat_across_pages(
     operator trades for speed."""
     catalogue = await catalogues(load.records())
     memory = await _harvest_memory(catalogue, template_ready)
-    workers = min(4, os.cpu_count() or 1)  # the default of WISCAT_HARVEST_PAGE_WORKERS
+    default = Settings.model_fields["harvest_page_workers"]
+    workers = default.get_default(call_default_factory=True)
     print(f"L04, {workers} page workers: {memory}")
     assert memory.second - memory.first <= 25
     assert memory.own < 200

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from tests import factories
-from tests.harvest_pair import SOURCE_SET, content, sink_settings
+from tests.harvest_pair import SOURCE_SET, content, link_to, sink_settings
 from tests.oai_client import oai_get
 from tests.pg import clone_template, drop_database
 from tests.replication import (
@@ -37,7 +37,6 @@ from wiscat.shared.db.pool import create_pool
 from wiscat.shared.generator import generate_record
 from wiscat.shared.ingest import incoming
 from wiscat.shared.iso19139 import parse_record
-from wiscat.shared.linkspec import build_link
 
 DATABASE = "source"
 
@@ -68,15 +67,7 @@ async def test_a_harvest_through_a_lagging_standby_misses_nothing(
             ) as provider,
             harvest_context(sink_settings(sink_url), sink_url) as ctx,
         ):
-            new = build_link(
-                name="src",
-                url=provider.oai,
-                remote_set=SOURCE_SET,
-                into=None,
-                own_set=ctx.settings.own_set,
-            )
-            await store.ensure_set(ctx.pool, new.local_set, new.local_set, "remote")
-            await link_store.add_link(ctx.pool, new)
+            new = await link_to(ctx, provider.oai, "src")
 
             async def harvest() -> RunReport:
                 link = await link_store.get_link(ctx.pool, "src")
