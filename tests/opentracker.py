@@ -10,7 +10,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import aiohttp
@@ -76,8 +76,10 @@ async def running_opentracker(*info_hashes: bytes) -> AsyncIterator[Tracker]:
 async def _whitelist_loaded(tracker: Tracker, info_hash: bytes) -> None:
     """Wait until opentracker serves ``info_hash``: it reads its access list in a thread of its
     own, after it listens (an announce before that is refused as for a hash not listed)."""
-    # event=stopped: asks without adding a peer
-    probe = Announce(info_hash, new_peer_id(), 1, "stopped")
+    # event=started, as the tests announce: Debian's opentracker answers `stopped` for any
+    # info_hash, listed or not, so only a `started` announce proves the list is loaded. The
+    # throwaway peer is taken off again with `stopped` once it is answered.
+    probe = Announce(info_hash, new_peer_id(), 1, "started")
     async with aiohttp.ClientSession() as session:
         for _ in range(100):
             try:
@@ -85,6 +87,7 @@ async def _whitelist_loaded(tracker: Tracker, info_hash: bytes) -> None:
             except TrackerError:
                 await asyncio.sleep(0.05)
             else:
+                await announce(session, tracker.announce, replace(probe, event="stopped"))
                 return
     raise AssertionError("opentracker did not load its whitelist")
 
