@@ -413,24 +413,46 @@ class RegistryNode:
         it"); a peer that lacks its parent pulls by itself."""
         body = blocks_to_xml([block])
         peers = await store.all_peers(self.pool)
+        await asyncio.gather(
+            *(self._send(peer.url, body) for peer in peers if not self._is_self(peer.url))
+        )
 
-        async def one(url: str) -> None:
-            try:
-                response = await self.fetcher.post(
-                    url.rstrip("/") + "/registry/blocks",
-                    data=body,
-                    content_type="application/xml",
-                )
-            except FetchError as exc:
-                await store.peer_failed(self.pool, url, str(exc))
-                return
-            if response.status in (200, 409):
-                await store.peer_ok(self.pool, url)
-            else:
-                reason = response.body[:200].decode("utf-8", "replace")
-                await store.peer_failed(self.pool, url, f"push: HTTP {response.status} {reason}")
+    async def _send(self, url: str, body: bytes) -> None:
+        try:
+            response = await self.fetcher.post(
+                url.rstrip("/") + "/registry/blocks", data=body, content_type="application/xml"
+            )
+        except FetchError as exc:
+            await store.peer_failed(self.pool, url, str(exc))
+            return
+        if response.status in (200, 409):
+            await store.peer_ok(self.pool, url)
+        else:
+            reason = response.body[:200].decode("utf-8", "replace")
+            await store.peer_failed(self.pool, url, f"push: HTTP {response.status} {reason}")
 
-        await asyncio.gather(*(one(peer.url) for peer in peers if not self._is_self(peer.url)))
+    async def _send_missing(self, url: str, their_tip: str) -> None:
+        """Send a peer on a worse chain the main-chain blocks after the last one both hold (a
+        page a round). Pushes reach only the peers a node knows, and a node pulls only from
+        its own: the first node of an open network to announce knows none, so a block minted
+        before the others knew it would never reach it, and a tie at one height would stand."""
+        response = await self.fetcher.request(
+            "GET",
+            url.rstrip("/") + "/registry/blocks",
+            params=[("after", h) for h in await store.locator(self.pool)] + [("limit", "1")],
+            max_bytes=MAX_BLOCKS_PAGE_BYTES,
+        )
+        if response.status != 200:
+            raise FetchError(f"blocks: HTTP {response.status}")
+        theirs = blocks_from_xml(response.body)
+        shared = theirs[0].previous_hash if theirs else their_tip
+        height = await store.main_height_of(self.pool, [shared])
+        if height is None:
+            return
+        missing = await store.main_blocks_after(self.pool, height, BLOCKS_PER_PAGE)
+        if missing:
+            log.info("sending %d block(s) to %s, whose chain is behind", len(missing), url)
+            await self._send(url, blocks_to_xml(missing))
 
     def _is_self(self, url: str) -> bool:
         return url.rstrip("/") == self.config.node_url.rstrip("/")
@@ -475,7 +497,8 @@ class RegistryNode:
         return status
 
     async def pull_from(self, url: str) -> int:
-        """Fetch and accept the blocks a peer holds on a better chain; the number accepted.
+        """Fetch and accept the blocks a peer holds on a better chain, or send a peer on a worse
+        one what it lacks; the number accepted.
 
         Every page is checked before it is stored: each block links to the one before it, back
         to a block stored here (for a node that joins, the key file's genesis block), carries its
@@ -485,6 +508,8 @@ class RegistryNode:
         ours = await store.chain_tip(self.pool)
         assert ours is not None
         if not better_tip(status.tip, ours, self.network.difficulty):
+            if status.tip.hash != ours.hash:
+                await self._send_missing(url, status.tip.hash)
             return 0
         locator = await store.locator(self.pool)
         accepted = 0

@@ -261,3 +261,51 @@ async def test_two_nodes_of_an_open_network_minting_at_once_converge(
             assert await store.chain_tip(node.pool) == Tip(2, again.hash)
             listed = [tx.base_url for tx in await store.accepted_urls(node.pool)]
             assert listed == [urls[winner], urls[loser]]
+
+
+async def test_a_node_that_knows_no_peer_is_sent_the_block_that_beat_its_own(
+    tmp_path: Path, template_ready: str
+) -> None:
+    """Fork choice needs the two tips to meet. The first node of an open network to announce
+    learns no peer from the tracker, so it pulls from nobody, and the others' pushes reach it
+    only once they know it: a block it lost a tie to, minted before then, must be sent to it by
+    a peer that finds its chain behind, or the tie stands for ever (each keeps its own block)."""
+    net = make_network(tmp_path, 1, open_network=True)
+    urls = ("https://a.example.org/oai", "https://b.example.org/oai")
+    async with (
+        fresh_databases(template_ready, 2) as dbs,
+        SafeFetcher(allow_private=True, timeout=2, ports=TEST_FETCH_PORTS) as fetcher,
+        contextlib.AsyncExitStack() as stack,
+    ):
+        nodes = []
+        for n, url in enumerate(dbs):
+            pool = await create_pool(url, max_size=2)
+            stack.push_async_callback(pool.close)
+            root = f"http://node{n}.example.org"
+            config = NodeConfig(node_url=root, own_base_url=root + "/oai", own_set="WIS-GISC-T")
+            node = RegistryNode(pool, net.network, None, fetcher, config)
+            await node.prepare()
+            nodes.append(node)
+        for node, url in zip(nodes, urls, strict=True):
+            assert await store.pool_add_new(node.pool, Transaction.new(url))
+        minted = [await node.mint_once() for node in nodes]  # both before either knows the other
+        assert minted[0] is not None and minted[1] is not None
+        winner = 0 if minted[0].hash < minted[1].hash else 1
+        loser = 1 - winner
+        # the loser is served and knows no peer; the winner learns it, finds its tip no better
+        # than its own, and would pull nothing
+        served = await stack.enter_async_context(
+            running_provider(dbs[loser], gisc_name="FIRST", **node_overrides(net, None))
+        )
+        assert await store.add_peer(nodes[winner].pool, served.root, "tracker")
+
+        async def converged() -> bool:
+            await nodes[winner].pull_from(served.root)
+            tips = {await store.chain_tip(node.pool) for node in nodes}
+            held = [{tx.base_url for tx in await store.accepted_urls(n.pool)} for n in nodes]
+            return len(tips) == 1 and held == [set(urls), set(urls)]
+
+        await eventually(converged, seconds=15)
+        # the served node switched to the winner's block and minted its own URL again on it
+        tip = await store.chain_tip(nodes[loser].pool)
+        assert tip is not None and tip.height == 2
