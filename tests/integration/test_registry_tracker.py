@@ -229,18 +229,7 @@ async def test_two_nodes_of_an_open_network_minting_at_once_converge(
         SafeFetcher(timeout=2) as fetcher,
         contextlib.AsyncExitStack() as stack,
     ):
-        nodes = []
-        for n, url in enumerate(dbs):
-            pool = await create_pool(url, max_size=2)
-            stack.push_async_callback(pool.close)
-            root = f"http://node{n}.example.org"
-            config = NodeConfig(node_url=root, own_base_url=root + "/oai", own_set="WIS-GISC-T")
-            node = RegistryNode(pool, net.network, None, fetcher, config)  # keys of their own
-            stack.push_async_callback(node.stop)
-            await node.prepare()
-            nodes.append(node)
-        for node, url in zip(nodes, urls, strict=True):
-            assert await store.pool_add_new(node.pool, Transaction.new(url))
+        nodes = await _unstarted_nodes(net, dbs, urls, fetcher, stack)
         first, second = [await node.mint_once() for node in nodes]
         assert first is not None and second is not None and first.signer != second.signer
         minted = [first, second]
@@ -277,17 +266,7 @@ async def test_a_node_that_knows_no_peer_is_sent_the_block_that_beat_its_own(
         SafeFetcher(allow_private=True, timeout=2, ports=TEST_FETCH_PORTS) as fetcher,
         contextlib.AsyncExitStack() as stack,
     ):
-        nodes = []
-        for n, url in enumerate(dbs):
-            pool = await create_pool(url, max_size=2)
-            stack.push_async_callback(pool.close)
-            root = f"http://node{n}.example.org"
-            config = NodeConfig(node_url=root, own_base_url=root + "/oai", own_set="WIS-GISC-T")
-            node = RegistryNode(pool, net.network, None, fetcher, config)
-            await node.prepare()
-            nodes.append(node)
-        for node, url in zip(nodes, urls, strict=True):
-            assert await store.pool_add_new(node.pool, Transaction.new(url))
+        nodes = await _unstarted_nodes(net, dbs, urls, fetcher, stack)
         minted = [await node.mint_once() for node in nodes]  # both before either knows the other
         assert minted[0] is not None and minted[1] is not None
         winner = 0 if minted[0].hash < minted[1].hash else 1
@@ -309,3 +288,26 @@ async def test_a_node_that_knows_no_peer_is_sent_the_block_that_beat_its_own(
         # the served node switched to the winner's block and minted its own URL again on it
         tip = await store.chain_tip(nodes[loser].pool)
         assert tip is not None and tip.height == 2
+
+
+async def _unstarted_nodes(
+    net: NetworkFiles,
+    dbs: list[str],
+    urls: tuple[str, ...],
+    fetcher: SafeFetcher,
+    stack: contextlib.AsyncExitStack,
+) -> list[RegistryNode]:
+    """A node per database, with a key of its own and no loops running, each holding one of
+    ``urls`` in its pool, to mint when the test says."""
+    nodes = []
+    for n, (url, base_url) in enumerate(zip(dbs, urls, strict=True)):
+        pool = await create_pool(url, max_size=2)
+        stack.push_async_callback(pool.close)
+        root = f"http://node{n}.example.org"
+        config = NodeConfig(node_url=root, own_base_url=root + "/oai", own_set="WIS-GISC-T")
+        node = RegistryNode(pool, net.network, None, fetcher, config)
+        stack.push_async_callback(node.stop)
+        await node.prepare()
+        assert await store.pool_add_new(node.pool, Transaction.new(base_url))
+        nodes.append(node)
+    return nodes
