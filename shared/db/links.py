@@ -10,6 +10,7 @@ from typing import Any
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
+from wiscat.shared.db.errors import StoreRefusal
 from wiscat.shared.db.pool import Connection
 from wiscat.shared.db.queries import load
 from wiscat.shared.db.records import ensure_set
@@ -20,15 +21,15 @@ _SQL = load("links.sql")
 Executor = asyncpg.Connection | PoolConnectionProxy | asyncpg.Pool
 
 
-class LinkExists(Exception):
+class LinkExists(StoreRefusal):
     """A link of that name exists already."""
 
 
-class LinkGone(Exception):
+class LinkGone(StoreRefusal):
     """The link was removed while it was being changed."""
 
 
-class LinkHasRecords(Exception):
+class LinkHasRecords(StoreRefusal):
     """The link would file its records under another set, and has records in the one it has."""
 
 
