@@ -19,6 +19,7 @@ from pathlib import Path
 from wiscat.shared.db import records as store
 from wiscat.shared.db.pool import Pool
 from wiscat.shared.iso19139 import MAX_RECORD_BYTES, Record, RecordError, parse_record
+from wiscat.shared.model import IncomingRecord
 
 log = logging.getLogger("wiscat.ingest")
 
@@ -44,11 +45,9 @@ class IngestReport:
         return ", ".join(parts)
 
 
-def incoming(record: Record) -> store.IncomingRecord:
+def incoming(record: Record) -> IncomingRecord:
     """The parsed ``record`` as the database writes it."""
-    return store.IncomingRecord(
-        record.identifier, record.md_datestamp, record.content_hash, record.xml
-    )
+    return IncomingRecord(record.identifier, record.md_datestamp, record.content_hash, record.xml)
 
 
 def xml_files(folder: Path) -> list[Path]:

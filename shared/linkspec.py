@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from datetime import timedelta
 
-from wiscat.shared.db.links import Link, NewLink
+from wiscat.shared.model import Link, NewLink
 from wiscat.shared.oaipmh.arguments import METADATA_PREFIX, SET_SPEC
 from wiscat.shared.settings import UNION_SET
 from wiscat.shared.text import clipped

@@ -16,6 +16,7 @@ from wiscat.shared.db import links as link_store
 from wiscat.shared.db import records as store
 from wiscat.shared.db.pool import Pool
 from wiscat.shared.linkspec import build_link
+from wiscat.shared.model import Link, NewLink
 from wiscat.shared.settings import Settings
 
 SOURCE_SET = "WIS-GISC-TEST"
@@ -54,9 +55,7 @@ async def open_pair(db: Pool, database_url: str, template_ready: str) -> AsyncIt
         await drop_database(template_ready, sink_url)
 
 
-async def link_to(
-    ctx: HarvestContext, url: str, name: str = "test", **kwargs: object
-) -> link_store.Link:
+async def link_to(ctx: HarvestContext, url: str, name: str = "test", **kwargs: object) -> Link:
     """A link of ``ctx``'s node to the source's set at ``url``, stored with its local set."""
     new = build_link(
         name=name,
@@ -70,7 +69,7 @@ async def link_to(
     return await link_store.add_link(ctx.pool, new)
 
 
-async def add_link(pair: Pair, name: str = "test", **kwargs: object) -> link_store.Link:
+async def add_link(pair: Pair, name: str = "test", **kwargs: object) -> Link:
     return await link_to(pair.ctx, pair.provider.oai, name, **kwargs)
 
 
@@ -91,7 +90,7 @@ async def run(pair: Pair, name: str = "test", **kwargs: Any) -> RunReport:
     return await harvest_link(pair.ctx, link, window=False, **kwargs)  # type: ignore[arg-type]
 
 
-def new_link(name: str, url: str) -> link_store.NewLink:
+def new_link(name: str, url: str) -> NewLink:
     """A link of the sink to ``url`` for the source's set (a registry link by its name)."""
     from wiscat.shared.linkspec import REGISTRY_LINK_PREFIX, build_link
 

@@ -15,7 +15,7 @@ from wiscat.cli.output import said, when
 from wiscat.shared.db import links as link_store
 from wiscat.shared.db.errors import DatabaseError, DatabaseUnavailable
 from wiscat.shared.db.leases import LeaseSession
-from wiscat.shared.db.links import Link
+from wiscat.shared.model import Link
 from wiscat.shared.settings import Settings
 
 

@@ -27,8 +27,8 @@ from wiscat.shared.registry.keyfile import (
     parse_network,
     write_private_key,
 )
-from wiscat.shared.registry.node import NodeConfig, RegistryNode, node_root
 from wiscat.shared.registry.safe_fetch import SafeFetcher
+from wiscat.shared.registry_node import NodeConfig, RegistryNode, node_root
 from wiscat.shared.settings import Settings
 
 

@@ -10,7 +10,7 @@ from wiscat.harvester.plan import protected_set
 from wiscat.harvester.writes import hold_run
 from wiscat.shared.db import links as link_store
 from wiscat.shared.db import records as store
-from wiscat.shared.db.links import Link, PageCounts
+from wiscat.shared.model import Link, PageCounts
 from wiscat.shared.oaipmh.pages import RecordItem, UnreadableItem
 
 

@@ -15,8 +15,8 @@ from datetime import datetime
 from wiscat.harvester.client import OAIClient
 from wiscat.harvester.metrics import HarvesterMetrics
 from wiscat.harvester.page_workers import PageReaders
-from wiscat.shared.db.links import RunMode, RunStatus
 from wiscat.shared.db.pool import Pool
+from wiscat.shared.model import RunMode, RunStatus
 from wiscat.shared.oaipmh.pages import IdentifyInfo
 from wiscat.shared.settings import Settings
 

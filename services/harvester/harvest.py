@@ -45,8 +45,8 @@ from wiscat.harvester.transport import global_addresses_only
 from wiscat.harvester.writes import MassDeletion, complete, store_page
 from wiscat.shared.db import links as link_store
 from wiscat.shared.db.errors import DatabaseFailed
-from wiscat.shared.db.links import Link, RunMode
 from wiscat.shared.linkspec import REGISTRY_LINK_PREFIX
+from wiscat.shared.model import Link, RunMode
 from wiscat.shared.oaipmh.dates import shifted
 from wiscat.shared.oaipmh.errors import CannotDisseminateFormat, IdDoesNotExist, OAIError
 from wiscat.shared.oaipmh.pages import NOT_WELL_FORMED, HeaderItem, IdentifyInfo

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter
 from datetime import datetime
 
-from wiscat.shared.db.links import Link, RunMode
+from wiscat.shared.model import Link, RunMode
 from wiscat.shared.oaipmh.pages import IdentifyInfo
 from wiscat.shared.settings import Settings
 

@@ -25,9 +25,9 @@ from wiscat.harvester.client import OAIClient
 from wiscat.harvester.errors import HarvestError, reason_of
 from wiscat.harvester.plan import is_this_node
 from wiscat.harvester.transport import global_addresses_only
-from wiscat.shared.db.links import Link
 from wiscat.shared.iso19139 import RecordError, record_from_element
 from wiscat.shared.linkspec import REGISTRY_LINK_PREFIX
+from wiscat.shared.model import Link
 from wiscat.shared.oaipmh.dates import format_datestamp
 from wiscat.shared.oaipmh.errors import NoMetadataFormats, NoRecordsMatch, NoSetHierarchy, OAIError
 from wiscat.shared.oaipmh.pages import (

@@ -20,8 +20,8 @@ from wiscat.harvester.check import CATEGORIES, CheckReport, CheckRequest, run_ch
 from wiscat.harvester.context import HarvestContext
 from wiscat.harvester.scheduler import lease_kept
 from wiscat.shared.db import checks as check_store
-from wiscat.shared.db.checks import Check
 from wiscat.shared.logs import Outage
+from wiscat.shared.model import Check
 
 log = logging.getLogger("wiscat.check")
 

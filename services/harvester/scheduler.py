@@ -25,9 +25,9 @@ from wiscat.shared.db import leases as lease_store
 from wiscat.shared.db import links as link_store
 from wiscat.shared.db.errors import DatabaseUnavailable
 from wiscat.shared.db.leases import LeaseSession
-from wiscat.shared.db.links import Link
 from wiscat.shared.db.pool import Pool
 from wiscat.shared.logs import Outage
+from wiscat.shared.model import Link
 from wiscat.shared.version import VERSION
 
 log = logging.getLogger("wiscat.harvester")

@@ -22,6 +22,7 @@ from wiscat.shared.db.errors import DatabaseUnavailable
 from wiscat.shared.db.migrate import check_current, not_ready
 from wiscat.shared.db.pool import answered, create_pool
 from wiscat.shared.heap import one_arena
+from wiscat.shared.model import Link
 from wiscat.shared.settings import Settings
 from wiscat.shared.urls import url_host
 
@@ -80,7 +81,7 @@ def health_app(ctx: HarvestContext) -> web.Application:
             return web.json_response({"ready": False, "reason": reason}, status=503)
         return web.json_response({"ready": True})
 
-    async def read_values() -> list[link_store.Link]:
+    async def read_values() -> list[Link]:
         await export_check_metrics(ctx)
         return await link_store.all_links(ctx.pool)
 

@@ -12,8 +12,8 @@ from wiscat.harvester.context import HarvestContext, RunReport, run_log
 from wiscat.harvester.errors import LinkRemoved, PagesLost, RunTakenOver
 from wiscat.shared.db import links as link_store
 from wiscat.shared.db import records as store
-from wiscat.shared.db.links import Link, PageCounts
 from wiscat.shared.db.pool import Connection, limit_statements
+from wiscat.shared.model import IncomingRecord, Link, PageCounts
 
 DELETE_BATCH = 5000
 
@@ -26,7 +26,7 @@ async def store_page(
     ctx: HarvestContext,
     link: Link,
     report: RunReport,
-    batch: list[store.IncomingRecord],
+    batch: list[IncomingRecord],
     quarantined: list[tuple[str | None, str, bytes]],
     protected: str | None,
     size: int,

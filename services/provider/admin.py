@@ -33,6 +33,7 @@ from wiscat.shared.linkspec import (
     check_set_spec,
     set_kind,
 )
+from wiscat.shared.model import RunMode
 from wiscat.shared.urls import safe_url
 
 log = logging.getLogger("wiscat.admin")
@@ -282,7 +283,7 @@ async def harvest_now(
     name: str, full: bool = False, state: ProviderState = Depends(require_admin)
 ) -> JSONResponse:
     """Ask the harvester to run this link now (the WIS emergency update)."""
-    mode: link_store.RunMode = "full" if full else "incremental"
+    mode: RunMode = "full" if full else "incremental"
     asked = await link_store.request_run(state.pool, name, mode)
     if asked is None:
         raise HTTPException(404, f"no link named {name!r}")

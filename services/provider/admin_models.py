@@ -14,8 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from wiscat.shared.db.links import RunMode, RunStatus
-from wiscat.shared.db.records import WriteOutcome
+from wiscat.shared.model import RunMode, RunStatus, WriteOutcome
 
 Seconds = float
 CheckOutcome = Literal["consistent", "inconsistent", "unchecked"]

@@ -41,13 +41,6 @@ from wiscat.shared.registry.chain import (
 )
 from wiscat.shared.registry.discovery import peers_xml, status_xml
 from wiscat.shared.registry.keyfile import NETWORK_NAME, Network, load_network, load_private_key
-from wiscat.shared.registry.node import (
-    TRACKER_MEMBER_TTL,
-    NodeConfig,
-    RegistryNode,
-    SubmitError,
-    node_root,
-)
 from wiscat.shared.registry.safe_fetch import SafeFetcher
 from wiscat.shared.registry.tracker import (
     TrackerError,
@@ -55,6 +48,13 @@ from wiscat.shared.registry.tracker import (
     parse_announce_query,
     peer_root,
     reply_body,
+)
+from wiscat.shared.registry_node import (
+    TRACKER_MEMBER_TTL,
+    NodeConfig,
+    RegistryNode,
+    SubmitError,
+    node_root,
 )
 from wiscat.shared.settings import Settings
 

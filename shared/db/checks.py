@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from datetime import datetime, timedelta
 from typing import Any
 
 import asyncpg
 
-from wiscat.shared.db.links import Executor, fields_as_json
+from wiscat.shared.db.links import Executor
 from wiscat.shared.db.queries import load
-from wiscat.shared.urls import safe_url
+from wiscat.shared.model import Check
 
 _SQL = load("checks.sql")
 
@@ -20,32 +20,6 @@ _SQL = load("checks.sql")
 MIN_EVERY = timedelta(minutes=1)
 #: The most records a check compares by content: one GetRecord to every node each
 MAX_SAMPLE = 10_000
-
-
-@dataclass(frozen=True, slots=True)
-class Check:
-    """A scheduled consistency check: which set, from which source, against which peers, how
-    often."""
-
-    name: str
-    set_spec: str
-    source_url: str
-    peer_urls: list[str]
-    sample: int
-    every: timedelta
-    enabled: bool
-    created_at: datetime
-    next_run_at: datetime
-    lease_owner: str | None
-    lease_expires: datetime | None
-
-    def as_json(self) -> dict[str, Any]:
-        """The check as JSON, its URLs' passwords, if any, shown as ``***`` (as everywhere)."""
-        return {
-            **fields_as_json(self),
-            "source_url": safe_url(self.source_url),
-            "peer_urls": [safe_url(url) for url in self.peer_urls],
-        }
 
 
 _FIELDS = [f.name for f in fields(Check)]

@@ -1,8 +1,8 @@
-"""Database failures as the rest of wiscat sees them.
+"""Database failures, and the stores' refusals, as the rest of wiscat sees them.
 
 Exception tree::
 
-    DatabaseError              any failure talking to PostgreSQL
+    DatabaseError              any failure talking to PostgreSQL, or a change refused
      +-- DatabaseFailed        the database failed under the work: a command ends, a run fails
      |    +-- DatabaseUnavailable  cannot be reached, went away or did not answer: retry later
      |    |    +-- NoAnswer    no answer within a service's deadline
@@ -11,6 +11,15 @@ Exception tree::
      +-- UnstorableText        text PostgreSQL cannot hold (U+0000): the client's error
      +-- SchemaNotCurrent      the database lacks migrations this code needs
      +-- EmbeddedServerError   the embedded PostgreSQL could not be started
+     +-- StoreRefusal          a store refused a change, as the data stand: the caller says why
+          +-- links.LinkExists       a link of that name exists already
+          +-- links.LinkGone         the link was removed while it was being changed
+          +-- links.LinkHasRecords   the link would file its records under another set
+          +-- registry.GenesisMismatch  the database holds another registry network's chain
+
+A refusal is not a failure: the database did its work, and the data stand against the change.
+Each refusal is defined beside the store that raises it (:mod:`wiscat.shared.db.links`,
+:mod:`wiscat.shared.db.registry`).
 
 The driver's errors (and the system's, from its sockets) are translated into these once, at the
 edge of this package (:mod:`wiscat.shared.db.driver`), so no code outside it names the driver.
@@ -23,7 +32,7 @@ from __future__ import annotations
 
 
 class DatabaseError(Exception):
-    """A failure talking to PostgreSQL."""
+    """A failure talking to PostgreSQL, or a change a store refused (:class:`StoreRefusal`)."""
 
     def __init__(self, message: str = "", *, kind: str | None = None) -> None:
         super().__init__(message)
@@ -77,3 +86,9 @@ class SchemaNotCurrent(DatabaseError):
 
 class EmbeddedServerError(DatabaseError):
     """The embedded PostgreSQL server could not be started."""
+
+
+class StoreRefusal(DatabaseError):
+    """A store refused a change because of the data it holds (a name taken, a row gone, another
+    network's chain): not a failure of the database, and no retry helps. The caller explains it
+    to whoever asked for the change."""

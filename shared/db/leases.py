@@ -14,9 +14,10 @@ from datetime import datetime, timedelta
 import asyncpg
 
 from wiscat.shared.db import links
-from wiscat.shared.db.links import Link, link_from_row
+from wiscat.shared.db.links import link_from_row
 from wiscat.shared.db.pool import Pool, connect
 from wiscat.shared.db.queries import load
+from wiscat.shared.model import Link
 
 _SQL = load("leases.sql")
 

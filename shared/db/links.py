@@ -3,86 +3,34 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import Any
 
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
+from wiscat.shared.db.errors import StoreRefusal
 from wiscat.shared.db.pool import Connection
 from wiscat.shared.db.queries import load
 from wiscat.shared.db.records import ensure_set
-from wiscat.shared.urls import safe_url
-
-#: How a run reads its peer (``harvest_runs.mode``): from the high-water mark, everything, one
-#: slice of the rolling window, or a backup synchronisation of another GISC's own set.
-RunMode = Literal["incremental", "full", "window", "backup"]
-#: How a run ended (``harvest_runs.status``): still running, completed, failed, or stopped by a
-#: rule (the mass-deletion breaker, its link removed).
-RunStatus = Literal["running", "ok", "failed", "stopped"]
+from wiscat.shared.model import Link, NewLink, PageCounts, RunMode, RunStatus
 
 _SQL = load("links.sql")
 
 Executor = asyncpg.Connection | PoolConnectionProxy | asyncpg.Pool
 
 
-def fields_as_json(row: Any) -> dict[str, Any]:
-    """A dataclass row as JSON values: times in ISO 8601, intervals in seconds."""
-    out: dict[str, Any] = {}
-    for f in fields(row):
-        value = getattr(row, f.name)
-        if isinstance(value, datetime):
-            value = value.isoformat()
-        elif isinstance(value, timedelta):
-            value = value.total_seconds()
-        out[f.name] = value
-    return out
-
-
-class LinkExists(Exception):
+class LinkExists(StoreRefusal):
     """A link of that name exists already."""
 
 
-class LinkGone(Exception):
+class LinkGone(StoreRefusal):
     """The link was removed while it was being changed."""
 
 
-class LinkHasRecords(Exception):
+class LinkHasRecords(StoreRefusal):
     """The link would file its records under another set, and has records in the one it has."""
-
-
-@dataclass(frozen=True, slots=True)
-class Link:
-    """A harvest job and its state (docs/design.md, "link")."""
-
-    name: str
-    base_url: str
-    remote_set: str | None
-    local_set: str
-    metadata_prefix: str
-    strategy: str
-    every: timedelta
-    full_every: timedelta
-    overlap: timedelta
-    window_slices: int
-    enabled: bool
-    recovery: bool
-    created_at: datetime
-    high_water_mark: datetime | None
-    last_full_at: datetime | None
-    window_index: int
-    next_run_at: datetime
-    run_requested: str | None
-    lease_owner: str | None
-    lease_expires: datetime | None
-    last_run_id: int | None
-    last_success_at: datetime | None
-    last_error: str | None
-
-    def as_json(self) -> dict[str, Any]:
-        """The link as JSON, its URL's password, if any, shown as ``***`` (as everywhere)."""
-        return {**fields_as_json(self), "base_url": safe_url(self.base_url)}
 
 
 _LINK_FIELDS = [f.name for f in fields(Link)]
@@ -95,24 +43,6 @@ def _link(row: asyncpg.Record) -> Link:
 def link_from_row(row: asyncpg.Record) -> Link:
     """The link of a row of ``links`` (other columns the row has are left)."""
     return _link(row)
-
-
-@dataclass(frozen=True, slots=True)
-class NewLink:
-    """A checked link definition (from the command, the admin API or the registry), to store."""
-
-    name: str
-    base_url: str
-    remote_set: str | None
-    local_set: str
-    metadata_prefix: str = "iso19139"
-    strategy: str = "ListRecords"
-    every: timedelta = timedelta(hours=1)
-    full_every: timedelta = timedelta(days=7)
-    overlap: timedelta = timedelta(0)
-    window_slices: int = 24
-    enabled: bool = True
-    recovery: bool = False
 
 
 async def add_link(db: Executor, link: NewLink, *, set_kind: str = "remote") -> Link:
@@ -290,19 +220,6 @@ async def start_run(
 async def set_run_from(db: Executor, run_id: int, from_: datetime) -> None:
     """The ``from`` the run asked for, once the peer's Identify has settled it."""
     await db.execute(_SQL["set_run_from"], run_id, from_)
-
-
-@dataclass(frozen=True, slots=True)
-class PageCounts:
-    """What one harvested page did to the catalogue: bytes received and records by outcome."""
-
-    bytes: int = 0
-    added: int = 0
-    updated: int = 0
-    unchanged: int = 0
-    deleted: int = 0
-    refused: int = 0
-    quarantined: int = 0
 
 
 async def hold_run(conn: Connection, run_id: int) -> tuple[str, int] | None:

@@ -93,8 +93,21 @@ async def create_pool(
             server_settings=_SESSION,
         )
     except _CANNOT_CONNECT as exc:
-        raise DatabaseError(f"cannot connect to the database: {exc}") from exc
+        raise _cannot_connect(exc) from exc
     return pool
+
+
+def _cannot_connect(exc: BaseException) -> DatabaseError:
+    """wiscat's error for a pool that could not connect, the reason in its message: of the
+    translated class (:data:`wiscat.shared.db.driver.TRANSLATED`) when it has one (a refused
+    connection is :class:`DatabaseUnavailable`: retry later), :class:`DatabaseError` when the
+    server turns the connection away for good (a wrong password, no such database)."""
+    message = f"cannot connect to the database: {exc}"
+    if isinstance(exc, DatabaseError):  # translated already, by a statement of the set-up
+        return type(exc)(message, kind=exc.kind)
+    if isinstance(exc, driver.DRIVER_ERRORS):
+        return type(driver.translation(exc))(message, kind=type(exc).__name__)
+    return DatabaseError(message, kind=type(exc).__name__)
 
 
 async def answered(work: Awaitable[T], seconds: float) -> T:

@@ -13,14 +13,14 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Literal, NamedTuple, get_args
+from typing import NamedTuple, get_args
 
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
 from wiscat.shared.db.pool import Connection
 from wiscat.shared.db.queries import load
-from wiscat.shared.db.rows import IncomingRecord as IncomingRecord  # the rows its writes take
+from wiscat.shared.model import IncomingRecord, WriteOutcome
 
 _SQL = load("records.sql")
 
@@ -51,28 +51,6 @@ class SetInfo:
     spec: str
     name: str
     kind: str
-
-
-#: What a write did to one record (records.sql's ``outcome`` columns): by a harvest or ingest
-#: (upsert_records), a deletion (delete_records) or a backup synchronisation (backup_records).
-WriteOutcome = Literal[
-    "added",
-    "updated",
-    "unchanged",
-    "joined",
-    "refused_protected",
-    "refused_deleted",
-    "refused_older",
-    "refused_conflict",
-    "deleted",
-    "left_set",
-    "not_found",
-    "remembered",
-    "taken",
-    "taken_new",
-    "same",
-    "not_newer",
-]
 
 
 @dataclass(frozen=True, slots=True)

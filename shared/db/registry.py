@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 
 import asyncpg
 
+from wiscat.shared.db.errors import StoreRefusal
 from wiscat.shared.db.pool import Connection, Pool
 from wiscat.shared.db.queries import load
 from wiscat.shared.registry.chain import (
@@ -31,7 +32,7 @@ _SQL = load("registry.sql")
 Executor = Connection | Pool
 
 
-class GenesisMismatch(Exception):
+class GenesisMismatch(StoreRefusal):
     """The database holds the chain of another network (another genesis block)."""
 
 

@@ -33,6 +33,7 @@ from wiscat.shared.db.pool import Pool, connect
 from wiscat.shared.generator import generate_record
 from wiscat.shared.ingest import incoming
 from wiscat.shared.iso19139 import parse_record
+from wiscat.shared.model import IncomingRecord
 
 SET = "WIS-GISC-D03"
 # PostgreSQL's protocol (v3) as asyncpg speaks it: the COMMIT query as it sends it (a simple
@@ -52,7 +53,7 @@ RESETS = {
 }
 
 
-def batch(size: int) -> list[store.IncomingRecord]:
+def batch(size: int) -> list[IncomingRecord]:
     return [incoming(parse_record(generate_record(n, centre="d03"))) for n in range(size)]
 
 

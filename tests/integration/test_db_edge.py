@@ -6,13 +6,26 @@ an error in a query (a bug) goes up as the driver raised it."""
 from __future__ import annotations
 
 import asyncio
+import socket
+from pathlib import Path
+from urllib.parse import urlsplit
 
 import asyncpg
 import pytest
 
 from tests.faultproxy import Down, postgres_url, proxy_to_postgres
-from wiscat.shared.db.errors import DatabaseError, DatabaseUnavailable, UnstorableText
+from tests.registry_network import make_network
+from wiscat.shared.db import links as link_store
+from wiscat.shared.db import registry as registry_store
+from wiscat.shared.db.errors import (
+    DatabaseError,
+    DatabaseFailed,
+    DatabaseUnavailable,
+    StoreRefusal,
+    UnstorableText,
+)
 from wiscat.shared.db.pool import Pool, connect, create_pool, limit_statements
+from wiscat.shared.model import NewLink
 
 
 async def test_a_server_gone_is_unavailable_when_a_connection_is_taken(database_url: str) -> None:
@@ -84,13 +97,58 @@ async def test_an_error_in_a_query_is_not_translated(db: Pool) -> None:
             await conn.execute("insert into t values (1), (1)")
 
 
-async def test_a_server_that_refuses_at_start_is_a_database_error(database_url: str) -> None:
+async def test_a_server_that_refuses_at_start_is_unavailable(database_url: str) -> None:
     async with proxy_to_postgres(database_url) as proxy:
         url = postgres_url(proxy, database_url)
         proxy.set(Down())
-        with pytest.raises(DatabaseError) as refused:
+        with pytest.raises(DatabaseUnavailable) as refused:
             await create_pool(url)
     assert str(refused.value).startswith("cannot connect to the database: ")
+    assert refused.value.kind == "ConnectionRefusedError"
+
+
+async def test_a_closed_port_is_unavailable() -> None:
+    """A refused connection is the tree's DatabaseUnavailable: try again later."""
+    with socket.socket() as probe:  # a port of this host on which nothing listens
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with pytest.raises(DatabaseUnavailable) as refused:
+        await create_pool(f"postgresql://wiscat@127.0.0.1:{port}/wiscat")
+    assert refused.value.kind == "ConnectionRefusedError"
+    assert isinstance(refused.value.__cause__, ConnectionRefusedError)
+    assert str(refused.value).startswith("cannot connect to the database: ")
+
+
+async def test_a_database_that_does_not_exist_is_not_unavailable(database_url: str) -> None:
+    """A server that turns the connection away for good is a DatabaseError, not a failure to
+    retry."""
+    missing = urlsplit(database_url)._replace(path="/no_such_database").geturl()
+    with pytest.raises(DatabaseError) as refused:
+        await create_pool(missing)
+    assert not isinstance(refused.value, DatabaseFailed)
+    assert refused.value.kind == "InvalidCatalogNameError"
+    assert 'database "no_such_database" does not exist' in str(refused.value)
+
+
+async def test_the_stores_refusals_are_refusals_not_failures(db: Pool, tmp_path: Path) -> None:
+    """LinkExists and GenesisMismatch (as LinkGone and LinkHasRecords) are StoreRefusals: the
+    database worked, so no "the database failed" handler (DatabaseFailed) takes them."""
+    link = NewLink("dwd", "http://127.0.0.1:9/oai", None, "WIS-GISC-DWD")
+    await link_store.add_link(db, link)
+    with pytest.raises(StoreRefusal) as taken:
+        await link_store.add_link(db, link)
+    assert isinstance(taken.value, link_store.LinkExists)
+    assert not isinstance(taken.value, DatabaseFailed)
+    assert str(taken.value) == "a link named 'dwd' exists already"
+    for folder in ("ours", "theirs"):
+        (tmp_path / folder).mkdir()
+    ours, theirs = make_network(tmp_path / "ours", 1), make_network(tmp_path / "theirs", 1)
+    await registry_store.ensure_genesis(db, ours.network.genesis)
+    with pytest.raises(StoreRefusal) as other:
+        await registry_store.ensure_genesis(db, theirs.network.genesis)
+    assert isinstance(other.value, registry_store.GenesisMismatch)
+    assert not isinstance(other.value, DatabaseFailed)
+    assert str(other.value).startswith("the database holds the chain of another registry network")
 
 
 async def test_a_transaction_whose_connection_is_cut_is_unavailable(database_url: str) -> None:

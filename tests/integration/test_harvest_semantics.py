@@ -28,8 +28,8 @@ from wiscat.shared.oaipmh.errors import (
     BadArgument,
 )
 from wiscat.shared.proxy import Proxy
-from wiscat.shared.registry.node import NodeConfig, RegistryNode
 from wiscat.shared.registry.safe_fetch import SafeFetcher
+from wiscat.shared.registry_node import NodeConfig, RegistryNode
 
 if TYPE_CHECKING:
     from wiscat.harvester.context import RunReport

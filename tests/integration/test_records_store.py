@@ -13,8 +13,7 @@ import pytest
 from tests import factories
 from wiscat.shared.db import links as link_store
 from wiscat.shared.db import records as store
-from wiscat.shared.db.links import NewLink
-from wiscat.shared.db.records import IncomingRecord
+from wiscat.shared.model import IncomingRecord, NewLink
 
 OWN = "WIS-GISC-TEST"
 REMOTE = "WIS-GISC-OTHER"

@@ -15,8 +15,8 @@ from wiscat.shared.db import links as link_store
 from wiscat.shared.db import registry as store
 from wiscat.shared.db.pool import Pool
 from wiscat.shared.registry.chain import Transaction, blocks_to_xml, mine
-from wiscat.shared.registry.node import TRACKER_MEMBER_TTL, NodeConfig, RegistryNode
 from wiscat.shared.registry.safe_fetch import SafeFetcher
+from wiscat.shared.registry_node import TRACKER_MEMBER_TTL, NodeConfig, RegistryNode
 
 URL = "https://repository.example.org/oai"
 

@@ -28,8 +28,8 @@ from tests.registry_network import (
 )
 from tests.servers import running_provider, serving_app
 from wiscat.shared.db.pool import Pool
-from wiscat.shared.registry.node import NodeConfig, RegistryNode, UrlRefused
 from wiscat.shared.registry.safe_fetch import SafeFetcher
+from wiscat.shared.registry_node import NodeConfig, RegistryNode, UrlRefused
 
 UNREACHABLE = "the repository cannot be reached from this registry node (its log says why)"
 

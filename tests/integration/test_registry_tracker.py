@@ -30,7 +30,6 @@ from wiscat.shared.db import registry as store
 from wiscat.shared.db.pool import Pool, create_pool
 from wiscat.shared.registry.chain import Tip, Transaction, url_hash
 from wiscat.shared.registry.discovery import Discovery
-from wiscat.shared.registry.node import NodeConfig, RegistryNode
 from wiscat.shared.registry.safe_fetch import SafeFetcher
 from wiscat.shared.registry.tracker import (
     Announce,
@@ -40,6 +39,7 @@ from wiscat.shared.registry.tracker import (
     parse_reply,
     reply_body,
 )
+from wiscat.shared.registry_node import NodeConfig, RegistryNode
 
 
 def with_tracker(net: NetworkFiles, tracker: str) -> NetworkFiles:

@@ -28,7 +28,7 @@ from wiscat.shared.generator import generate_record
 from wiscat.shared.iso19139 import parse_record
 from wiscat.shared.linkspec import build_link
 from wiscat.shared.oaipmh import render
-from wiscat.shared.registry.node import NOT_IDENTIFY
+from wiscat.shared.registry_node import NOT_IDENTIFY
 
 LAUGHS = b'<!ENTITY lol "lol">' + b"".join(
     b'<!ENTITY lol%d "%s">' % (n, (b"&lol%s;" % (b"" if n == 1 else b"%d" % (n - 1))) * 10)

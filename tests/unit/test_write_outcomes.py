@@ -1,5 +1,4 @@
-"""The write outcomes are one typed vocabulary (wiscat.shared.db.records.WriteOutcome): every
-outcome
+"""The write outcomes are one typed vocabulary (wiscat.shared.model.WriteOutcome): every outcome
 records.sql can give is in it, every one in it is given, and an unknown one is refused, so that
 a misspelled outcome is an error, never a silent zero in a count."""
 
@@ -12,6 +11,7 @@ import pytest
 
 from wiscat.shared.db import records
 from wiscat.shared.db.queries import load
+from wiscat.shared.model import WriteOutcome
 
 OUTCOME_CASE = re.compile(r"case\b((?:(?!\bas outcome\b).)*?)\bend as outcome", re.DOTALL)
 
@@ -30,7 +30,7 @@ def sql_outcomes() -> set[str]:
 
 def test_the_sql_gives_exactly_the_typed_outcomes() -> None:
     # not_found is also given in Python, to identifiers no row can hold
-    assert sql_outcomes() == set(get_args(records.WriteOutcome))
+    assert sql_outcomes() == set(get_args(WriteOutcome))
 
 
 def test_an_unknown_outcome_is_refused() -> None:
