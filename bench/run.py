@@ -43,6 +43,34 @@ SECTIONS = (
 )
 
 
+#: The section of docs/benchmarks.md no benchmark writes: figures behind choices the code makes,
+#: kept by hand. Every run keeps it.
+BY_HAND = "## Measurements behind the code"
+
+
+def kept_by_hand(old: str) -> list[str]:
+    """``old``'s :data:`BY_HAND` section, up to the next section; none if it has none."""
+    lines = old.splitlines()
+    if BY_HAND not in lines:
+        return []
+    start = lines.index(BY_HAND)
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), None)
+    return lines[start:end]
+
+
+def with_kept(lines: list[str], output: Path, *, every_section: bool) -> list[str]:
+    """``lines`` with what ``output`` holds that this run does not write: after a run of every
+    section, the section kept by hand; after a run of some, every other section (and the
+    header its date)."""
+    if not output.exists():
+        return lines
+    old = output.read_text()
+    if every_section:
+        kept = kept_by_hand(old)
+        return [*lines, "", *kept] if kept else lines
+    return merge_sections(old, lines)
+
+
 def merge_sections(old: str, new: list[str]) -> list[str]:
     """``old``'s text with the ``## `` sections of ``new`` put in place (or appended)."""
 
@@ -214,9 +242,7 @@ async def main() -> None:
             lines += await registry.run(first)
         if "generator" in args.only:
             lines += bench_generator()
-    if args.only != set(SECTIONS) and args.output.exists():
-        # one section run again: the others keep their figures (and the header its date)
-        lines = merge_sections(args.output.read_text(), lines)
+    lines = with_kept(lines, args.output, every_section=args.only == set(SECTIONS))
     text = "\n".join(lines) + "\n"
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(text)

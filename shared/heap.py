@@ -4,16 +4,14 @@ glibc's malloc serves a block larger than its mmap threshold (128 KiB at first) 
 mapping, and unmaps it when freed; it also gives back the top of its heap once more than the
 trim threshold (128 KiB) is free there. A process that builds, sends and drops list pages of a
 few MiB, many times a second, then pays the kernel to map, zero and unmap every byte of every
-page again: about a fifth of the provider's CPU time went to page faults, mappings and
-unmappings (perf, during full harvests of 50,000 records). With both thresholds raised, those
+page again, a large share of the provider's CPU time. With both thresholds raised, those
 blocks stay in the heap and are reused. The heap then keeps, at most, the trim threshold of free
 memory for the next page.
 
-The provider sets them at start (``wiscat provider``, ``wiscat run``). The harvester does not.
-With them, its peak memory, page workers included, went over 300 MB on a full harvest of
-1,000,000 records: 304 MB, against 287 MB without. Its rate was 3,366 records/s against 2,997
-without, in two runs on a machine whose speed drifts by up to 20%. The harvester keeps its
-threads on one heap instead (:func:`one_arena`).
+The provider sets them at start (``wiscat provider``, ``wiscat run``). The harvester does not:
+with them its peak memory rose past 300 MB, for a gain in rate within the machine's drift. It
+keeps its threads on one heap instead (:func:`one_arena`). The measurements are in
+docs/benchmarks.md ("Measurements behind the code").
 
 Other C libraries, and an operator who set glibc's own ``MALLOC_*_`` variables or
 ``GLIBC_TUNABLES``, are left as they are.
@@ -22,7 +20,7 @@ Python's cyclic garbage collector is the other cost (:func:`freeze_startup_objec
 page makes a few thousand short-lived container objects (rows, records, tuples), so collections
 run several times a page, and every tenth of a tenth walks every object the process holds, most
 of them made at start-up (the web framework, its models, the parsers) and alive until it ends.
-That was about 4% of the provider's CPU (perf); frozen and collected less often, none.
+Frozen, and collected less often, they cost nothing.
 """
 
 from __future__ import annotations
@@ -75,9 +73,9 @@ def one_arena() -> bool:
 
     glibc gives each new thread an arena (a heap of its own), up to eight per core. In the
     harvester, threads write pages to the spool and receive what the page workers made of them
-    (megabytes a page); each arena then keeps its own free and fragmented memory. With one
-    arena, interleaved full harvests of 1,000,000 records peaked at 265 against 311 MB, at the
-    same rate (3,931 against 3,906 records/s). The dynamic mmap threshold is left as it is.
+    (megabytes a page); each arena then keeps its own free and fragmented memory. One arena
+    lowers the harvest's peak memory at the same rate (docs/benchmarks.md). The dynamic mmap
+    threshold is left as it is.
     """
     return _mallopt(("MALLOC_ARENA_MAX", "GLIBC_TUNABLES"), (_M_ARENA_MAX, 1))
 

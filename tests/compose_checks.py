@@ -313,7 +313,7 @@ def env_example_problems(env_text: str, compose_text: str) -> list[str]:
     return problems
 
 
-def port_problems(compose: dict[str, Any], env_text: str, dockerfile: str) -> list[str]:
+def port_problems(compose: dict[str, Any], env_text: str, dockerfile: str) -> list[str]:  # noqa: C901
     """Listening, published, health-checked and exposed ports all equal the configured ones."""
     services = compose.get("services") or {}
     env_file = env_file_values(env_text)

@@ -234,7 +234,7 @@ async def _identify(ctx: HarvestContext, link: Link, mode: RunMode) -> IdentifyI
     return known[1]
 
 
-async def _harvest(
+async def _harvest(  # noqa: C901
     ctx: HarvestContext,
     link: Link,
     report: RunReport,

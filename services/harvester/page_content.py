@@ -8,8 +8,7 @@ stays inside it: what it returns is plain values. That work is most of a harvest
 The workers' fork server imports this module, and so every worker has what it imports: nothing
 here may import aiohttp, asyncpg or the settings (the client's exceptions are in
 :mod:`wiscat.harvester.errors`, the rows written in :mod:`wiscat.shared.model`; a test holds
-it to that). Measured, two idle workers and their server then hold 27 MB (proportional set
-size) instead of 45, and start in 0.11 s instead of 0.35.
+it to that), so that idle workers hold less memory and start sooner (docs/benchmarks.md).
 """
 
 from __future__ import annotations

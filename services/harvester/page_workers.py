@@ -7,8 +7,8 @@ instead. What a worker does to a page is :mod:`wiscat.harvester.page_content`'s,
 
 A page goes to its worker as a file in a spool folder in memory (``/dev/shm`` where there is
 one), not through the pool's pipe. A pipe carries it in 64 KiB pieces, each a system call and a
-wake-up on both sides: for a page of 500 records (about 4.7 MB) that cost, measured, about
-17 ms of CPU against about 2 ms for writing and reading the file.
+wake-up on both sides: several times the CPU of writing and reading the file
+(docs/benchmarks.md, "Measurements behind the code").
 
 The workers' fork server preloads this module: like the page content's, what it imports stays
 clear of aiohttp, asyncpg and the settings.
@@ -119,7 +119,7 @@ class PageReaders:
     second (a fork server that imports this module, then the forks): it runs in a thread, so
     that the event loop, and every other run, go on meanwhile; the runs that have a page for
     them wait. (Reading those pages in a thread meanwhile saved that wait but raised the peak
-    memory of a harvest by 12 to 30 MB, measured, for the whole life of the process.)
+    memory of a harvest for the whole life of the process: docs/benchmarks.md.)
 
     A worker that dies (killed, out of memory) is replaced, and the page it held is read again
     once by fresh workers; a page that kills its reader twice fails its run with that reason,

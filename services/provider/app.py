@@ -209,7 +209,7 @@ def token_codec(settings: Settings, secret: bytes) -> TokenCodec:
     )
 
 
-def create_app(settings: Settings, database_url: str) -> FastAPI:
+def create_app(settings: Settings, database_url: str) -> FastAPI:  # noqa: C901
     """The provider app; the pool and everything else are made in its lifespan."""
     logging.getLogger("uvicorn.error").addFilter(CUT_OFF)  # added once, however many apps
 

@@ -85,9 +85,8 @@ class ListPageItems:
 
 
 # How many pages of one list are read ahead of its client. Each read waits on PostgreSQL for most
-# of its time, so reads side by side keep both of a small machine's cores busy: with four, a
-# client that only fetches gets its pages about 8% faster than with two (medians of six
-# interleaved runs, 50,000 records, 2 cores).
+# of its time, so reads side by side keep both of a small machine's cores busy: four serve a
+# client that only fetches faster than two (docs/benchmarks.md, "Measurements behind the code").
 DEPTH = 4
 
 

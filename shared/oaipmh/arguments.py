@@ -113,7 +113,7 @@ def error_echo(pairs: Sequence[tuple[str, str]], error: OAIError) -> dict[str, s
     return dict(pairs)
 
 
-def parse_request(pairs: Sequence[tuple[str, str]], *, formats: Collection[str]) -> OAIRequest:
+def parse_request(pairs: Sequence[tuple[str, str]], *, formats: Collection[str]) -> OAIRequest:  # noqa: C901
     """Check ``pairs`` (the request's arguments in order, repeats kept) against §3 and §4.
 
     Raises :class:`BadVerb` when the verb "is not a legal OAI-PMH verb, the verb argument is

@@ -309,7 +309,7 @@ class PageReader:
         self.items_seen = 0
         self._token_seen = False
 
-    def items(self) -> Iterator[Item]:
+    def items(self) -> Iterator[Item]:  # noqa: C901
         """Yield each header (ListIdentifiers) or record (ListRecords, GetRecord) in order,
         and an :class:`UnreadableItem` in the place of one whose header cannot be read."""
         if not self.body.strip():

@@ -120,7 +120,7 @@ def _hosts(url: str) -> tuple[list[str], str | None, str | None, str, dict[str, 
     )
 
 
-def service_problems(compose: dict[str, Any], mounts: dict[str, str]) -> list[str]:
+def service_problems(compose: dict[str, Any], mounts: dict[str, str]) -> list[str]:  # noqa: C901
     """The services, what they wait for, and the standby made from the primary."""
     services = compose.get("services") or {}
     wanted = (*DATABASES, "lb", *WISCAT_SERVICES)
