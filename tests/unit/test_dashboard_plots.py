@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime, timedelta
 
-from wiscat.provider.plots import (
+from wiscat.provider.dashboard.plots import (
     MAX_POINTS,
     MAX_SERIES,
     PALETTE,
