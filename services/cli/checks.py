@@ -180,7 +180,10 @@ def add_parsers(sub: Any) -> None:
         help="remove a scheduled check (its reports stay)",
         handler=cmd_checks_remove,
         examples=["wiscat checks remove offenbach"],
-        exits={0: "the check was removed", 1: "no check of that name"},
+        exits={
+            0: "the check was removed",
+            2: "no check of that name, a bad argument or setting, or the database could not be used",
+        },
     )
     p.add_argument("name", help="the check's name")
     p = command(
@@ -350,7 +353,7 @@ async def cmd_checks_remove(settings: Settings, args: argparse.Namespace) -> int
         removed = await check_store.remove_check(pool, args.name)
     if not removed:
         print(f"wiscat: no check named {args.name!r}", file=sys.stderr)
-        return 1
+        return 2
     print(f"removed check {args.name} (its reports stay)")
     return 0
 
