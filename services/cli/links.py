@@ -173,8 +173,10 @@ def _add_manage_parsers(link: Any) -> None:
     p.add_argument("--overlap", type=_DURATION, help="new overlap")
     p.add_argument("--window-slices", type=int, help="new slices of the windowed re-harvest")
     state = p.add_mutually_exclusive_group()
-    state.add_argument("--enable", action="store_true")
-    state.add_argument("--disable", action="store_true")
+    state.add_argument("--enable", action="store_true", help="let the harvester run it again")
+    state.add_argument(
+        "--disable", action="store_true", help="keep the harvester from running it (it stays)"
+    )
 
 
 def _add_history_parsers(link: Any) -> None:
