@@ -198,7 +198,8 @@ def add_parsers(sub: Any) -> None:
         examples=["wiscat checks remove offenbach"],
         exits={
             0: "the check was removed",
-            2: "no check of that name, a bad argument or setting, or the database could not be used",
+            2: "no check of that name, a bad argument or setting, or the database could not "
+            "be used",
         },
     )
     p.add_argument("name", help="the check's name")
