@@ -4,7 +4,8 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.DEFAULT_GOAL := all
+# A plain `make` lists the targets: it neither runs the whole suite nor installs anything.
+.DEFAULT_GOAL := help
 .PHONY: all help venv lock run test test-unit test-integration test-containers base-images soak fuzz lint format bench schema settings-doc demo chromium promtool pgbouncer postgresql opentracker podman clean
 
 all: lint test ## lint, then the whole test suite
@@ -157,8 +158,10 @@ schema: $(STAMP) ## rewrite shared/db/schema.sql from the migrations (after addi
 settings-doc: $(STAMP) ## rewrite docs/settings.md from the Settings field descriptions
 	$(BIN)/python -m tools.settings_doc
 
-demo: $(STAMP) ## a local mesh of three nodes harvesting each other (Ctrl-C stops it)
-	$(BIN)/python -m tools.demo
+DEMO_ARGS ?=
+
+demo: $(STAMP) ## a local mesh of three nodes harvesting each other (Ctrl-C stops it; DEMO_ARGS='--port-base 0')
+	$(BIN)/python -m tools.demo $(DEMO_ARGS)
 
 clean: ## remove the virtual environment and local data
 	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache

@@ -370,7 +370,8 @@ class Settings(BaseSettings):
         default=5.0,
         ge=0,
         le=3600,
-        description="wiscat ingest and check print a progress line on stderr this often; 0: none",
+        description="wiscat ingest and check print a progress line on stderr this often, and a "
+        "long harvest (wiscat harvest, or the harvester) logs one; 0: none",
     )
     log_level: str = Field(default="INFO", description="DEBUG, INFO, WARNING, ERROR or CRITICAL")
     log_format: Literal["text", "json"] = Field(

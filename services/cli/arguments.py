@@ -17,7 +17,8 @@ Handler = Callable[[Settings, argparse.Namespace], Coroutine[Any, Any, int]]
 
 # The statuses every command shares (``main`` gives them), after the command's own.
 COMMON_EXITS = {
-    2: "bad arguments or settings, or the database could not be used",
+    2: "bad arguments or settings (a name that names no link or check), or the database "
+    "could not be used",
     130: "interrupted by Ctrl-C (143 by SIGTERM, 129 by SIGHUP)",
 }
 

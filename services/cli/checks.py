@@ -153,9 +153,17 @@ def add_parsers(sub: Any) -> None:
         ],
         exits={0: "the check was saved", 2: "bad arguments, or the database could not be used"},
     )
-    p.add_argument("name", type=_name, help="the check's name")
-    p.add_argument("--set", required=True, dest="set_spec", type=_set, metavar="SET")
-    p.add_argument("--source", required=True, type=_url, metavar="URL")
+    p.add_argument("name", type=_name, help="the check's name (a check of that name is replaced)")
+    p.add_argument(
+        "--set", required=True, dest="set_spec", type=_set, metavar="SET", help="the set to compare"
+    )
+    p.add_argument(
+        "--source",
+        required=True,
+        type=_url,
+        metavar="URL",
+        help="the OAI-PMH base URL of the set's authoritative provider",
+    )
     p.add_argument("peers", nargs="+", type=_url, metavar="PEER_URL", help=PEERS_HELP)
     p.add_argument(
         "--every",
@@ -163,8 +171,16 @@ def add_parsers(sub: Any) -> None:
         default="1d",
         help=f"interval, {DURATIONS} (default 1d, at least 1m)",
     )
-    p.add_argument("--sample", type=_sample, default=0, metavar="N")
-    p.add_argument("--disabled", action="store_true")
+    p.add_argument(
+        "--sample",
+        type=_sample,
+        default=0,
+        metavar="N",
+        help="also compare the content of N random records each run (default 0: none)",
+    )
+    p.add_argument(
+        "--disabled", action="store_true", help="save it disabled: the harvester does not run it"
+    )
     p = command(
         checks,
         "list",
@@ -180,7 +196,11 @@ def add_parsers(sub: Any) -> None:
         help="remove a scheduled check (its reports stay)",
         handler=cmd_checks_remove,
         examples=["wiscat checks remove offenbach"],
-        exits={0: "the check was removed", 1: "no check of that name"},
+        exits={
+            0: "the check was removed",
+            2: "no check of that name, a bad argument or setting, or the database could not "
+            "be used",
+        },
     )
     p.add_argument("name", help="the check's name")
     p = command(
@@ -350,7 +370,7 @@ async def cmd_checks_remove(settings: Settings, args: argparse.Namespace) -> int
         removed = await check_store.remove_check(pool, args.name)
     if not removed:
         print(f"wiscat: no check named {args.name!r}", file=sys.stderr)
-        return 1
+        return 2
     print(f"removed check {args.name} (its reports stay)")
     return 0
 

@@ -1,7 +1,9 @@
 """The database a command works on: the configured one or the embedded server, its schema
 brought current, for a service (which stops if the embedded server stops under it) or a one-shot
 command (quiet about the embedded server: its start and stop are no news to whoever typed
-``wiscat link list``)."""
+``wiscat link list``). Only a service or ``wiscat migrate`` makes a new embedded database: a
+one-shot command run from another folder would otherwise make an empty node there and answer
+from it ("no links")."""
 
 from __future__ import annotations
 
@@ -44,6 +46,19 @@ def quiet_database() -> Iterator[None]:
         logger.removeFilter(quiet)
 
 
+def existing_node(settings: Settings) -> None:
+    """Raise :class:`DatabaseError` (exit 2) when no database is configured and the embedded one
+    does not exist yet in ``WISCAT_DATA_DIR``: a one-shot command does not make a node."""
+    if settings.database_url is not None:
+        return
+    folder = settings.data_dir.resolve()
+    if not (folder / "postgres").exists():
+        raise DatabaseError(
+            f"no node database in {folder} (WISCAT_DATA_DIR); run from the node's folder, "
+            "or set WISCAT_DATA_DIR or WISCAT_DATABASE_URL"
+        )
+
+
 @contextlib.asynccontextmanager
 async def migrated_database(
     settings: Settings, stop: asyncio.Event | None = None
@@ -52,7 +67,8 @@ async def migrated_database(
 
     A service passes its ``stop``: if the embedded server stops running under it, the service is
     stopped, and the command then fails with the reason (the end of the server's log). Without
-    ``stop`` (a one-shot command), the embedded server's INFO lines are left out.
+    ``stop`` (a one-shot command), the embedded server's INFO lines are left out, and a missing
+    embedded database is an error (:func:`existing_node`), not a new node.
     """
     lost: list[str] = []
     on_lost = None
@@ -63,6 +79,8 @@ async def migrated_database(
             lost.append(reason)
             stop.set()
 
+    if stop is None:
+        existing_node(settings)
     with contextlib.ExitStack() as stack:
         if stop is None:
             stack.enter_context(quiet_database())

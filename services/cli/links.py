@@ -33,6 +33,10 @@ MARKS = {"ok": "ok", "note": "note", "problem": "PROBLEM"}
 
 _NO_LINK = "no link of that name"
 
+# The exit status of a name that names no link: a bad argument, as in ``wiscat harvest``.
+NO_SUCH_LINK = 2
+_NO_LINK_EXIT = f"{_NO_LINK}, a bad argument or setting, or the database could not be used"
+
 
 def _id(value: str) -> int:
     if not value.isdigit() or not 1 <= int(value) < 2**63:
@@ -61,7 +65,7 @@ def add_parsers(sub: Any) -> None:
         "problem",
         handler=cmd_link_test,
         examples=["wiscat link test dwd", "wiscat link test dwd --json"],
-        exits={0: "no problem found (notes are advice)", 1: f"a problem found, or {_NO_LINK}"},
+        exits={0: "no problem found (notes are advice)", 1: "a problem found", 2: _NO_LINK_EXIT},
     )
     p.add_argument("name", help="the link's name")
     p.add_argument("--json", action="store_true", help="the findings as a JSON list")
@@ -139,7 +143,7 @@ def _add_manage_parsers(link: Any) -> None:
         help="remove a link (its records stay)",
         handler=cmd_link_remove,
         examples=["wiscat link remove dwd"],
-        exits={0: "the link was removed", 1: _NO_LINK},
+        exits={0: "the link was removed", 2: _NO_LINK_EXIT},
     )
     p.add_argument("name", help="the link's name")
     p = command(
@@ -150,8 +154,8 @@ def _add_manage_parsers(link: Any) -> None:
         examples=["wiscat link set dwd --every 30m", "wiscat link set dwd --disable"],
         exits={
             0: "the link was changed",
-            1: _NO_LINK,
-            2: "nothing to change, a bad option, or a change its stored records forbid",
+            2: f"{_NO_LINK}, nothing to change, a bad option, or a change its stored records "
+            "forbid",
         },
     )
     p.add_argument("name", help="the link's name")
@@ -169,8 +173,10 @@ def _add_manage_parsers(link: Any) -> None:
     p.add_argument("--overlap", type=_DURATION, help="new overlap")
     p.add_argument("--window-slices", type=int, help="new slices of the windowed re-harvest")
     state = p.add_mutually_exclusive_group()
-    state.add_argument("--enable", action="store_true")
-    state.add_argument("--disable", action="store_true")
+    state.add_argument("--enable", action="store_true", help="let the harvester run it again")
+    state.add_argument(
+        "--disable", action="store_true", help="keep the harvester from running it (it stays)"
+    )
 
 
 def _add_history_parsers(link: Any) -> None:
@@ -180,7 +186,7 @@ def _add_history_parsers(link: Any) -> None:
         help="the latest harvest runs (of one link, or of all)",
         handler=cmd_link_runs,
         examples=["wiscat link runs", "wiscat link runs dwd --limit 5"],
-        exits={0: "listed (none is not an error)", 1: _NO_LINK},
+        exits={0: "listed (none is not an error)", 2: _NO_LINK_EXIT},
     )
     p.add_argument("name", nargs="?", help="the link's name (default: every link)")
     p.add_argument("--limit", type=limit, default=20, help="how many (default 20)")
@@ -193,7 +199,8 @@ def _add_history_parsers(link: Any) -> None:
         examples=["wiscat link quarantine dwd", "wiscat link quarantine --raw 42 > record.xml"],
         exits={
             0: "listed (none is not an error), or the record written",
-            1: f"{_NO_LINK}, or no quarantined record ID",
+            2: f"{_NO_LINK}, no quarantined record ID, a bad argument or setting, or the "
+            "database could not be used",
         },
     )
     p.add_argument("name", nargs="?", help="the link's name (default: every link)")
@@ -281,7 +288,7 @@ async def cmd_link_remove(settings: Settings, args: argparse.Namespace) -> int:
         removed = await link_store.remove_link(pool, args.name)
     if not removed:
         print(f"wiscat: no link named {args.name!r}", file=sys.stderr)
-        return 1
+        return NO_SUCH_LINK
     print(f"removed link {args.name} (its records stay)")
     return 0
 
@@ -309,7 +316,7 @@ async def cmd_link_set(settings: Settings, args: argparse.Namespace) -> int:
         link = await link_store.get_link(pool, args.name)
         if link is None:
             print(f"wiscat: no link named {args.name!r}", file=sys.stderr)
-            return 1
+            return NO_SUCH_LINK
         try:
             new = changed_link(
                 link,
@@ -333,7 +340,7 @@ async def cmd_link_set(settings: Settings, args: argparse.Namespace) -> int:
                 link, changed = await link_store.update_link(conn, link, new, set_kind=kind)
         except link_store.LinkGone:  # removed meanwhile
             print(f"wiscat: no link named {args.name!r}", file=sys.stderr)
-            return 1
+            return NO_SUCH_LINK
         except link_store.LinkHasRecords as exc:
             print(f"wiscat: link not changed: {exc}", file=sys.stderr)
             return 2
@@ -397,7 +404,7 @@ def _quarantined_lines(row: dict[str, Any]) -> Iterator[str]:
 async def cmd_link_runs(settings: Settings, args: argparse.Namespace) -> int:
     async with migrated_pool(settings) as pool:
         if await _no_such_link(pool, args.name):
-            return 1
+            return NO_SUCH_LINK
         runs = await link_store.recent_runs(pool, args.name, args.limit)
     return show(runs, args.json, "no runs", _run_lines)
 
@@ -411,12 +418,12 @@ async def cmd_link_quarantine(settings: Settings, args: argparse.Namespace) -> i
                     f"wiscat: no quarantined record {args.raw} (purged, or never was)",
                     file=sys.stderr,
                 )
-                return 1
+                return NO_SUCH_LINK
             sys.stdout.buffer.write(record["raw"])
             sys.stdout.flush()
             return 0
         if await _no_such_link(pool, args.name):
-            return 1
+            return NO_SUCH_LINK
         rows = await link_store.recent_quarantine(pool, args.name, args.limit)
     return show(rows, args.json, "nothing quarantined", _quarantined_lines)
 
@@ -431,7 +438,7 @@ async def cmd_link_test(settings: Settings, args: argparse.Namespace) -> int:
         link = await link_store.get_link(pool, args.name)
     if link is None:
         print(f"wiscat: no link named {args.name!r}", file=sys.stderr)
-        return 1
+        return NO_SUCH_LINK
     # one retry at most: an operator waits for the answer, and runs it again if need be
     config = client_settings(settings)
     config = replace(config, max_retries=min(config.max_retries, 1))

@@ -51,7 +51,13 @@ def add_parsers(sub: Any) -> None:
         examples=["wiscat registry keygen --out node.key"],
         exits={0: "the key was written", 1: "the file exists; not overwritten"},
     )
-    p.add_argument("--out", type=Path, required=True, metavar="PRIVATE_KEY_FILE")
+    p.add_argument(
+        "--out",
+        type=Path,
+        required=True,
+        metavar="PRIVATE_KEY_FILE",
+        help="where to write the private key (never overwritten)",
+    )
     p = command(
         registry,
         "init-network",
@@ -67,7 +73,9 @@ def add_parsers(sub: Any) -> None:
     )
     p.add_argument("name", help="the network's name")
     p.add_argument("--difficulty", type=int, default=16, help="proof-of-work bits (default 16)")
-    p.add_argument("--out", type=Path, required=True, metavar="KEYFILE")
+    p.add_argument(
+        "--out", type=Path, required=True, metavar="KEYFILE", help="where to write the key file"
+    )
     p.add_argument(
         "--key",
         type=Path,
@@ -100,7 +108,13 @@ def add_parsers(sub: Any) -> None:
         exits={0: "written", 1: "the output file exists", 2: "the key file cannot be used"},
     )
     p.add_argument("keyfile", type=Path, help="the key file to read (either form)")
-    p.add_argument("--out", type=Path, required=True, metavar="KEYFILE")
+    p.add_argument(
+        "--out",
+        type=Path,
+        required=True,
+        metavar="KEYFILE",
+        help="where to write the converted file",
+    )
     p.add_argument(
         "--to",
         choices=("metainfo", "xml"),
@@ -117,7 +131,7 @@ def add_parsers(sub: Any) -> None:
     )
     p.add_argument("keyfile", type=Path, help="the network's key file")
     p.add_argument("public_key", help="the member's public key, as keygen prints it")
-    p.add_argument("--name", default="")
+    p.add_argument("--name", default="", help="the member's name, for people (default: none)")
     p = command(
         registry,
         "peers",

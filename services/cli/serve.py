@@ -180,8 +180,9 @@ async def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
         # a node whose harvester stopped (it could not listen, or failed) stops as a whole,
         # with the harvester's error, rather than serving on without harvesting
         harvester.add_done_callback(lambda _: stop.set())
+        site = f"http://{url_host(host)}:{port}"
         print(
-            f"wiscat node {settings.gisc_name}: open http://{url_host(host)}:{port}/oai?verb=Identify",
+            f"wiscat node {settings.gisc_name}: open {site}/oai?verb=Identify, dashboard {site}/",
             flush=True,
         )
         try:

@@ -52,6 +52,8 @@ def _shown(name: str, value: object) -> str:
         return "(set)" if secret else "(empty)"
     if name in ("database_url", "database_session_url", "database_read_url"):
         return safe_url(str(value))
+    if isinstance(value, Path):  # where it is, whichever folder the command was run from
+        return str(value.resolve())
     if isinstance(value, tuple):  # shown as it is set: 80,443,8080,8443
         return ",".join(map(str, value))
     return str(value) if value != "" else "(empty)"

@@ -54,9 +54,6 @@ from wiscat.shared.text import clipped
 
 log = logging.getLogger("wiscat.harvester")
 
-# A long list says how far it has got this often (a full harvest of a GISC takes hours).
-PROGRESS_SECONDS = 60.0
-
 
 async def harvest_link(
     ctx: HarvestContext,
@@ -301,7 +298,9 @@ async def _harvest(  # noqa: C901
                 await writing
             report.pages += 1
             report.bytes += page.bytes
-            if time.monotonic() - told >= PROGRESS_SECONDS:
+            # a long list says how far it has got (a full harvest of a GISC takes hours)
+            every = ctx.settings.progress_seconds
+            if every and time.monotonic() - told >= every:
                 told = time.monotonic()
                 _progress(report, len(deletions), page.summary.complete_list_size)
             writing = asyncio.create_task(

@@ -141,3 +141,19 @@ async def test_a_stop_signal_ends_the_run_as_stopped_and_frees_the_link(
         assert await conn.fetchval("select count(*) from records") == PAGES
     finally:
         await conn.close()
+
+
+async def test_a_long_run_prints_progress_every_progress_seconds(
+    make_node: NodeFactory, peer_url: tuple[SlowPeer, str]
+) -> None:
+    # WISCAT_PROGRESS_SECONDS, as for ingest and check (it was 60 s whatever that said)
+    peer, url = peer_url
+    peer.delay = 0.1  # 30 pages: 3 s at least
+    node = await make_node("PROGRESS")
+    node.extra.update(WISCAT_PROGRESS_SECONDS="0.5", WISCAT_LOG_FORMAT="text")
+    await node.wiscat("link", "add", "slow", "--url", url, "--into", "WIS-GISC-SLOW")
+    code, out, err = await node.wiscat("harvest", "slow")
+    assert code == 0 and f"pages {PAGES}; added {PAGES}" in out, err
+    progress = re.findall(r"harvest slow run \d+: (\d+) pages, (\d+) records so far", err)
+    assert len(progress) >= 2, err
+    assert all(0 < int(pages) <= PAGES for pages, _ in progress), err

@@ -97,14 +97,14 @@ async def test_runs_and_quarantine_from_the_command_line(make_node: NodeFactory)
         assert '<td class="counts">added 2, quarantined 1</td>' in runs
     assert provider in node.processes
 
-    # what is not there is said so, exit 1; a bad argument is refused by the parser, exit 2
+    # an argument that names nothing here is said so, exit 2, as a bad argument is
     code, _, err = await node.wiscat_bytes("link", "quarantine", "--raw", "999999")
     assert (code, err.splitlines()[-1]) == (
-        1,
+        2,
         b"wiscat: no quarantined record 999999 (purged, or never was)",
     )
     code, _, err = await node.wiscat("link", "runs", "nosuch", check=False)
-    assert (code, err.splitlines()[-1]) == (1, "wiscat: no link named 'nosuch'")
+    assert (code, err.splitlines()[-1]) == (2, "wiscat: no link named 'nosuch'")
     code, _, err = await node.wiscat("link", "runs", "--limit", "0", check=False)
     assert code == 2 and "a whole number, 1 to 1000" in err
     await node.wiscat("link", "remove", "peer")

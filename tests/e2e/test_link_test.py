@@ -155,7 +155,7 @@ async def test_a_peer_that_cannot_be_reached_ends_the_probe(make_node: NodeFacto
     assert lines(out)["Identify"][0].startswith(f"PROBLEM cannot reach {closed}")
     assert err.count("retrying in") == 1
     code, _, err = await a.wiscat("link", "test", "nothing", check=False)
-    assert code == 1 and "no link named 'nothing'" in err
+    assert code == 2 and "no link named 'nothing'" in err
 
 
 def answering_lists_with_records(url: str, *, as_identifiers: bool = False) -> web.Application:

@@ -7,6 +7,7 @@ import asyncio
 import logging
 import re
 import time
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -90,13 +91,16 @@ async def test_a_link_removed_while_it_runs_stops_its_run(pair: Pair) -> None:
 
 
 async def test_a_long_list_says_how_far_it_has_got(
-    pair: Pair, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+    pair: Pair, caplog: pytest.LogCaptureFixture
 ) -> None:
-    # a full harvest of a GISC takes hours, and said nothing between its first line and its last
-    from wiscat.harvester import harvest
+    # a full harvest of a GISC takes hours, and said nothing between its first line and its last;
+    # a line every WISCAT_PROGRESS_SECONDS (it was 60 s whatever that said)
     from wiscat.harvester.harvest import harvest_link
 
-    monkeypatch.setattr(harvest, "PROGRESS_SECONDS", 1.0)
+    every = 1.0
+    ctx = replace(
+        pair.ctx, settings=pair.ctx.settings.model_copy(update={"progress_seconds": every})
+    )
     caplog.set_level(logging.INFO, logger="wiscat.harvester")
     peer = SlowPeer()  # 20 pages, 0.2 s each
     async with serving(b"", pages=peer.page) as url:
@@ -104,19 +108,36 @@ async def test_a_long_list_says_how_far_it_has_got(
         link = await link_store.get_link(pair.sink, "long")
         assert link is not None
         started = time.monotonic()
-        report = await harvest_link(pair.ctx, link, window=False)
+        report = await harvest_link(ctx, link, window=False)
         elapsed = time.monotonic() - started
     assert report.status == "ok", report.summary()
     lines = [r.getMessage() for r in caplog.records if "so far" in r.getMessage()]
     # one a second at most, not one a page: on a loaded machine a page may take over a second,
     # so the bound is the run's own length (20 pages take 4 s at least: 2 lines at least)
-    assert 2 <= len(lines) <= elapsed / harvest.PROGRESS_SECONDS + 1, (elapsed, lines)
+    assert 2 <= len(lines) <= elapsed / every + 1, (elapsed, lines)
     progress = [
         tuple(int(n) for n in re.findall(r"(\d+) (?:pages|records)", line)) for line in lines
     ]
     assert all(line.startswith(f"harvest long run {report.run_id}: ") for line in lines)
     assert progress == sorted(set(progress)) and progress[-1][0] <= 20
     assert all(records == (pages - 1) * 10 or records == pages * 10 for pages, records in progress)
+
+
+async def test_no_progress_lines_when_progress_seconds_is_0(
+    pair: Pair, caplog: pytest.LogCaptureFixture
+) -> None:
+    from wiscat.harvester.harvest import harvest_link
+
+    ctx = replace(pair.ctx, settings=pair.ctx.settings.model_copy(update={"progress_seconds": 0}))
+    caplog.set_level(logging.INFO, logger="wiscat.harvester")
+    peer = SlowPeer()
+    async with serving(b"", pages=peer.page) as url:
+        await link_store.add_link(pair.sink, new_link("quiet", url))
+        link = await link_store.get_link(pair.sink, "quiet")
+        assert link is not None
+        report = await harvest_link(ctx, link, window=False)
+    assert report.status == "ok", report.summary()
+    assert [r.getMessage() for r in caplog.records if "so far" in r.getMessage()] == []
 
 
 async def test_a_run_whose_link_another_worker_took_over_stops(pair: Pair) -> None:

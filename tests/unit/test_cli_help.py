@@ -58,6 +58,17 @@ def test_each_help_page_shows_an_example_and_the_exit_statuses(
     assert codes == sorted(codes, key=int), page
 
 
+@pytest.mark.parametrize(("words", "parser"), LEAVES, ids=[words for words, _ in LEAVES])
+def test_every_option_says_what_it_does(words: str, parser: argparse.ArgumentParser) -> None:
+    # `checks add --set/--source/--sample/--disabled` had none (operator-3)
+    silent = [
+        action.option_strings or action.dest
+        for action in parser._actions
+        if not isinstance(action, argparse._HelpAction) and not action.help
+    ]
+    assert silent == [], words
+
+
 def test_the_exit_statuses_are_the_commands_own() -> None:
     page = dict(LEAVES)["check"].format_help()
     assert "\nexit status:\n" in page
