@@ -306,6 +306,7 @@ async def dashboard(
     state: State,
     refresh: Annotated[int, Query(ge=0, le=86400, description="seconds; 0: never")] = REFRESH,
 ) -> HTMLResponse:
+    """The node's dashboard page (HTML), refreshed every ``refresh`` seconds (0: never)."""
     settings = state.settings
     pool = state.pool
     now = datetime.now(UTC)
