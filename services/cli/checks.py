@@ -227,6 +227,8 @@ def _refused_peers(args: argparse.Namespace) -> int:
 
 
 async def cmd_check(settings: Settings, args: argparse.Namespace) -> int:
+    """``wiscat check``: compare a set between its source and peers (ListIdentifiers); exit 0
+    consistent, 1 inconsistent, 2 could not check."""
     from wiscat.harvester.check import Checker, CheckRequest
     from wiscat.harvester.check_output import json_target_problem, write_json
     from wiscat.harvester.client import OAIClient
@@ -319,6 +321,7 @@ def _check_lines(report: CheckReport, *, details: bool) -> Iterator[str]:
 
 
 async def cmd_checks_add(settings: Settings, args: argparse.Namespace) -> int:
+    """``wiscat checks add``: add (or replace) a check the harvester runs on a schedule."""
     if refused := _refused_peers(args):
         return refused
     async with migrated_pool(settings) as pool:
@@ -340,6 +343,7 @@ async def cmd_checks_add(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def cmd_checks_list(settings: Settings, args: argparse.Namespace) -> int:
+    """``wiscat checks list``: list scheduled checks and their latest outcome."""
     async with migrated_pool(settings) as pool:
         found = await check_store.all_checks(pool)
     if args.json:
@@ -366,6 +370,7 @@ async def cmd_checks_list(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def cmd_checks_remove(settings: Settings, args: argparse.Namespace) -> int:
+    """``wiscat checks remove``: remove a scheduled check (its reports stay)."""
     async with migrated_pool(settings) as pool:
         removed = await check_store.remove_check(pool, args.name)
     if not removed:
@@ -376,6 +381,7 @@ async def cmd_checks_remove(settings: Settings, args: argparse.Namespace) -> int
 
 
 async def cmd_checks_reports(settings: Settings, args: argparse.Namespace) -> int:
+    """``wiscat checks reports``: the latest stored reports."""
     async with migrated_pool(settings) as pool:
         reports = await check_store.recent_reports(pool, args.name, args.limit)
     return show(reports, args.json, "no reports", _report_lines)

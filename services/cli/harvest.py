@@ -54,6 +54,7 @@ def add_parsers(sub: Any) -> None:
 
 
 async def cmd_harvest(settings: Settings, args: argparse.Namespace) -> int:
+    """``wiscat harvest``: run one link once now; exit 0 on success."""
     try:
         return await _harvest_once(settings, args)
     except DatabaseUnavailable as exc:

@@ -216,6 +216,7 @@ def _add_history_parsers(link: Any) -> None:
 
 
 async def cmd_link_add(settings: Settings, args: argparse.Namespace) -> int:
+    """``wiscat link add``: add a link to a peer."""
     try:
         new = build_link(
             name=args.name,
@@ -254,6 +255,7 @@ async def cmd_link_add(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def cmd_link_list(settings: Settings, args: argparse.Namespace) -> int:
+    """``wiscat link list``: list links and their state."""
     async with migrated_pool(settings) as pool:
         found = await link_store.all_links(pool)
     if args.json:
@@ -284,6 +286,7 @@ async def cmd_link_list(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def cmd_link_remove(settings: Settings, args: argparse.Namespace) -> int:
+    """``wiscat link remove``: remove a link (its records stay)."""
     async with migrated_pool(settings) as pool:
         removed = await link_store.remove_link(pool, args.name)
     if not removed:
@@ -306,6 +309,7 @@ _LINK_CHANGES = (
 
 
 async def cmd_link_set(settings: Settings, args: argparse.Namespace) -> int:
+    """``wiscat link set``: change a link; a new peer or set resets its high-water mark."""
     if all(getattr(args, name) is None for name in _LINK_CHANGES) and not (
         args.enable or args.disable
     ):
@@ -402,6 +406,7 @@ def _quarantined_lines(row: dict[str, Any]) -> Iterator[str]:
 
 
 async def cmd_link_runs(settings: Settings, args: argparse.Namespace) -> int:
+    """``wiscat link runs``: the latest harvest runs (of one link, or of all)."""
     async with migrated_pool(settings) as pool:
         if await _no_such_link(pool, args.name):
             return NO_SUCH_LINK
@@ -410,6 +415,8 @@ async def cmd_link_runs(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def cmd_link_quarantine(settings: Settings, args: argparse.Namespace) -> int:
+    """``wiscat link quarantine``: the latest quarantined records with their reasons; --raw ID
+    writes one's bytes out."""
     async with migrated_pool(settings) as pool:
         if args.raw is not None:
             record = await link_store.quarantined_record(pool, args.raw)
@@ -429,7 +436,9 @@ async def cmd_link_quarantine(settings: Settings, args: argparse.Namespace) -> i
 
 
 async def cmd_link_test(settings: Settings, args: argparse.Namespace) -> int:
-
+    """``wiscat link test``: ask the link's peer what a harvest would (Identify,
+    ListMetadataFormats, ListSets, a first ListIdentifiers page, one GetRecord) and store nothing;
+    exit 1 on a problem."""
     from wiscat.harvester.client import OAIClient
     from wiscat.harvester.probe import probe_link
     from wiscat.harvester.service import client_settings

@@ -109,6 +109,7 @@ def _centre(value: str) -> str:
 
 
 async def cmd_ingest(settings: Settings, args: argparse.Namespace) -> int:
+    """``wiscat ingest``: load ISO 19139 files or folders into the own set."""
     paths = [Path(p) for p in args.paths]
     missing = [str(p) for p in paths if str(p) != ingest.STDIN and not p.exists()]
     if missing:
@@ -186,6 +187,7 @@ def _print_ingest(settings: Settings, report: ingest.IngestReport) -> None:
 
 
 async def cmd_delete(settings: Settings, args: argparse.Namespace) -> int:
+    """``wiscat delete``: delete records of the own set (tombstones)."""
     identifiers = list(args.identifiers)
     if ingest.STDIN in identifiers:  # one identifier a line: more than a command line holds
         if refused := _stdin_refused(identifiers, "identifiers (one a line)"):
@@ -213,6 +215,8 @@ def sample_file_name(n: int, centre: str) -> str:
 
 
 async def cmd_generate(settings: Settings, args: argparse.Namespace) -> int:
+    """``wiscat generate``: write N sample WMO Core 1.3 records (ISO 19139) into a folder, to try
+    `wiscat ingest` and a harvest with; the same N gives the same files."""
     return await asyncio.to_thread(_generate, args)
 
 

@@ -168,6 +168,7 @@ def add_parsers(sub: Any) -> None:
 
 
 async def cmd_keygen(settings: Settings, args: argparse.Namespace) -> int:
+    """``wiscat registry keygen``: make this node's Ed25519 key; prints the public key."""
     key = Ed25519PrivateKey.generate()
     try:
         write_private_key(args.out, key)
@@ -179,6 +180,8 @@ async def cmd_keygen(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def cmd_init_network(settings: Settings, args: argparse.Namespace) -> int:
+    """``wiscat registry init-network``: found a network: mine its genesis block, write its key file
+    (a BitTorrent metainfo)."""
     try:
         if args.key.exists():
             key = load_private_key(args.key)
@@ -212,6 +215,8 @@ def _describe(network: Network) -> str:
 
 
 async def cmd_convert(settings: Settings, args: argparse.Namespace) -> int:
+    """``wiscat registry convert``: rewrite a key file in the other form (metainfo <-> XML); the
+    info_hash stays."""
     try:
         body = args.keyfile.read_bytes()
         network = parse_network(body)
@@ -233,6 +238,7 @@ async def cmd_convert(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def cmd_add_member(settings: Settings, args: argparse.Namespace) -> int:
+    """``wiscat registry add-member``: list another member's public key in a key file."""
     try:
         load_public_key(args.public_key)
         network = load_network(args.keyfile)
@@ -257,6 +263,7 @@ async def cmd_add_member(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def cmd_peers(settings: Settings, args: argparse.Namespace) -> int:
+    """``wiscat registry peers``: the peers this node knows."""
     async with migrated_pool(settings) as pool:
         peers = await registry_store.all_peers(pool)
     if args.json:
@@ -295,6 +302,7 @@ def _network_or_none(settings: Settings) -> Any:
 
 
 async def cmd_sync(settings: Settings, args: argparse.Namespace) -> int:
+    """``wiscat registry sync``: announce to the tracker and pull from every peer now."""
     network = _network_or_none(settings)
     if network is None:
         return 2
@@ -326,6 +334,8 @@ async def cmd_sync(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def cmd_announce_self(settings: Settings, args: argparse.Namespace) -> int:
+    """``wiscat registry announce-self``: submit this node's own BASE_URL to the network, at this
+    node's POST /urls."""
     root = settings.registry_node_url or node_root(settings.base_url)
     timeout = aiohttp.ClientTimeout(total=settings.registry_fetch_timeout_seconds + 30)
     try:
@@ -350,6 +360,7 @@ async def cmd_announce_self(settings: Settings, args: argparse.Namespace) -> int
 
 
 async def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
+    """``wiscat registry status``: this node's chain: height, tip, URLs, pool."""
     async with migrated_pool(settings) as pool:
         tip = await registry_store.chain_tip(pool)
         urls = await registry_store.accepted_urls(pool)

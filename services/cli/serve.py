@@ -75,6 +75,7 @@ def add_parsers(sub: Any) -> None:
 
 
 async def cmd_migrate(settings: Settings, args: argparse.Namespace) -> int:
+    """``wiscat migrate``: apply migrations/ to the database (idempotent)."""
     with quiet_database():
         async with database_url(settings.database_url, settings.data_dir) as url:
             conn = await connect(settings.session_url(url))  # the lock: never through a pooler
@@ -139,6 +140,7 @@ def _check_key_files(settings: Settings) -> None:
 
 
 async def cmd_provider(settings: Settings, args: argparse.Namespace) -> int:
+    """``wiscat provider``: serve /oai, /admin, /healthz, /readyz, /metrics."""
     settings = settings.listening_on(args.host, args.port)
     _check_key_files(settings)
     stop = asyncio.Event()
@@ -150,6 +152,7 @@ async def cmd_provider(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def cmd_harvester(settings: Settings, args: argparse.Namespace) -> int:
+    """``wiscat harvester``: run the link scheduler (+ /healthz, /readyz, /metrics)."""
     from wiscat.harvester.service import serve_harvester
 
     stop = asyncio.Event()
@@ -167,6 +170,7 @@ async def cmd_harvester(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def cmd_run(settings: Settings, args: argparse.Namespace) -> int:
+    """``wiscat run``: run a whole node (embedded PostgreSQL when no DATABASE_URL)."""
     from wiscat.harvester.service import serve_harvester
 
     _check_key_files(settings)

@@ -79,6 +79,8 @@ def settings_rows(
 
 
 async def cmd_settings(settings: Settings, args: argparse.Namespace) -> int:
+    """``wiscat settings``: every WISCAT_ setting as this node reads it, and where it comes from
+    (environment, .env, default); secrets not shown."""
     rows = settings_rows(settings, dict(os.environ), ENV_FILE)
     if args.json:
         print(json.dumps(rows, indent=2))

@@ -267,6 +267,7 @@ async def change_link(
     "/links/{name}", response_model=models.Removed, responses={404: json_error("no such link")}
 )
 async def remove_link(name: str, state: ProviderState = Depends(require_admin)) -> JSONResponse:
+    """Remove link ``name`` and its runs (its records stay); 404 if there is none."""
     if not await link_store.remove_link(state.pool, name):
         raise HTTPException(404, f"no link named {name!r}")
     log.info("admin removed link %s", name)
@@ -393,6 +394,7 @@ async def put_check(
     "/checks/{name}", response_model=models.Removed, responses={404: json_error("no such check")}
 )
 async def remove_check(name: str, state: ProviderState = Depends(require_admin)) -> JSONResponse:
+    """Remove check ``name`` (its reports stay); 404 if there is none."""
     if not await check_store.remove_check(state.pool, name):
         raise HTTPException(404, f"no check named {name!r}")
     log.info("admin removed check %s", name)

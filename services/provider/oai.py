@@ -67,6 +67,9 @@ FORMATS: dict[str, tuple[str, str]] = {
     "/oai", operation_id="oai_get", response_class=Response, responses=OAI, openapi_extra=OAI_GET
 )
 async def oai_endpoint(request: Request, state: State) -> Response:
+    """The OAI-PMH 2.0 endpoint, GET and POST (§3.1.1): the request checked, answered with a
+    document (an OAI-PMH error included, HTTP 200), or 503 with Retry-After when the provider is
+    overloaded or its database unavailable; counted and timed per verb."""
     started = time.perf_counter()
     response_date = datetime.now(UTC)
     base_url = state.settings.base_url
@@ -109,6 +112,8 @@ async def oai_endpoint(request: Request, state: State) -> Response:
 async def answer(
     state: ProviderState, req: OAIRequest, response_date: datetime
 ) -> list[bytes] | ListPage:
+    """The answer to a checked request: a whole document, or for a list verb a page to stream
+    (:class:`ListPage`)."""
     if req.verb == "Identify":
         return [await identify(state, req, response_date)]
     if req.verb == "ListMetadataFormats":
@@ -131,6 +136,8 @@ def _document(
 
 
 async def identify(state: ProviderState, req: OAIRequest, response_date: datetime) -> bytes:
+    """Identify (§4.2): the repository's description; its earliestDatestamp the catalogue's
+    oldest, or now for an empty one."""
     settings = state.settings
     earliest = await store.earliest_datestamp(state.pool)
     if earliest is None:
@@ -150,6 +157,8 @@ async def identify(state: ProviderState, req: OAIRequest, response_date: datetim
 async def list_metadata_formats(
     state: ProviderState, req: OAIRequest, response_date: datetime
 ) -> bytes:
+    """ListMetadataFormats (§4.4): the formats served, the same for every record; idDoesNotExist
+    for an identifier not held."""
     if req.identifier is not None and not await store.record_exists(state.pool, req.identifier):
         raise IdDoesNotExist(f"no record with identifier {req.identifier!r}")
     formats = [(prefix, schema, ns) for prefix, (schema, ns) in FORMATS.items()]
@@ -157,6 +166,8 @@ async def list_metadata_formats(
 
 
 async def list_sets(state: ProviderState, req: OAIRequest, response_date: datetime) -> bytes:
+    """ListSets (§4.6): every set served, whole (never split, so a resumptionToken is never
+    ours)."""
     if req.resumption_token is not None:
         # This provider sends ListSets whole, so no token of ours can continue it (§3.5).
         raise BadResumptionToken("ListSets is never split; this resumptionToken is not ours")
@@ -176,6 +187,8 @@ def _served_sets(stored: Sequence[store.SetInfo]) -> list[tuple[str, str]]:
 
 
 async def get_record(state: ProviderState, req: OAIRequest, response_date: datetime) -> bytes:
+    """GetRecord (§4.1): one record, or its tombstone, in the format asked; idDoesNotExist when
+    not held."""
     assert req.identifier is not None and req.metadata_prefix is not None
     stored = await store.get_record(state.lists.read_pool, req.identifier)
     if stored is None:
@@ -230,6 +243,8 @@ async def _start_position(
 
 
 async def list_records(state: ProviderState, req: OAIRequest, response_date: datetime) -> ListPage:
+    """ListRecords or ListIdentifiers (§4.3, §4.5): the first page of a list, or the page a
+    resumptionToken continues, with the token of the next; noRecordsMatch for an empty list."""
     if req.resumption_token is not None:
         position = state.codec.decode(req.resumption_token, now=response_date)
         if position.verb != req.verb:

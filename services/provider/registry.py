@@ -68,6 +68,9 @@ MAX_FORM_BODY = 64 * 1024
 
 @dataclass
 class RegistryState:
+    """The registry's part of a provider: its pool and settings, the rate limits of its POST
+    routes, and the node with its fetcher when a network key file is configured."""
+
     pool: Pool
     settings: Settings
     submissions: RateLimiter  # POST /urls
@@ -129,6 +132,7 @@ async def start(app: FastAPI, provider: ProviderState) -> None:
 
 
 async def stop(app: FastAPI) -> None:
+    """Stop the registry node and close its fetcher, if it was started."""
     state: RegistryState | None = getattr(app.state, "registry", None)
     if state is None:
         return

@@ -40,6 +40,7 @@ async def dashboard(
     state: State,
     refresh: Annotated[int, Query(ge=0, le=86400, description="seconds; 0: never")] = REFRESH,
 ) -> HTMLResponse:
+    """The node's dashboard page (HTML), refreshed every ``refresh`` seconds (0: never)."""
     settings = state.settings
     now = datetime.now(UTC)
     address = harvester_address(settings)
