@@ -26,7 +26,7 @@ _SQL = load("backup.sql")
 
 Executor = asyncpg.Connection | PoolConnectionProxy | asyncpg.Pool
 
-# What the tool printed that is said when it fails: the end of its stderr.
+# What the tool printed that is said when it fails and names no error: the end of its stderr.
 _LAST_LINES = 5
 
 
@@ -82,7 +82,10 @@ async def _run(program: str, args: list[str], url: str) -> None:
     )
     _, err = await process.communicate()
     if process.returncode != 0:
-        said = err.decode(errors="replace").strip().splitlines()[-_LAST_LINES:]
+        lines = err.decode(errors="replace").strip().splitlines()
+        # the first error says why; the lines after it quote the statement (a whole function)
+        errors = [line for line in lines if " error: " in line]
+        said = errors[:1] or lines[-_LAST_LINES:]
         raise BackupError(
             f"{Path(program).name} failed (exit {process.returncode}): " + " | ".join(said)
         )

@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from tests.e2e.nodes import WISCAT
+from tests.e2e.nodes import WISCAT, NodeFactory
 from tests.servers import list_records_page, serving
 from wiscat.shared.db.backup import without_password
-from wiscat.shared.generator import generate_record
+from wiscat.shared.generator import generate_record, identifier_for
 from wiscat.shared.iso19139 import parse_record
 from wiscat.shared.oaipmh import render
 from wiscat.shared.oaipmh.errors import NoRecordsMatch
@@ -146,3 +146,43 @@ def test_the_password_goes_in_the_environment_not_on_the_command_line() -> None:
         "postgresql://postgres@/postgres?host=%2Fsrv%2Fvar%2Fpostgres",
         {},
     )
+
+
+async def test_a_server_node_backs_up_with_the_tools_on_path(
+    make_node: NodeFactory, tmp_path: Path
+) -> None:
+    """With ``WISCAT_DATABASE_URL`` the tools come from ``PATH`` (here the server's own, first on
+    it: Debian's may be older than the test server); missing, the command says what to install.
+    The restore goes into a migrated, empty database (a new node's), then one that holds data
+    with ``--force``."""
+    from pgserver._commands import POSTGRES_BIN_PATH
+
+    node, other = await make_node("SERVER"), await make_node("SERVER")
+    records = tmp_path / "records"
+    for n in range(5):
+        records.mkdir(exist_ok=True)
+        (records / f"r{n}.xml").write_bytes(generate_record(n, centre="server"))
+    await node.wiscat("ingest", str(records))
+    dump = tmp_path / "server.dump"
+
+    node.extra["PATH"] = str(tmp_path / "no-tools-here")
+    code, out, err = await node.wiscat("backup", str(dump), check=False)
+    assert (code, out) == (2, ""), err
+    assert err == (
+        "wiscat: pg_dump is not on PATH: install PostgreSQL's client tools, of the server's "
+        "major version or newer (Debian: apt-get install postgresql-client)\n"
+    )
+    assert not dump.exists()
+
+    tools = f"{POSTGRES_BIN_PATH}:{os.environ['PATH']}"
+    node.extra["PATH"] = other.extra["PATH"] = tools
+    _, out, _ = await node.wiscat("backup", str(dump))
+    assert out.startswith(f"backed up the database of WIS-GISC-SERVER to {dump} (")
+    _, out, _ = await other.wiscat("restore", str(dump))
+    assert out.startswith(f"restored {dump} (")
+    code, _, err = await other.wiscat("restore", str(dump), check=False)
+    assert code == 1 and "the database holds 5 records and links" in err
+    _, out, _ = await other.wiscat("restore", "--force", str(dump))
+    assert out.startswith(f"restored {dump} (")
+    code, out, err = await other.wiscat("delete", identifier_for(4, "server"))
+    assert (code, out) == (0, f"deleted: {identifier_for(4, 'server')}\n"), err
