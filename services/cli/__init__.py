@@ -10,6 +10,7 @@
     checks      check, checks add|list|remove|reports
     registry    registry keygen|init-network|add-member|peers|sync|status
     settings    settings: every setting and where it comes from
+    backup      backup, restore: the whole database in one file (pg_dump, pg_restore)
     database    the migrated database (and pool) a command works on
     signals     the stop signals
     arguments   argparse types, and the help page (examples, exit statuses) of every command

@@ -1,7 +1,8 @@
 """A one-shot command never makes a node: run from a folder that holds none (no
 ``WISCAT_DATA_DIR/postgres``, no ``WISCAT_DATABASE_URL``), it says where it looked and how to
-point at the node, and leaves the folder as it was. Only ``run``, ``provider``, ``harvester`` and
-``migrate`` make a new embedded database; the commands that need none work anywhere."""
+point at the node, and leaves the folder as it was. Only ``run``, ``provider``, ``harvester``,
+``migrate`` and ``restore`` make a new embedded database; the commands that need none work
+anywhere."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ ONE_SHOT = [
     ["checks", "reports"],
     ["checks", "remove", "daily"],
     ["registry", "peers"],
+    ["backup", "node.dump"],
 ]
 
 
