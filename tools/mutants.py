@@ -158,7 +158,11 @@ def run(root: Path, mutation: Mutation, timeout: float) -> Outcome:
             return Outcome(mutation, "stale", 0.0, stale)
         if not mutation.tests:
             return Outcome(mutation, "error", 0.0, f"row {mutation.row} names no tests")
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(path), str(scratch)]))
+        env = dict(
+            os.environ,
+            PYTHONPATH=os.pathsep.join([str(path), str(scratch)]),
+            WISCAT_HYPOTHESIS_PROFILE="mutants",  # a failure is enough: no shrinking
+        )
         command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-x"]
         with subprocess.Popen(  # noqa: S603 - the test names of the checkout's own files
             [*command, *mutation.tests],
