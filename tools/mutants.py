@@ -24,14 +24,17 @@ processes the tests start (``wiscat``, ``python -m ...``) import it too. The tes
 
 Anything but caught fails the run. ``--sample SECONDS --seed COMMIT`` runs mutations in an order
 that starts at a place chosen from the commit, until the time is spent (CI); a mutation cut off
-by the budget's end is reported as unfinished and fails nothing.
+by the budget's end is reported as unfinished and fails nothing. ``--control`` runs each set of
+tests in a scratch copy left unchanged instead: there they must pass ("SURVIVED"), or the copy
+itself fails them, and every mutation of theirs would look caught.
 
-    python -m tools.mutants [--rows P09,D01] [--sample SECONDS --seed COMMIT] [--list]
+    python -m tools.mutants [--rows P09,D01] [--sample SECONDS --seed COMMIT] [--list] [--control]
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import re
 import shutil
@@ -173,17 +176,26 @@ def run(root: Path, mutation: Mutation, timeout: float) -> Outcome:
             text=True,
             start_new_session=True,  # a group of its own, so that a timeout ends its servers too
         ) as pytest:
+            output: str | None = None  # None: timed out
             try:
                 output, _ = pytest.communicate(timeout=timeout)
             except subprocess.TimeoutExpired:
-                os.killpg(pytest.pid, signal.SIGKILL)
-                pytest.communicate()
-                return Outcome(mutation, "timeout", time.monotonic() - started)
+                pass
+            finally:
+                if pytest.poll() is None:  # timed out, or this run was stopped
+                    os.killpg(pytest.pid, signal.SIGKILL)
+                    pytest.communicate()
+        if output is None:
+            return Outcome(mutation, "timeout", time.monotonic() - started)
     seconds = time.monotonic() - started
-    last = (output.strip().splitlines() or [""])[-1]
     # pytest: 0 all passed, 1 some failed, 2 interrupted (an import error at collection).
     result = {0: "SURVIVED", 1: "caught", 2: "caught"}.get(pytest.returncode, "error")
-    return Outcome(mutation, result, seconds, last if result != "error" else output[-2000:])
+    if result == "error":
+        return Outcome(mutation, result, seconds, output[-2000:])
+    lines = output.strip().splitlines() or [""]
+    # -ra's summary names what failed: the evidence that the mutation, not the copy, failed it
+    failed = [line for line in lines if line.startswith(("FAILED ", "ERROR "))]
+    return Outcome(mutation, result, seconds, (failed[:1] or lines[-1:])[0][:200])
 
 
 def rotation(mutations: list[Mutation], seed: str) -> list[Mutation]:
@@ -208,18 +220,17 @@ def run_all(
             outcome = Outcome(mutation, "unfinished", outcome.seconds, "the sample's time ran out")
         outcomes.append(outcome)
         print(
-            f"{outcome.result:>10} {outcome.seconds:6.1f} s  {mutation.row} {mutation.name}",
+            f"{outcome.result:>10} {outcome.seconds:6.1f} s  {mutation.row} {mutation.name}"
+            f"\n{'':18}{outcome.detail}",
             flush=True,
         )
-        if outcome.result == "error":
-            print(outcome.detail, flush=True)
     return outcomes
 
 
 def summary(outcomes: list[Outcome]) -> str:
     lines = ["| row | mutation | result | seconds | detail |", "|---|---|---|---|---|"]
     for outcome in outcomes:
-        detail = outcome.detail.splitlines()[-1] if outcome.detail else ""
+        detail = outcome.detail.splitlines()[-1].replace("|", "/") if outcome.detail else ""
         lines.append(
             f"| {outcome.mutation.row} | {outcome.mutation.name} | {outcome.result} "
             f"| {outcome.seconds:.0f} | {detail} |"
@@ -233,6 +244,20 @@ def summary(outcomes: list[Outcome]) -> str:
     return "\n".join(lines)
 
 
+def run_controls(mutations: list[Mutation], timeout: float) -> int:
+    """Each distinct set of tests, in a scratch copy left unchanged: a test that fails there
+    would make every mutation of its row look caught."""
+    controls = {
+        mutation.tests: dataclasses.replace(
+            mutation, name="control: nothing changed", replace=mutation.find
+        )
+        for mutation in mutations
+    }
+    outcomes = run_all(ROOT, list(controls.values()), timeout, None)
+    print(summary(outcomes))
+    return 0 if all(o.result == "SURVIVED" for o in outcomes) else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.mutants", description=__doc__)
     parser.add_argument("--rows", help="only these rows, comma-separated (P09,D01)")
@@ -240,7 +265,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", default="", help="a commit hash: where the sample starts")
     parser.add_argument("--timeout", type=float, default=900, help="seconds a mutation (900)")
     parser.add_argument("--list", action="store_true", help="list the mutations, run nothing")
+    parser.add_argument(
+        "--control",
+        action="store_true",
+        help="run each set of tests in a scratch copy left unchanged: they must pass there",
+    )
     options = parser.parse_args(argv)
+    # stopped (CI's timeout, kill): end the tests running and remove the scratch copy on the way out
+    signal.signal(signal.SIGTERM, lambda number, frame: sys.exit(128 + number))
     mutations = load_mutations(ROOT)
     if options.rows:
         rows = set(options.rows.split(","))
@@ -251,6 +283,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"{mutation.row}  {mutation.name}  ({mutation.file}; {len(mutation.tests)} tests)"
             )
         return 0
+    if options.control:
+        return run_controls(mutations, options.timeout)
     if options.sample is not None:
         mutations = rotation(mutations, options.seed)
     outcomes = run_all(ROOT, mutations, options.timeout, options.sample)
