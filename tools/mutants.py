@@ -254,7 +254,9 @@ def run_controls(mutations: list[Mutation], timeout: float) -> int:
         for mutation in mutations
     }
     outcomes = run_all(ROOT, list(controls.values()), timeout, None)
-    print(summary(outcomes))
+    # here the tests must pass: "SURVIVED" is the good outcome, "caught" the bad one
+    named = {"SURVIVED": "passed", "caught": "FAILED"}
+    print(summary([dataclasses.replace(o, result=named.get(o.result, o.result)) for o in outcomes]))
     return 0 if all(o.result == "SURVIVED" for o in outcomes) else 1
 
 
