@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 
 # A plain `make` lists the targets: it neither runs the whole suite nor installs anything.
 .DEFAULT_GOAL := help
-.PHONY: all help venv lock run test test-unit test-integration test-containers base-images soak fuzz lint format bench schema settings-doc demo chromium promtool pgbouncer postgresql opentracker podman clean
+.PHONY: all help venv lock run test test-unit test-integration test-containers base-images soak fuzz mutants mutants-sample lint format bench schema settings-doc demo chromium promtool pgbouncer postgresql opentracker podman clean
 
 all: lint test ## lint, then the whole test suite
 
@@ -129,6 +129,16 @@ soak: $(STAMP) ## long trials outside make test, each bounded in time (P17, D01,
 	done
 	WISCAT_HYPOTHESIS_PROFILE=soak timeout 3600 $(BIN)/pytest --timeout 1800 $(PROPERTY_TESTS)
 	$(LOAD_SOAK) timeout 3600 $(BIN)/pytest --timeout 1800 -rP tests/e2e/test_load.py
+
+# Each row of docs/reliability.md breaks its rule in tests/mutants/<ROW>.toml; its tests must
+# fail (tools/mutants.py). CI runs a sample: from a place chosen by the commit, for MUTANTS_SECONDS.
+MUTANTS_SECONDS ?= 300
+
+mutants: $(STAMP) ## apply every mutation of tests/mutants in a scratch copy: the row's tests must fail
+	$(BIN)/python -m tools.mutants
+
+mutants-sample: $(STAMP) ## the mutations CI runs: MUTANTS_SECONDS (300) of them, from a place the commit chooses
+	$(BIN)/python -m tools.mutants --sample $(MUTANTS_SECONDS) --seed "$$(git rev-parse HEAD)"
 
 FUZZ_SECONDS ?= 600
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import asyncpg
 import pytest
-from hypothesis import settings
+from hypothesis import Phase, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
 
 from tests import pg
@@ -19,7 +19,8 @@ from wiscat.shared.db.embedded import EmbeddedPostgres
 from wiscat.shared.db.pool import connect, create_pool
 
 #: Selects the Hypothesis profile of the property tests (RELIABILITY F01-F03): ``ci`` (the
-#: default, 100 examples a test) or ``soak`` (100 times as many, for ``make soak``).
+#: default, 100 examples a test), ``soak`` (100 times as many, for ``make soak``) or ``mutants``
+#: (``ci`` without shrinking: tools/mutants.py needs only to know that a test fails).
 HYPOTHESIS_PROFILE = "WISCAT_HYPOTHESIS_PROFILE"
 
 # No deadline: a test never asserts speed, and a loaded machine would make one flaky. The
@@ -34,6 +35,12 @@ settings.register_profile(
     print_blob=True,
 )
 settings.register_profile("soak", settings.get_profile("ci"), max_examples=10_000)
+settings.register_profile(
+    "mutants",
+    settings.get_profile("ci"),
+    database=None,
+    phases=[Phase.explicit, Phase.reuse, Phase.generate],
+)
 settings.load_profile(os.environ.get(HYPOTHESIS_PROFILE, "ci"))
 
 

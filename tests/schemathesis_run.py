@@ -88,7 +88,7 @@ async def main(database_url: str, folder: Path) -> None:
             env = {
                 **os.environ,
                 "SCHEMATHESIS_HOOKS": "tests.schemathesis_hooks",
-                "PYTHONPATH": str(ROOT),
+                "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
                 "WISCAT_F05_CANARY_PORT": str(listening.port),
                 "WISCAT_F05_URLS": str(folder / "urls.jsonl"),
             }

@@ -48,7 +48,11 @@ async def test_f05_oai_admin_and_registry_answers_conform_to_the_schema(
     process = await asyncio.create_subprocess_exec(
         *isolated([sys.executable, "-m", "tests.schemathesis_run", database_url, str(tmp_path)]),
         cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        # ROOT for the tests package, before what PYTHONPATH already holds (make mutants' copy)
+        env={
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        },
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
     )

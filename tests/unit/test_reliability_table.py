@@ -6,6 +6,10 @@ The catalogue (RELIABILITY.md) lives in the team folder beside the project, whic
 not have. The IDs are therefore kept as test data too (tests/data/reliability-scenarios.txt), so
 that the table is checked wherever the tests run; the catalogue calls its IDs stable, and where
 the team folder is present (as on CI) the copy is checked against it.
+
+Every row names its mutations, ``tests/mutants/<ROW>.toml`` (changes to the production code that
+break its rule, run by ``make mutants``): each file must parse, name files that exist, and find
+its text exactly once, so that a stale mutation fails here, at once, before ``make mutants``.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from tools.mutants import MUTANTS, load_mutations
+
 ROOT = Path(__file__).resolve().parents[2]
 TABLE = ROOT / "docs" / "reliability.md"
 SCENARIOS = ROOT / "tests" / "data" / "reliability-scenarios.txt"
@@ -27,6 +33,7 @@ SCENARIO_ROW = re.compile(r"^\|\s*([A-Z][0-9]{2})\s*\|(.*)\|\s*$", re.MULTILINE)
 TEST_NAME = re.compile(r"`([^`\s]+)::([^`\s]+)`")
 STATUS = re.compile(r"covered|partly: \S.*|not yet")
 TOTALS = re.compile(r"Of the (\d+) scenarios, (\d+) are covered, (\d+) partly and (\d+) not yet\.")
+WITHOUT_MUTATIONS = re.compile(r"(\d+) rows? ha(?:s|ve) no mutation file yet")
 
 
 def catalogue_ids(text: str) -> list[str]:
@@ -94,7 +101,7 @@ def test_every_test_named_exists() -> None:
 def test_every_row_has_a_status_and_covers_only_with_tests() -> None:
     wrong = []
     for identifier, cells in rows():
-        status, tests = cells[-1], TEST_NAME.findall(" ".join(cells[:-1]))
+        status, tests = cells[1], TEST_NAME.findall(cells[0])
         if len(cells) != 3 or not STATUS.fullmatch(status):
             wrong.append(f"{identifier}: {len(cells) + 1} cells, status {status!r}")
         elif not status.startswith("not yet") and not tests:
@@ -103,7 +110,7 @@ def test_every_row_has_a_status_and_covers_only_with_tests() -> None:
 
 
 def test_the_counts_are_those_of_the_rows() -> None:
-    statuses = Counter(cells[-1].split(":")[0] for _, cells in rows())
+    statuses = Counter(cells[1].split(":")[0] for _, cells in rows())
     stated = TOTALS.search(TABLE.read_text())
     assert stated is not None, "docs/reliability.md states no totals"
     assert tuple(int(n) for n in stated.groups()) == (
@@ -114,10 +121,50 @@ def test_the_counts_are_those_of_the_rows() -> None:
     )
     by_group: dict[str, Counter[str]] = {}
     for identifier, cells in rows():
-        by_group.setdefault(identifier[0], Counter())[cells[-1].split(":")[0]] += 1
+        by_group.setdefault(identifier[0], Counter())[cells[1].split(":")[0]] += 1
     group_rows = re.findall(
         r"^\| ([A-Z]) [^|]*\((\d+)\) \| (\d+) \| (\d+) \| (\d+) \|$", TABLE.read_text(), re.M
     )
     assert {g: tuple(int(n) for n in ns) for g, *ns in group_rows} == {
         g: (sum(c.values()), c["covered"], c["partly"], c["not yet"]) for g, c in by_group.items()
     }
+
+
+def test_every_row_names_its_mutation_file() -> None:
+    wrong = [
+        f"{identifier}: {cells[-1]}"
+        for identifier, cells in rows()
+        if cells[-1] != f"`{MUTANTS}/{identifier}.toml`"
+    ]
+    assert wrong == []
+
+
+def test_the_mutations_parse_and_find_their_text_once() -> None:
+    """A mutation whose text no longer occurs exactly once is stale: make mutants would call it
+    a failure; it is one here already."""
+    ids = {identifier for identifier, _ in rows()}
+    wrong = []
+    for mutation in load_mutations(ROOT):
+        where = f"{mutation.source} {mutation.name!r}"
+        file = ROOT / mutation.file
+        if mutation.row not in ids or mutation.source != f"{MUTANTS}/{mutation.row}.toml":
+            wrong.append(f"{where}: row {mutation.row} in the wrong file, or no such row")
+        elif not file.is_file():
+            wrong.append(f"{where}: no file {mutation.file}")
+        elif (count := file.read_text().count(mutation.find)) != 1:
+            wrong.append(f"{where}: its find occurs {count} times in {mutation.file}")
+        for test in mutation.tests:
+            path, _, name = test.partition("::")
+            if not (ROOT / path).is_file() or name not in functions_in(ROOT / path):
+                wrong.append(f"{where}: no test {test}")
+    assert wrong == []
+
+
+def test_the_rows_without_mutations_are_counted() -> None:
+    """Each row should name at least one mutation; the page states how many do not yet, and
+    that number is kept true (as the status counts are)."""
+    with_file = {path.stem for path in (ROOT / MUTANTS).glob("*.toml")}
+    without = sorted(identifier for identifier, _ in rows() if identifier not in with_file)
+    stated = WITHOUT_MUTATIONS.search(TABLE.read_text())
+    assert stated is not None, "docs/reliability.md does not say how many rows lack mutations"
+    assert int(stated.group(1)) == len(without), f"rows without a mutation file: {without}"

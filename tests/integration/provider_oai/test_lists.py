@@ -16,7 +16,7 @@ import pytest
 from tests import factories
 from tests.integration.provider_oai.answers import OWN, _codec, _normalised, check
 from tests.oai_client import OAI, Answer, list_all, oai_get
-from tests.servers import RunningProvider
+from tests.servers import RunningProvider, running_provider
 from wiscat.shared.db.pool import Pool
 from wiscat.shared.oaipmh.tokens import ListPosition, TokenCodec
 
@@ -73,23 +73,30 @@ async def test_tokens_cannot_be_forged_or_reused_across_verbs(provider: RunningP
     assert answer.errors() == ["badResumptionToken"]
 
 
-async def test_list_stays_exact_while_records_change(provider: RunningProvider, db: Pool) -> None:
-    """P08: changes made during a list neither repeat nor hide a record of it."""
+@pytest.mark.parametrize("read_ahead_pages", [0, 8])
+async def test_list_stays_exact_while_records_change(
+    db: Pool, database_url: str, read_ahead_pages: int
+) -> None:
+    """P08: changes made during a list neither repeat nor hide a record of it. Without read-ahead
+    (0) the pages after the first are read after the changes; with it (the default, 8) they
+    may all have been read before."""
+    await factories.load_records(db, OWN, range(250))
     before = await factories.catalogue(db)
-    first = await oai_get(provider.oai, verb="ListIdentifiers", metadataPrefix="iso19139")
-    seen = first.xpath("//oai:header/oai:identifier/text()")
-    token = first.xpath("//oai:resumptionToken/text()")[0]
-    untouched = sorted(before)[:50]
-    # change, delete and add records while the list is in progress
-    await factories.load_records(db, OWN, range(200, 220), version=1)
-    victims = sorted(set(before) - set(seen))[:10]
-    await factories.delete(db, OWN, victims)
-    await factories.load_records(db, OWN, range(1000, 1020))
-    while token:
-        answer = await oai_get(provider.oai, verb="ListIdentifiers", resumptionToken=token)
-        check(answer.body)
-        seen += answer.xpath("//oai:header/oai:identifier/text()")
-        token = (answer.xpath("//oai:resumptionToken/text()") or [None])[0]
+    async with running_provider(database_url, read_ahead_pages=read_ahead_pages) as provider:
+        first = await oai_get(provider.oai, verb="ListIdentifiers", metadataPrefix="iso19139")
+        seen = first.xpath("//oai:header/oai:identifier/text()")
+        token = first.xpath("//oai:resumptionToken/text()")[0]
+        untouched = sorted(before)[:50]
+        # change, delete and add records while the list is in progress
+        await factories.load_records(db, OWN, range(200, 220), version=1)
+        victims = sorted(set(before) - set(seen))[:10]
+        await factories.delete(db, OWN, victims)
+        await factories.load_records(db, OWN, range(1000, 1020))
+        while token:
+            answer = await oai_get(provider.oai, verb="ListIdentifiers", resumptionToken=token)
+            check(answer.body)
+            seen += answer.xpath("//oai:header/oai:identifier/text()")
+            token = (answer.xpath("//oai:resumptionToken/text()") or [None])[0]
     assert len(seen) == len(set(seen)), "a record was listed twice"
     changed = set(await factories.catalogue(db)) - set(before)
     assert not (changed & set(seen)), (
