@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -21,6 +23,7 @@ import aiohttp
 from bench.measure import descendants, spooled_mb, tree_memory_mb
 from tests import factories
 from wiscat.shared.db.pool import Pool
+from wiscat.shared.db.queries import load as load_queries
 from wiscat.shared.oaipmh.pages import announced_token
 
 #: Records of the catalogue that L01, L03 and L04 page through (``make soak``: 100,000).
@@ -236,3 +239,48 @@ async def connections(pool: Pool, database_url: str) -> int:
         TEST_SESSION,
     )
     return int(count)
+
+
+# L01: what the provider's list queries cost at a page, told by PostgreSQL itself
+RECORDS_SQL = load_queries("records.sql")
+_EARLIEST = datetime(1, 1, 1, tzinfo=UTC)
+_LATEST = datetime(9999, 12, 31, tzinfo=UTC)
+
+
+@dataclass
+class PageWork:
+    """A page's query as EXPLAIN (ANALYZE, BUFFERS) measured it: the rows its plan's nodes
+    produced, summed (an index scan's are the index entries it read, a count's subquery's
+    included), and the shared buffers it touched (hit or read)."""
+
+    rows: int
+    buffers: int
+
+
+def _rows(node: dict[str, object]) -> int:
+    own = int(node["Actual Rows"]) * int(node["Actual Loops"])  # type: ignore[call-overload]
+    return own + sum(_rows(child) for child in node.get("Plans", []))  # type: ignore[attr-defined]
+
+
+async def _explain(pool: Pool, query: str, *args: object) -> PageWork:
+    text = await pool.fetchval("explain (analyze, buffers, format json) " + query, *args)
+    top = json.loads(text)[0]["Plan"]
+    return PageWork(_rows(top), top["Shared Hit Blocks"] + top["Shared Read Blocks"])
+
+
+async def page_work(pool: Pool, page: int, size: int) -> tuple[PageWork, PageWork]:
+    """The work of the whole catalogue's list at page ``page`` (from 0) of ``size`` records:
+    its keys (list_keys_all) and its records (list_all), as the provider asks for them."""
+    keys = await pool.fetch(
+        "select datestamp, identifier from records order by datestamp, identifier "
+        "offset $1 limit $2",
+        max(page * size - 1, 0),
+        size + 1,
+    )
+    after = (keys[0]["datestamp"], keys[0]["identifier"]) if page else (_EARLIEST, "")
+    through = keys[-1]["datestamp"], keys[-1]["identifier"]
+    scope = (_EARLIEST, _LATEST, datetime.now(UTC))
+    return (
+        await _explain(pool, RECORDS_SQL["list_keys_all"], *after, *scope, size),
+        await _explain(pool, RECORDS_SQL["list_all"], *after, *scope, True, size, *through),
+    )

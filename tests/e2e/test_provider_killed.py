@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from tests import factories
+from tests.e2e.copies import assert_copy_is_the_source
 from tests.e2e.nodes import Node
 from tests.e2e.test_harvester_killed import WISCAT, content, env_for
 from tests.faultproxy import FaultProxy, Latency
@@ -88,8 +89,7 @@ class Setup:
 
     async def assert_sink_is_the_source(self, db: Pool) -> None:
         assert await content(self.sink) == await content(db)
-        duplicates = "select count(*) - count(distinct identifier) from records"
-        assert await self.sink.fetchval(duplicates) == 0
+        await assert_copy_is_the_source(self.sink, db)
         link = await link_store.get_link(self.sink, "src")
         newest = await db.fetchval("select max(datestamp) from records")
         assert link is not None and link.high_water_mark == newest.replace(microsecond=0)

@@ -162,8 +162,10 @@ async def test_a_peer_that_hangs_times_out(serve: Serve, client_for: ClientFacto
 async def test_a_peer_that_drips_its_answer_times_out(
     serve: Serve, client_for: ClientFactory
 ) -> None:
-    """A byte now and then keeps the read timeout from ever firing; the response's total time
-    bounds it (WISCAT_HARVEST_TIMEOUT_SECONDS, or 15 minutes, whichever is longer)."""
+    """H02: a byte every 0.05 s keeps the read timeout from ever firing; the response's total
+    time bounds each attempt (WISCAT_HARVEST_TIMEOUT_SECONDS, or 15 minutes, whichever is
+    longer): each attempt given up within the total timeout + 2 s, retried exactly as often as
+    set."""
 
     async def handler(request: web.Request, peer: Peer) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "text/xml"})
@@ -174,13 +176,24 @@ async def test_a_peer_that_drips_its_answer_times_out(
         return response
 
     peer = await serve(handler)
-    client = client_for(read_timeout=0.5, total_timeout=1.0, max_retries=0)
+    total = 1.0
+    client = client_for(read_timeout=0.5, total_timeout=total, max_retries=1)
+    started = time.monotonic()
     try:
         with pytest.raises(PeerTimeout) as caught:
-            await client.identify(peer.url)
+            # a client the drip holds for ever fails here, not by hanging the suite
+            await asyncio.wait_for(client.identify(peer.url), 2 * (total + 2))
     finally:
         peer.release.set()
-    assert caught.value.reason == f"no answer from {peer.url} in time (after 1 attempts)"
+    ended = time.monotonic()
+    assert caught.value.reason == f"no answer from {peer.url} in time (after 2 attempts)"
+    assert peer.count == 2  # one retry, as set
+    # each attempt lasts its total timeout (the drip never lets the read timeout fire), no more
+    # than 2 s beyond it; the backoff between them is short
+    first, second = (peer.times[1] - peer.times[0]), (ended - peer.times[1])
+    assert total * 0.9 <= first < total + 2, f"the first attempt took {first:.2f} s"
+    assert total * 0.9 <= second < total + 2, f"the second attempt took {second:.2f} s"
+    assert ended - started < 2 * (total + 2)
 
 
 def test_the_whole_response_may_take_at_least_the_read_timeout() -> None:
