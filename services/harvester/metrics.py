@@ -26,6 +26,12 @@ class HarvesterMetrics(ServiceMetrics):
             ["link", "outcome"],
             registry=self.registry,
         )
+        self.refused = Counter(
+            "wiscat_harvest_refused_records",
+            "Harvested records refused, by link and reason (own_set, older, deleted, conflict)",
+            ["link", "reason"],
+            registry=self.registry,
+        )
         self.errors = Counter(
             "wiscat_harvest_errors",
             "Failed runs by link and kind of error",
