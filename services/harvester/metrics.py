@@ -111,6 +111,18 @@ class HarvesterMetrics(ServiceMetrics):
             ["check"],
             registry=self.registry,
         )
+        self.check_interval = Gauge(
+            "wiscat_check_interval_seconds",
+            "Seconds between runs of each enabled scheduled check (`checks add --every`)",
+            ["check"],
+            registry=self.registry,
+        )
+        self.check_created = Gauge(
+            "wiscat_check_created_timestamp_seconds",
+            "Unix time the check was added (a check that never ran is late from it)",
+            ["check"],
+            registry=self.registry,
+        )
         self.check_duration = Histogram(
             "wiscat_check_duration_seconds",
             "Duration of consistency checks run by this process",
