@@ -18,7 +18,7 @@ from wiscat.provider.dashboard.markup import (
     table,
     td,
 )
-from wiscat.provider.dashboard.plots import bar_plot, duration, e, line_plot, link_colour, when
+from wiscat.provider.dashboard.plots import Key, bar_plot, duration, e, line_plot, when
 from wiscat.provider.dashboard.view import DashboardView, LinkView, RegistryView
 from wiscat.shared.settings import Settings
 from wiscat.shared.version import VERSION
@@ -112,10 +112,10 @@ def status_strip(
 # -- the sections --------------------------------------------------------------------------------
 
 
-def link_row(link: LinkView) -> list[str]:
+def link_row(link: LinkView, key: Key) -> list[str]:
     return [
-        f'<td class="link"><span class="key" style="color:{link_colour(link.name)}">'
-        f"&#9632;</span> {e(link.name)}</td>",
+        f'<td class="link"><span class="key" style="color:{key.colour}">'
+        f"{key.sign}</span> {e(link.name)}</td>",
         f'<td>{e(link.base_url)}<span class="sub">{e(link.mapping)}</span></td>',
         td("yes" if link.enabled else "no"),
         stamp(link.last_run),
@@ -127,7 +127,7 @@ def link_row(link: LinkView) -> list[str]:
     ]
 
 
-def links_section(links: list[LinkView]) -> str:
+def links_section(links: list[LinkView], keys: dict[str, Key]) -> str:
     headers = [
         "link",
         "peer and sets",
@@ -139,10 +139,11 @@ def links_section(links: list[LinkView]) -> str:
         "last error",
         "",
     ]
+    rows = [link_row(link, keys[link.name]) for link in links]
     return f"""<h2>Links</h2>
 <p>Admin token <input id="token" type="password" autocomplete="off"
 placeholder="WISCAT_ADMIN_TOKEN"> for "harvest now"<span id="answer"></span></p>
-{table(headers, [link_row(link) for link in links], "no links: add one with `wiscat link add`")}
+{table(headers, rows, "no links: add one with `wiscat link add`")}
 """
 
 
@@ -152,6 +153,7 @@ def plots_section(view: DashboardView) -> str:
         view.durations,
         "duration",
         "no runs yet",
+        view.keys,
         failed=view.failed,
     )
     lags = line_plot(
@@ -159,6 +161,7 @@ def plots_section(view: DashboardView) -> str:
         view.lags,
         "lag",
         "no link has two successful runs yet",
+        view.keys,
     )
     days = bar_plot("Records arriving per day (last 30 days)", view.days, "records")
     return f"""<h2>Plots</h2>
@@ -290,7 +293,7 @@ def dashboard_page(settings: Settings, view: DashboardView, strip: str, refresh:
 <a href="/metrics">metrics</a> · <a href="/wis/monitor.json">WIS monitoring</a> ·
 <a href="/urls">registry URLs</a> · page made {e(when(view.now))}, {refresh_note(refresh)}</p>
 
-{links_section(view.links)}
+{links_section(view.links, view.keys)}
 {plots_section(view)}
 {catalogue_section(view.sets)}
 {runs_section(view.runs)}
