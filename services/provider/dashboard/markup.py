@@ -37,6 +37,9 @@ max-width:420px;overflow-wrap:anywhere}
 border-color:#b00020;background:#fdeeee}
 .strip .cell .sub{font-weight:400}td.link{white-space:nowrap}
 table.facts{width:auto}
+div.wide{overflow-x:auto}
+@media (max-width:1000px){th,td{padding:3px 4px}td.time,td.counts,td.link{white-space:normal}
+.err{min-width:8em}td.peer{overflow-wrap:anywhere}}
 pre.raw{white-space:pre-wrap;overflow-wrap:anywhere;background:#f7f7f7;padding:8px;
 border:1px solid #eee;font-size:12px}
 """
@@ -91,7 +94,9 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]], empty: str) -> 
         return f'<p class="muted">{e(empty)}</p>'
     head = "".join(f"<th>{e(h)}</th>" for h in headers)
     body = "".join("<tr>" + "".join(row) + "</tr>" for row in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    # in a box of its own that scrolls sideways should a table be wider than the window
+    table = f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    return f'<div class="wide">{table}</div>'
 
 
 def td(value: object, cls: str = "") -> str:

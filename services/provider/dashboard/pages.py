@@ -116,7 +116,7 @@ def link_row(link: LinkView, key: Key) -> list[str]:
     return [
         f'<td class="link"><span class="key" style="color:{key.colour}">'
         f"{key.sign}</span> {e(link.name)}</td>",
-        f'<td>{e(link.base_url)}<span class="sub">{e(link.mapping)}</span></td>',
+        f'<td class="peer">{e(link.base_url)}<span class="sub">{e(link.mapping)}</span></td>',
         td("yes" if link.enabled else "no"),
         stamp(link.last_run),
         status(link.status),
