@@ -123,11 +123,16 @@ def link_row(link: LinkView, key: Key) -> list[str]:
         td(duration(link.lag), "lag failed" if link.late else "lag"),
         counts_cell(link.counts),
         td(link.last_error, "err"),
-        f'<td><button class="harvest" data-link="{e(link.name)}">harvest now</button></td>',
     ]
 
 
-def links_section(links: list[LinkView], keys: dict[str, Key]) -> str:
+def harvest_button(link: LinkView) -> str:
+    return f'<td><button class="harvest" data-link="{e(link.name)}">harvest now</button></td>'
+
+
+def links_section(links: list[LinkView], keys: dict[str, Key], admin: bool) -> str:
+    """The links table; with the admin API on (``admin``), a "harvest now" button on each row
+    and the box its token is typed in, else a line that says what would turn them on."""
     headers = [
         "link",
         "peer and sets",
@@ -137,12 +142,20 @@ def links_section(links: list[LinkView], keys: dict[str, Key]) -> str:
         "lag",
         "last run's records",
         "last error",
-        "",
     ]
     rows = [link_row(link, keys[link.name]) for link in links]
+    if admin:
+        headers.append("")
+        rows = [[*row, harvest_button(link)] for row, link in zip(rows, links, strict=True)]
+        above = """<p>Admin token <input id="token" type="password" autocomplete="off"
+placeholder="WISCAT_ADMIN_TOKEN"> for "harvest now"<span id="answer"></span></p>"""
+    else:
+        above = (
+            '<p class="muted" id="admin">"harvest now" needs the admin API, which is off: set '
+            "<code>WISCAT_ADMIN_TOKEN</code> to turn it on.</p>"
+        )
     return f"""<h2>Links</h2>
-<p>Admin token <input id="token" type="password" autocomplete="off"
-placeholder="WISCAT_ADMIN_TOKEN"> for "harvest now"<span id="answer"></span></p>
+{above}
 {table(headers, rows, "no links: add one with `wiscat link add`")}
 """
 
@@ -283,8 +296,12 @@ def registry_section(registry: RegistryView) -> str:
 # -- the pages -----------------------------------------------------------------------------------
 
 
-def dashboard_page(settings: Settings, view: DashboardView, strip: str, refresh: int) -> str:
-    """The whole dashboard: the strip, then every section."""
+def dashboard_page(
+    settings: Settings, view: DashboardView, strip: str, refresh: int, admin: bool
+) -> str:
+    """The whole dashboard: the strip, then every section; the script ("harvest now") only with
+    the admin API on (``admin``)."""
+    script = f"<script>{SCRIPT}</script>" if admin else ""
     return f"""{page_head(f"wiscat {settings.gisc_name}", refresh)}
 <body>
 <h1>wiscat node {e(settings.gisc_name)}</h1>
@@ -293,14 +310,14 @@ def dashboard_page(settings: Settings, view: DashboardView, strip: str, refresh:
 <a href="/metrics">metrics</a> · <a href="/wis/monitor.json">WIS monitoring</a> ·
 <a href="/urls">registry URLs</a> · page made {e(when(view.now))}, {refresh_note(refresh)}</p>
 
-{links_section(view.links, view.keys)}
+{links_section(view.links, view.keys, admin)}
 {plots_section(view)}
 {catalogue_section(view.sets)}
 {runs_section(view.runs)}
 {quarantine_section(view.quarantine)}
 {reports_section(view)}
 {registry_section(view.registry)}
-<script>{SCRIPT}</script>
+{script}
 </body></html>"""
 
 
