@@ -43,7 +43,7 @@ log = logging.getLogger("wiscat.admin")
 def require_admin(request: Request, state: State) -> ProviderState:
     """Check ``Authorization: Bearer <WISCAT_ADMIN_TOKEN>``."""
     configured = state.settings.admin_token
-    if configured is None or not configured.get_secret_value():
+    if configured is None or not state.admin_on:
         raise HTTPException(403, "the admin API is disabled: set WISCAT_ADMIN_TOKEN to enable it")
     scheme, _, given = request.headers.get("authorization", "").partition(" ")
     expected = configured.get_secret_value().encode()

@@ -3,8 +3,9 @@
 Every status a route can answer is documented with its content type, so that a client (and
 Schemathesis, RELIABILITY F05) can hold the answers to the schema: an admin error is JSON with a
 ``detail``, a registry error is plain text, the registry's lists are XML. FastAPI documents a
-request it cannot validate as 422; this app answers it 400 (``app._validation``), and
-:func:`document_bad_requests` makes the schema say so.
+request it cannot validate as 422; this app answers it 400
+(:func:`wiscat.provider.app.bad_request`), and :func:`document_bad_requests` makes the schema say
+so.
 """
 
 from __future__ import annotations

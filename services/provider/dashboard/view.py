@@ -1,0 +1,178 @@
+"""The dashboard's view model: what the database holds, read once per page and turned into
+plain data (dataclasses, lists, dicts), so that rendering computes nothing and asks nothing."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from wiscat.provider.dashboard.markup import COUNTS
+from wiscat.provider.dashboard.plots import Key, history_series, link_keys
+from wiscat.shared.db import checks as check_store
+from wiscat.shared.db import links as link_store
+from wiscat.shared.db import overview
+from wiscat.shared.db import registry as registry_store
+from wiscat.shared.db.pool import Pool
+from wiscat.shared.urls import safe_url
+
+Series = dict[str, list[tuple[datetime, float]]]
+
+
+@dataclass(frozen=True)
+class LinkView:
+    """One link with its last run, as the links table and the status strip show it."""
+
+    name: str
+    base_url: str  # without its user and password
+    mapping: str  # "remote set → local set"
+    enabled: bool
+    status: str | None  # of its last run; None: never run
+    started_at: datetime | None
+    finished_at: datetime | None
+    lag: float | None  # seconds since its last successful run; None: none yet
+    late: bool  # its lag is past twice its interval
+    counts: dict[str, int | None]
+    last_error: str
+
+    @property
+    def last_run(self) -> datetime | None:
+        return self.finished_at or self.started_at
+
+
+@dataclass(frozen=True)
+class ReportLine:
+    """One peer of one consistency report."""
+
+    finished_at: datetime | None
+    check_name: str
+    set_spec: str
+    outcome: str  # the report's
+    peer_url: str
+    found: str  # the peer's counts, "consistent", or why it was not checked
+
+
+@dataclass(frozen=True)
+class RegistryView:
+    """The registry network this node is in, or ``network`` None when it is in none."""
+
+    network: str | None
+    blocks: int = 0  # after genesis
+    waiting: int = 0  # transactions waiting for a block
+    urls: list[tuple[str, str]] = field(default_factory=list)  # base URL, accepted
+    peers: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class DashboardView:
+    """Everything the dashboard page shows, as of ``now``."""
+
+    now: datetime
+    links: list[LinkView]
+    sets: list[dict[str, Any]]
+    runs: list[dict[str, Any]]
+    quarantine: list[dict[str, Any]]
+    reports: list[ReportLine]
+    latest_report: dict[str, Any] | None
+    days: list[tuple[str, int]]  # records arriving per day, the last 30
+    durations: Series
+    lags: Series
+    failed: dict[str, set[datetime]]
+    keys: dict[str, Key]  # each link's colour, in the table and the plots
+    registry: RegistryView
+
+    @property
+    def lagging(self) -> set[str]:
+        return {link.name for link in self.links if link.late and link.enabled}
+
+
+def link_view(row: dict[str, Any], now: datetime) -> LinkView:
+    success = row["last_success_at"]
+    lag = (now - success).total_seconds() if success else None
+    return LinkView(
+        name=row["name"],
+        base_url=safe_url(row["base_url"]),
+        mapping=f"{row['remote_set'] or '(all)'} → {row['local_set']}",
+        enabled=row["enabled"],
+        status=row["status"],
+        started_at=row["started_at"],
+        finished_at=row["finished_at"],
+        lag=lag,
+        late=lag is not None and lag > 2 * row["every"].total_seconds(),
+        counts={name: row[name] for name in COUNTS},
+        last_error=row["last_error"] or "",
+    )
+
+
+def report_lines(reports: list[dict[str, Any]]) -> list[ReportLine]:
+    lines = []
+    for report in reports:
+        for peer in report["report"]["peers"]:
+            counts = ", ".join(f"{k} {v}" for k, v in peer.get("counts", {}).items() if v)
+            lines.append(
+                ReportLine(
+                    finished_at=report["finished_at"],
+                    check_name=report["check_name"] or "-",
+                    set_spec=report["set_spec"],
+                    outcome=report["outcome"],
+                    peer_url=peer["url"],
+                    found=peer["reason"] if peer["status"] != "ok" else (counts or "consistent"),
+                )
+            )
+    return lines
+
+
+def arrival_days(arrivals: list[dict[str, Any]], now: datetime) -> list[tuple[str, int]]:
+    """Records arriving on each of the last 30 days ("11-28", 40), none missing."""
+    counts = {row["day"].date(): row["records"] for row in arrivals}
+    start = now.date() - timedelta(days=29)
+    return [
+        ((start + timedelta(days=n)).strftime("%m-%d"), counts.get(start + timedelta(days=n), 0))
+        for n in range(30)
+    ]
+
+
+async def registry_view(pool: Pool, network: str | None) -> RegistryView:
+    urls = [(tx.base_url, tx.created_at) for tx in await registry_store.accepted_urls(pool)]
+    if network is None:
+        return RegistryView(None, urls=urls)
+    tip = await registry_store.chain_tip(pool)
+    peers = [
+        {
+            "url": peer.url,
+            "source": peer.source,
+            "last_ok_at": peer.last_ok_at,
+            "failures": peer.failures,
+            "last_error": peer.last_error or "",
+        }
+        for peer in await registry_store.all_peers(pool)
+    ]
+    return RegistryView(
+        network,
+        blocks=tip.height if tip else 0,
+        waiting=await registry_store.pool_size(pool),
+        urls=urls,
+        peers=peers,
+    )
+
+
+async def load(pool: Pool, network: str | None, now: datetime) -> DashboardView:
+    """The dashboard as of ``now``; ``network``: the registry network this node is in."""
+    reports = await check_store.recent_reports(pool, None, 10)
+    durations, lags, failed = history_series(await overview.run_history(pool, 7))
+    links = [link_view(row, now) for row in await overview.links_overview(pool)]
+    return DashboardView(
+        now=now,
+        links=links,
+        sets=await overview.sets_overview(pool),
+        runs=await link_store.recent_runs(pool, None, 20),
+        quarantine=await link_store.recent_quarantine(pool, None, 20),
+        reports=report_lines(reports),
+        latest_report=reports[0] if reports else None,
+        days=arrival_days(await overview.arrivals_per_day(pool, 30), now),
+        durations=durations,
+        lags=lags,
+        failed=failed,
+        keys=link_keys([link.name for link in links], [*durations, *lags]),
+        registry=await registry_view(pool, network),
+    )
