@@ -78,6 +78,14 @@ async def test_refused_records_are_predicted_counted_kept_and_explained(
         async with session.get(f"{admin}/runs", params={"link": "tokyo"}) as answer:
             [run] = await answer.json()
         assert (run["refused"], run["refusals"]) == (50, {"own_set": 50})
+        # the dashboard shows them in amber, in the links table and in the runs table
+        async with session.get(f"http://127.0.0.1:{local.provider_port}/") as answer:
+            html = await answer.text()
+    amber = '<span class="refused">refused 50: own set 50</span>'
+    for section in ("<h2>Links</h2>", "<h2>Recent harvest runs</h2>"):
+        shown = html.split(section, 1)[1].split("<h2>", 1)[0]
+        assert f'<td class="counts">added 100, {amber}</td>' in shown, shown
+    assert ".refused{color:#b86e00;" in html
     async with (
         aiohttp.ClientSession() as anonymous,
         anonymous.get(f"{admin}/links/tokyo/refused") as answer,

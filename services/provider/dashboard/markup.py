@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from wiscat.provider.dashboard.plots import e, when
+from wiscat.shared.refusals import summary as refusal_summary
 
 # a link's last-run counts, in the order the links table lists them
 COUNTS = ("added", "updated", "unchanged", "deleted", "refused", "quarantined")
@@ -25,6 +26,7 @@ td.lag,td.time,td.counts{white-space:nowrap}
 .ok{color:#176b1e;font-weight:600}
 .failed,.stopped,.inconsistent,.unchecked{color:#b00020;font-weight:600}
 .running{color:#a15c00}.muted{color:#777}
+.refused{color:#b86e00;font-weight:600}
 .err{color:#b00020;min-width:16em;max-width:420px;overflow-wrap:anywhere}
 .plots{display:flex;flex-wrap:wrap;gap:16px}.plots figure{margin:0}
 figcaption{font-weight:600;margin-bottom:4px}svg text{font:11px system-ui,sans-serif;fill:#444}
@@ -116,11 +118,20 @@ def stamp(value: datetime | None) -> str:
     return td(when(value), "time")
 
 
-def counts_cell(values: dict[str, int | None]) -> str:
-    """A run's non-zero counts in one cell ("added 40, refused 2"): six columns of mostly zeros
-    would not fit a laptop screen next to the error."""
-    shown = ", ".join(f"{name} {value:,}" for name, value in values.items() if value)
-    return td(shown or "none", "counts" if shown else "counts muted")
+def counts_cell(values: dict[str, int | None], refusals: dict[str, int] | None = None) -> str:
+    """A run's non-zero counts in one cell ("added 40, refused 2: own set 2"): six columns of
+    mostly zeros would not fit a laptop screen next to the error. Refusals, by reason, are
+    amber: records the run did not store."""
+    parts = [
+        f'<span class="refused">{e(refusal_summary(value, refusals or {}))}</span>'
+        if name == "refused"
+        else e(f"{name} {value:,}")
+        for name, value in values.items()
+        if value
+    ]
+    if not parts:
+        return td("none", "counts muted")
+    return f'<td class="counts">{", ".join(parts)}</td>'
 
 
 def strip_cell(key: str, title: str, value: str, cls: str, detail: str = "") -> str:

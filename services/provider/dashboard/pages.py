@@ -121,7 +121,7 @@ def link_row(link: LinkView, key: Key) -> list[str]:
         stamp(link.last_run),
         status(link.status),
         td(duration(link.lag), "lag failed" if link.late else "lag"),
-        counts_cell(link.counts),
+        counts_cell(link.counts, link.refusals),
         td(link.last_error, "err"),
     ]
 
@@ -210,7 +210,7 @@ def run_row(run: dict[str, Any]) -> list[str]:
         stamp(run["started_at"]),
         td(took, "time"),
         num(run["pages"]),
-        counts_cell({name: run[name] for name in COUNTS}),
+        counts_cell({name: run[name] for name in COUNTS}, run["refusals"]),
         td(run["error"] or "", "err"),
     ]
 

@@ -3,6 +3,7 @@ plain data (dataclasses, lists, dicts), so that rendering computes nothing and a
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -34,6 +35,7 @@ class LinkView:
     late: bool  # its lag is past twice its interval
     counts: dict[str, int | None]
     last_error: str
+    refusals: dict[str, int] = field(default_factory=dict)  # the last run's, by reason code
 
     @property
     def last_run(self) -> datetime | None:
@@ -101,6 +103,7 @@ def link_view(row: dict[str, Any], now: datetime) -> LinkView:
         late=lag is not None and lag > 2 * row["every"].total_seconds(),
         counts={name: row[name] for name in COUNTS},
         last_error=row["last_error"] or "",
+        refusals=json.loads(row["refusals"]) if row["refusals"] else {},
     )
 
 
