@@ -4,6 +4,8 @@ harvest refused a third of a set while the run read "ok")."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from tests import factories
 from tests.harvest_pair import SOURCE_SET, Pair, add_link, run
 from wiscat.shared.db import links as link_store
@@ -51,6 +53,12 @@ async def test_refusals_are_kept_with_their_run_and_reason(pair: Pair) -> None:
     found = await refusal_store.refusals_of(pair.sink, ids, pair.provider.oai)
     assert list(found) == [ids[4]] and found[ids[4]][0]["link"] == "test"
     assert await refusal_store.refusals_of(pair.sink, ids, "http://127.0.0.1:1/oai") == {}
+    # kept for the history's retention, by the time of the latest refusal
+    assert await refusal_store.purge_refusals(pair.sink, timedelta(days=1)) == 0
+    await pair.sink.execute("update refused_records set refused_at = now() - interval '2 days'")
+    assert await refusal_store.purge_refusals(pair.sink, timedelta(days=1)) == 1
+    await run(pair, full=True)
+    assert len(await refusal_store.refused_of_link(pair.sink, "test")) == 1
     # a removed link's refusals go with it
     assert await link_store.remove_link(pair.sink, "test")
     assert await pair.sink.fetchval("select count(*) from refused_records") == 0
