@@ -157,7 +157,8 @@ class Settings(BaseSettings):
         default=90,
         ge=0,
         le=3660,
-        description="days harvest runs, quarantined records and check reports are kept (each "
+        description="days harvest runs, quarantined and refused records and check reports are "
+        "kept (each "
         "link's last run and each check's latest report always); 0: forever",
     )
     settle_seconds: float = Field(

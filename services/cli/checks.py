@@ -7,7 +7,7 @@ import functools
 import json
 import math
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
@@ -18,6 +18,8 @@ from wiscat.cli.database import migrated_pool
 from wiscat.cli.output import jsonable, show, table, when
 from wiscat.cli.progress import per_second, progress
 from wiscat.shared.db import checks as check_store
+from wiscat.shared.db import refusals as refusal_store
+from wiscat.shared.db.pool import Pool
 from wiscat.shared.durations import format_duration, parse_duration
 from wiscat.shared.linkspec import (
     NAME,
@@ -27,6 +29,7 @@ from wiscat.shared.linkspec import (
     check_peer_urls,
     check_set_spec,
 )
+from wiscat.shared.refusals import explain
 from wiscat.shared.settings import Settings
 from wiscat.shared.text import clipped
 
@@ -75,6 +78,8 @@ PEERS_HELP = "the OAI-PMH base URL of each node that harvests the set"
 # The addresses in the examples.
 _SOURCE = "https://offenbach.example.org/oai"
 _PEER = "https://gisc.example.org/oai"
+# Identifiers looked up at once for the notes of `check --details`.
+NOTE_BATCH = 5000
 
 
 def add_parsers(sub: Any) -> None:
@@ -112,7 +117,12 @@ def add_parsers(sub: Any) -> None:
     )
     p.add_argument("peers", nargs="+", type=_url, metavar="PEER_URL", help=PEERS_HELP)
     p.add_argument("--json", type=Path, metavar="FILE", help="write the whole report as JSON")
-    p.add_argument("--details", action="store_true", help="list every item of every category")
+    p.add_argument(
+        "--details",
+        action="store_true",
+        help="list every item of every category; a missing identifier that a link "
+        "from the source refused here gets the reason",
+    )
     p.add_argument(
         "--sample",
         type=_sample,
@@ -259,8 +269,9 @@ async def cmd_check(settings: Settings, args: argparse.Namespace) -> int:
         except BaseException:
             checker.close()
             raise
+    notes = await _refusal_notes(settings, report, args.source) if args.details else {}
     with checker:
-        for line in _check_lines(report, details=args.details):
+        for line in _check_lines(report, details=args.details, notes=notes):
             print(line)
         if args.json:
             write_json(report, args.json)
@@ -287,7 +298,41 @@ _COLUMNS = {
 }
 
 
-def _check_lines(report: CheckReport, *, details: bool) -> Iterator[str]:
+async def _refusal_notes(settings: Settings, report: CheckReport, source: str) -> dict[str, str]:
+    """Why this node refused identifiers that a peer misses, where a link from the source keeps
+    a refusal of them (``wiscat link refused``): identifier -> the reason."""
+    notes: dict[str, str] = {}
+    batches = (
+        found.items() for peer in report.peers for name, found in peer.findings.items()
+        if name == "missing" and found.count
+    )  # fmt: skip
+    async with migrated_pool(settings) as pool:
+        for items in batches:
+            batch: list[str] = []
+            for item in items:
+                batch.append(item["identifier"])
+                if len(batch) == NOTE_BATCH:
+                    notes.update(await _notes_of(pool, settings, batch, source))
+                    batch = []
+            if batch:
+                notes.update(await _notes_of(pool, settings, batch, source))
+    return notes
+
+
+async def _notes_of(
+    pool: Pool, settings: Settings, identifiers: list[str], source: str
+) -> dict[str, str]:
+    found = await refusal_store.refusals_of(pool, identifiers, source)
+    return {
+        identifier: f"refused here by link {row['link']} (run {row['run_id'] or '-'}, "
+        f"{when(row['refused_at'])}): {explain(row['reason'], settings.own_set)}"
+        for identifier, (row, *_) in found.items()
+    }
+
+
+def _check_lines(
+    report: CheckReport, *, details: bool, notes: Mapping[str, str] | None = None
+) -> Iterator[str]:
     """The source's line, a row per peer with a column per category, the outcome; with
     ``details``, every item."""
     from wiscat.harvester.check import DATESTAMP_CATEGORIES, SAMPLE_CATEGORIES
@@ -317,7 +362,7 @@ def _check_lines(report: CheckReport, *, details: bool) -> Iterator[str]:
         yield f"content compared for a sample of {report.sample} live identifier(s)"
     yield f"outcome: {report.outcome}"
     if details:
-        yield from detail_lines(report)
+        yield from detail_lines(report, notes)
 
 
 async def cmd_checks_add(settings: Settings, args: argparse.Namespace) -> int:

@@ -16,9 +16,14 @@ from wiscat.cli.arguments import DURATIONS, argument, command, group, limit
 from wiscat.cli.database import migrated_pool
 from wiscat.cli.output import show, table, when
 from wiscat.shared.db import links as link_store
+from wiscat.shared.db import refusals as refusal_store
 from wiscat.shared.db.pool import Pool
+from wiscat.shared.db.refusals import run_refusals
 from wiscat.shared.durations import format_duration, parse_duration
 from wiscat.shared.linkspec import LinkSpecError, build_link, changed_link, set_kind
+from wiscat.shared.model import IncomingRecord
+from wiscat.shared.refusals import explain
+from wiscat.shared.refusals import summary as refusal_summary
 from wiscat.shared.settings import Settings
 from wiscat.shared.urls import safe_url
 
@@ -180,6 +185,17 @@ def _add_manage_parsers(link: Any) -> None:
 
 
 def _add_history_parsers(link: Any) -> None:
+    p = command(
+        link,
+        "refused",
+        help="the records the link's harvests refused (the latest refusal of each), with why",
+        handler=cmd_link_refused,
+        examples=["wiscat link refused dwd", "wiscat link refused dwd --json"],
+        exits={0: "listed (none is not an error)", 1: _NO_LINK},
+    )
+    p.add_argument("name", help="the link's name")
+    p.add_argument("--limit", type=limit, default=100, help="how many (default 100)")
+    p.add_argument("--json", action="store_true", help="the refusals as a JSON list")
     p = command(
         link,
         "runs",
@@ -387,7 +403,13 @@ def _run_lines(run: dict[str, Any]) -> Iterator[str]:
     took = "running"
     if run["finished_at"] is not None:
         took = f"{(run['finished_at'] - run['started_at']).total_seconds():.1f} s"
-    counts = ", ".join(f"{name} {run[name]}" for name in COUNTS if run[name])
+    counts = ", ".join(
+        refusal_summary(run[name], run_refusals(run))
+        if name == "refused"
+        else f"{name} {run[name]}"
+        for name in COUNTS
+        if run[name]
+    )
     yield (
         f"#{run['id']} {when(run['started_at'])} {run['link']} {run['mode']}: "
         f"{run['status']} ({took}); pages {run['pages']}" + (f"; {counts}" if counts else "")
@@ -412,6 +434,24 @@ async def cmd_link_runs(settings: Settings, args: argparse.Namespace) -> int:
             return NO_SUCH_LINK
         runs = await link_store.recent_runs(pool, args.name, args.limit)
     return show(runs, args.json, "no runs", _run_lines)
+
+
+async def cmd_link_refused(settings: Settings, args: argparse.Namespace) -> int:
+    """``wiscat link refused``: the records a link's harvests refused, with their reasons."""
+    async with migrated_pool(settings) as pool:
+        if await _no_such_link(pool, args.name):
+            return NO_SUCH_LINK
+        rows = await refusal_store.refused_of_link(pool, args.name, args.limit)
+    for row in rows:
+        row["text"] = explain(row["reason"], settings.own_set)
+    if args.json or not rows:
+        return show(rows, args.json, f"link {args.name}: nothing refused", lambda row: ())
+    body = [
+        [row["identifier"], str(row["run_id"] or "-"), when(row["refused_at"]), row["text"]]
+        for row in rows
+    ]
+    print("\n".join(table(["IDENTIFIER", "RUN", "WHEN", "REASON"], body)))
+    return 0
 
 
 async def cmd_link_quarantine(settings: Settings, args: argparse.Namespace) -> int:
@@ -440,19 +480,33 @@ async def cmd_link_test(settings: Settings, args: argparse.Namespace) -> int:
     ListMetadataFormats, ListSets, a first ListIdentifiers page, one GetRecord) and store nothing;
     exit 1 on a problem."""
     from wiscat.harvester.client import OAIClient
-    from wiscat.harvester.probe import probe_link
+    from wiscat.harvester.plan import protected_set
+    from wiscat.harvester.probe import Outcome, probe_link
     from wiscat.harvester.service import client_settings
+    from wiscat.harvester.writes import would_refuse
 
     async with migrated_pool(settings) as pool:
         link = await link_store.get_link(pool, args.name)
-    if link is None:
-        print(f"wiscat: no link named {args.name!r}", file=sys.stderr)
-        return NO_SUCH_LINK
-    # one retry at most: an operator waits for the answer, and runs it again if need be
-    config = client_settings(settings)
-    config = replace(config, max_retries=min(config.max_retries, 1))
-    async with OAIClient.session(config) as session:
-        findings = await probe_link(OAIClient(session, config), settings, link)
+        if link is None:
+            print(f"wiscat: no link named {args.name!r}", file=sys.stderr)
+            return NO_SUCH_LINK
+        protected = protected_set(link, settings.own_set)
+
+        async def judge(record: IncomingRecord) -> tuple[Outcome, str] | None:
+            # the harvester's own write, rolled back: what a run would do with the record now
+            assert link is not None
+            reason = await would_refuse(pool, link, record, protected)
+            if reason is None:
+                return None
+            # a record of the own set is never the link's; an older copy is only a note
+            outcome: Outcome = "problem" if reason in ("own_set", "conflict") else "note"
+            return outcome, explain(reason, settings.own_set)
+
+        # one retry at most: an operator waits for the answer, and runs it again if need be
+        config = client_settings(settings)
+        config = replace(config, max_retries=min(config.max_retries, 1))
+        async with OAIClient.session(config) as session:
+            findings = await probe_link(OAIClient(session, config), settings, link, judge)
     if args.json:
         print(json.dumps([asdict(finding) for finding in findings], indent=2))
     else:

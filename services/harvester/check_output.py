@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +25,12 @@ def source_line(source: ListResult) -> str:
     return line
 
 
-def detail_lines(report: CheckReport) -> Iterator[str]:
+def detail_lines(report: CheckReport, notes: Mapping[str, str] | None = None) -> Iterator[str]:
     """Every item of every category of every peer, read back from the spools as the lines are
-    written, then the source's duplicates."""
+    written, then the source's duplicates; a missing identifier with a note (why this node
+    refused it) gets it on the next line."""
     source = report.source
+    notes = notes or {}
     for peer in report.peers:
         for name, found in peer.findings.items():
             if not found.count:
@@ -36,6 +38,8 @@ def detail_lines(report: CheckReport) -> Iterator[str]:
             yield f"\n{peer.listing.url}: {name} ({found.count:,})"
             for item in found.items():
                 yield "  " + _describe(item)
+                if name == "missing" and item["identifier"] in notes:
+                    yield "    " + notes[item["identifier"]]
     if source.duplicates:
         yield f"\nsource: duplicates ({len(source.duplicates):,})"
         for identifier in source.duplicates:

@@ -18,6 +18,7 @@ from wiscat.harvester.page_workers import PageReaders
 from wiscat.shared.db.pool import Pool
 from wiscat.shared.model import RunMode, RunStatus
 from wiscat.shared.oaipmh.pages import IdentifyInfo
+from wiscat.shared.refusals import summary as refusal_summary
 from wiscat.shared.settings import Settings
 
 log = logging.getLogger("wiscat.harvester")
@@ -59,9 +60,15 @@ class RunReport:
     high_water_mark: datetime | None = None
     seconds: float = 0.0
     taken: list[str] = field(default_factory=list)  # backup synchronisation: what it took
+    refusals: Counter[str] = field(default_factory=Counter)  # refused records by reason code
 
     def summary(self) -> str:
-        parts = ", ".join(f"{k} {self.counts[k]}" for k in sorted(self.counts))
+        parts = ", ".join(
+            refusal_summary(self.counts[k], self.refusals)
+            if k == "refused"
+            else f"{k} {self.counts[k]}"
+            for k in sorted(self.counts)
+        )
         text = f"{self.link} {self.mode} run {self.run_id}: {self.status}; pages {self.pages}"
         if parts:
             text += f"; {parts}"

@@ -26,6 +26,12 @@ class HarvesterMetrics(ServiceMetrics):
             ["link", "outcome"],
             registry=self.registry,
         )
+        self.refused = Counter(
+            "wiscat_harvest_refused_records",
+            "Harvested records refused, by link and reason (own_set, older, deleted, conflict)",
+            ["link", "reason"],
+            registry=self.registry,
+        )
         self.errors = Counter(
             "wiscat_harvest_errors",
             "Failed runs by link and kind of error",
@@ -102,6 +108,18 @@ class HarvesterMetrics(ServiceMetrics):
         self.check_last_run = Gauge(
             "wiscat_check_last_run_timestamp_seconds",
             "Unix time the latest run of the check finished",
+            ["check"],
+            registry=self.registry,
+        )
+        self.check_interval = Gauge(
+            "wiscat_check_interval_seconds",
+            "Seconds between runs of each enabled scheduled check (`checks add --every`)",
+            ["check"],
+            registry=self.registry,
+        )
+        self.check_created = Gauge(
+            "wiscat_check_created_timestamp_seconds",
+            "Unix time the check was added (a check that never ran is late from it)",
             ["check"],
             registry=self.registry,
         )

@@ -8,8 +8,9 @@ would (the node's proxy, CA file and address checks included), four things in tu
 2. ListMetadataFormats: does it offer the link's metadataPrefix;
 3. ListSets: does it have the link's remote set (a link without one takes the whole catalogue);
 4. ListIdentifiers: the first page of the list the link would harvest;
-5. GetRecord of that page's first record: would it be stored, or quarantined (not ISO 19139, no
-   fileIdentifier, another identifier than the OAI one)?
+5. GetRecord of that page's first record: would it be stored, quarantined (not ISO 19139, no
+   fileIdentifier, another identifier than the OAI one), or refused (``judge``: the harvester's
+   own write, rolled back: :func:`wiscat.harvester.writes.would_refuse`)?
 
 Each step gives a :class:`Finding`; a step that cannot be made (the peer unreachable) ends the
 probe.
@@ -17,7 +18,7 @@ probe.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -27,7 +28,7 @@ from wiscat.harvester.plan import is_this_node
 from wiscat.harvester.transport import global_addresses_only
 from wiscat.shared.iso19139 import RecordError, record_from_element
 from wiscat.shared.linkspec import REGISTRY_LINK_PREFIX
-from wiscat.shared.model import Link
+from wiscat.shared.model import IncomingRecord, Link
 from wiscat.shared.oaipmh.dates import format_datestamp
 from wiscat.shared.oaipmh.errors import NoMetadataFormats, NoRecordsMatch, NoSetHierarchy, OAIError
 from wiscat.shared.oaipmh.pages import (
@@ -44,6 +45,8 @@ from wiscat.shared.urls import safe_url
 MAX_SET_PAGES = 100  # ListSets pages read to find the set (a guard against endless lists)
 Outcome = Literal["ok", "note", "problem"]
 _PROBLEMS = (HarvestError, OAIError, ResponseError)
+#: Why a harvest would refuse a record, as a finding's outcome and text (None: it would store it).
+Judge = Callable[[IncomingRecord], Awaitable[tuple[Outcome, str] | None]]
 
 
 @dataclass(frozen=True)
@@ -53,14 +56,19 @@ class Finding:
     text: str
 
 
-async def probe_link(client: OAIClient, settings: Settings, link: Link) -> list[Finding]:
-    """What the link's peer answers to the requests its harvests would make."""
+async def probe_link(
+    client: OAIClient, settings: Settings, link: Link, judge: Judge | None = None
+) -> list[Finding]:
+    """What the link's peer answers to the requests its harvests would make; ``judge`` says
+    whether a harvest would refuse the record fetched."""
     guarded = link.name.startswith(REGISTRY_LINK_PREFIX) and not settings.allow_private_fetch
     with global_addresses_only(guarded):
-        return [finding async for finding in _steps(client, settings, link)]
+        return [finding async for finding in _steps(client, settings, link, judge)]
 
 
-async def _steps(client: OAIClient, settings: Settings, link: Link) -> AsyncIterator[Finding]:
+async def _steps(
+    client: OAIClient, settings: Settings, link: Link, judge: Judge | None
+) -> AsyncIterator[Finding]:
     url = link.base_url
     shown = safe_url(url)  # never a password in what is printed
     try:
@@ -100,7 +108,7 @@ async def _steps(client: OAIClient, settings: Settings, link: Link) -> AsyncIter
     page, first = await _first_page(client, link)
     yield page
     if first is not None:
-        yield await _record(client, link, first)
+        yield await _record(client, link, first, judge)
 
 
 async def _prefix(client: OAIClient, link: Link) -> Finding:
@@ -174,7 +182,7 @@ async def _first_page(client: OAIClient, link: Link) -> tuple[Finding, str | Non
     return Finding("first page", "ok", text), (live[0] if live else None)
 
 
-async def _record(client: OAIClient, link: Link, identifier: str) -> Finding:
+async def _record(client: OAIClient, link: Link, identifier: str, judge: Judge | None) -> Finding:
     """Whether the record ``identifier`` would be stored as a harvest reads it."""
     try:
         item = await client.get_record(link.base_url, identifier, link.metadata_prefix)
@@ -194,4 +202,12 @@ async def _record(client: OAIClient, link: Link, identifier: str) -> Finding:
             "problem",
             f"{identifier} would be quarantined: its gmd:fileIdentifier is {record.identifier!r}",
         )
+    if judge is not None:
+        incoming = IncomingRecord(
+            record.identifier, record.md_datestamp, record.content_hash, record.xml
+        )
+        refused = await judge(incoming)
+        if refused is not None:
+            outcome, why = refused
+            return Finding("a record", outcome, f"{identifier} would be refused: {why}")
     return Finding("a record", "ok", f"{identifier} is ISO 19139 and would be stored")

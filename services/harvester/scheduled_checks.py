@@ -106,6 +106,7 @@ async def export_check_metrics(ctx: HarvestContext) -> None:
     it), so every harvester exports the same figures."""
     metrics = ctx.metrics
     rows = await check_store.latest_per_check(ctx.pool)
+    checks = [check for check, _ in await check_store.all_checks(ctx.pool)]
     # rebuilt at each scrape: a removed check's gauges go with it (its "inconsistent" stayed,
     # for an alert to fire on until the process restarted); the duration histogram is history
     for gauge in (
@@ -113,8 +114,14 @@ async def export_check_metrics(ctx: HarvestContext) -> None:
         metrics.check_peer_ok,
         metrics.check_last_run,
         metrics.check_consistent,
+        metrics.check_interval,
+        metrics.check_created,
     ):
         gauge.clear()
+    for check in checks:
+        metrics.check_created.labels(check.name).set(check.created_at.timestamp())
+        if check.enabled:  # a disabled check is not late
+            metrics.check_interval.labels(check.name).set(check.every.total_seconds())
     for row in rows:
         name = row["check_name"]
         metrics.check_last_run.labels(name).set(row["finished_at"].timestamp())

@@ -12,14 +12,63 @@ from wiscat.harvester.context import HarvestContext, RunReport, run_log
 from wiscat.harvester.errors import LinkRemoved, PagesLost, RunTakenOver
 from wiscat.shared.db import links as link_store
 from wiscat.shared.db import records as store
-from wiscat.shared.db.pool import Connection, limit_statements
+from wiscat.shared.db import refusals as refusal_store
+from wiscat.shared.db.pool import Connection, Pool, limit_statements
 from wiscat.shared.model import IncomingRecord, Link, PageCounts
+from wiscat.shared.refusals import OUTCOMES, Reason
+
+#: The outcomes of a write that leave the link's copy stored (a refusal of it is then over).
+STORED = ("added", "updated", "joined", "unchanged")
 
 DELETE_BATCH = 5000
 
 
 class MassDeletion(Exception):
     """A run would delete more of a link's records than the circuit breaker allows."""
+
+
+class _RolledBack(Exception):
+    """Ends :func:`would_refuse`'s transaction: nothing it wrote is kept."""
+
+
+async def write_harvested(
+    conn: Connection, link: Link, batch: list[IncomingRecord], protected: str | None
+) -> store.WriteResult:
+    """Write a page of ``link``'s records by the harvester's rules: the one decision of what is
+    stored and what refused, for a run's pages and for ``wiscat link test``'s prediction."""
+    return await store.upsert_records(
+        conn,
+        link.local_set,
+        batch,
+        protected_set=protected,
+        refuse_conflicts=True,
+        source=link.name,
+        deletions_hold=True,
+    )
+
+
+def refusals(result: store.WriteResult) -> list[tuple[str, Reason]]:
+    """A write's refused identifiers, each with its reason code (wiscat.shared.refusals)."""
+    return sorted(
+        (identifier, OUTCOMES[outcome])
+        for identifier, outcome in result.outcomes.items()
+        if outcome in OUTCOMES
+    )
+
+
+async def would_refuse(
+    pool: Pool, link: Link, record: IncomingRecord, protected: str | None
+) -> Reason | None:
+    """Why a run of ``link`` would refuse ``record`` now (None: it would store it): the run's
+    own write, in a transaction rolled back."""
+    found: list[tuple[str, Reason]] = []
+    try:
+        async with pool.acquire() as conn, conn.transaction():
+            found = refusals(await write_harvested(conn, link, [record], protected))
+            raise _RolledBack
+    except _RolledBack:
+        pass
+    return found[0][1] if found else None
 
 
 async def store_page(
@@ -37,22 +86,10 @@ async def store_page(
         # every list, which stops before the oldest write in progress (invariant 2).
         await limit_statements(conn, ctx.settings.write_timeout_seconds)
         await hold_run(conn, link, report, written)
-        result = await store.upsert_records(
-            conn,
-            link.local_set,
-            batch,
-            protected_set=protected,
-            refuse_conflicts=True,
-            source=link.name,
-            deletions_hold=True,
-        )
+        result = await write_harvested(conn, link, batch, protected)
         counts = result.counts
-        refused = (
-            counts["refused_older"]
-            + counts["refused_protected"]
-            + counts["refused_conflict"]
-            + counts["refused_deleted"]
-        )
+        refused_here = refusals(result)
+        refused = len(refused_here)
         await link_store.record_page(
             conn,
             report.run_id,
@@ -65,8 +102,18 @@ async def store_page(
                 quarantined=len(quarantined),
             ),
         )
+        await refusal_store.record_refusals(
+            conn,
+            link.name,
+            report.run_id,
+            refused_here,
+            [i for i, outcome in result.outcomes.items() if outcome in STORED],
+        )
         await link_store.quarantine(conn, link.name, report.run_id, report.pages, quarantined)
     ctx.metrics.bytes.labels(link.name).inc(size)
+    for code, number in Counter(code for _, code in refused_here).items():
+        report.refusals[code] += number
+        ctx.metrics.refused.labels(link.name, code).inc(number)
     page_counts = {
         "added": counts["added"],
         "updated": counts["updated"] + counts["joined"],

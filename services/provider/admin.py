@@ -21,6 +21,7 @@ from wiscat.provider.state import ProviderState, State
 from wiscat.shared import ingest
 from wiscat.shared.db import checks as check_store
 from wiscat.shared.db import links as link_store
+from wiscat.shared.db import refusals as refusal_store
 from wiscat.shared.durations import format_duration, parse_duration
 from wiscat.shared.iso19139 import RecordError, parse_record
 from wiscat.shared.linkspec import (
@@ -34,6 +35,7 @@ from wiscat.shared.linkspec import (
     set_kind,
 )
 from wiscat.shared.model import RunMode
+from wiscat.shared.refusals import explain
 from wiscat.shared.urls import safe_url
 
 log = logging.getLogger("wiscat.admin")
@@ -42,7 +44,7 @@ log = logging.getLogger("wiscat.admin")
 def require_admin(request: Request, state: State) -> ProviderState:
     """Check ``Authorization: Bearer <WISCAT_ADMIN_TOKEN>``."""
     configured = state.settings.admin_token
-    if configured is None or not configured.get_secret_value():
+    if configured is None or not state.admin_on:
         raise HTTPException(403, "the admin API is disabled: set WISCAT_ADMIN_TOKEN to enable it")
     scheme, _, given = request.headers.get("authorization", "").partition(" ")
     expected = configured.get_secret_value().encode()
@@ -301,6 +303,25 @@ async def runs(
     """The latest harvest runs, newest first."""
     rows = await link_store.recent_runs(state.pool, link, min(max(limit, 1), 1000))
     return JSONResponse(jsonable_encoder(rows))
+
+
+@router.get(
+    "/links/{name}/refused",
+    response_model=list[models.RefusedAnswer],
+    responses={404: json_error("no such link")},
+)
+async def refused(
+    name: str, limit: int = 100, state: ProviderState = Depends(require_admin)
+) -> JSONResponse:
+    """The records the link's harvests refused, the latest refusal of each, newest first, with
+    the reason code and its sentence (``wiscat link refused``)."""
+    if await link_store.get_link(state.pool, name) is None:
+        raise HTTPException(404, f"no link named {name!r}")
+    rows = await refusal_store.refused_of_link(state.pool, name, min(max(limit, 1), 1000))
+    own_set = state.settings.own_set
+    return JSONResponse(
+        jsonable_encoder([{**row, "text": explain(row["reason"], own_set)} for row in rows])
+    )
 
 
 @router.get("/quarantine", response_model=list[models.QuarantineAnswer])

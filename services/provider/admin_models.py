@@ -93,6 +93,7 @@ class RunAnswer(BaseModel):
     unchanged: int
     deleted: int
     refused: int
+    refusals: dict[str, int] = Field(description="the refused records by reason code")
     quarantined: int
     error_kind: str | None
     error: str | None = Field(description="why the run failed or stopped")
@@ -109,6 +110,20 @@ class QuarantineAnswer(BaseModel):
     reason: str
     size: int = Field(description="the stored bytes' length")
     received_at: datetime
+
+
+class RefusedAnswer(BaseModel):
+    """A record a link's harvests refused: its latest refusal (``wiscat link refused``)."""
+
+    identifier: str
+    reason: Literal["own_set", "older", "deleted", "conflict"] = Field(
+        description="own_set: a record of this node's own set; older: an older gmd:dateStamp "
+        "than the stored copy's; deleted: deleted here, and not newer than the deleted copy; "
+        "conflict: another link's copy has the same gmd:dateStamp and other content"
+    )
+    text: str = Field(description="the reason as a sentence")
+    run_id: int | None = Field(description="null once the run was purged")
+    refused_at: datetime
 
 
 class CheckAnswer(BaseModel):

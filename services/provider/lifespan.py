@@ -19,6 +19,7 @@ from wiscat.provider.state import ProviderState
 from wiscat.shared.db import checks as check_store
 from wiscat.shared.db import links as link_store
 from wiscat.shared.db import records as store
+from wiscat.shared.db import refusals as refusal_store
 from wiscat.shared.db.errors import kind_of
 from wiscat.shared.db.migrate import check_current
 from wiscat.shared.db.pool import Pool, create_pool
@@ -71,12 +72,14 @@ async def _purge_loop(state: ProviderState) -> None:
             if history:
                 runs, quarantined = await link_store.purge_history(state.pool, history)
                 reports = await check_store.purge_reports(state.pool, history)
-                if runs or quarantined or reports:
+                refused = await refusal_store.purge_refusals(state.pool, history)
+                if runs or quarantined or reports or refused:
                     log.info(
-                        "purged %d harvest runs, %d quarantined records and %d check reports "
-                        "older than %s",
+                        "purged %d harvest runs, %d quarantined records, %d refused records "
+                        "and %d check reports older than %s",
                         runs,
                         quarantined,
+                        refused,
                         reports,
                         history,
                     )

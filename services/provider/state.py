@@ -36,6 +36,12 @@ class ProviderState:
         self.lists = Lists(self.settings, self.pool, self.metrics, self.read_pool)
         self.read_pool = self.lists.read_pool
 
+    @property
+    def admin_on(self) -> bool:
+        """The admin API answers: WISCAT_ADMIN_TOKEN is set, and not empty."""
+        token = self.settings.admin_token
+        return token is not None and bool(token.get_secret_value())
+
 
 def provider_state(request: Request) -> ProviderState:
     """The state of the app serving ``request``."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import fields
 from datetime import datetime, timedelta
@@ -336,8 +337,12 @@ async def live_count(db: Executor, set_spec: str) -> int:
 async def recent_runs(
     db: Executor, link: str | None = None, limit: int = 20
 ) -> list[dict[str, Any]]:
-    """The latest runs, newest first, of every link or of ``link``."""
-    return [dict(r) for r in await db.fetch(_SQL["recent_runs"], link, limit)]
+    """The latest runs, newest first, of every link or of ``link`` (``refusals``, the refused
+    records by reason code, as a dict)."""
+    return [
+        {**r, "refusals": json.loads(r["refusals"])}
+        for r in await db.fetch(_SQL["recent_runs"], link, limit)
+    ]
 
 
 async def recent_quarantine(

@@ -122,6 +122,7 @@ CREATE TABLE public.harvest_runs (
     quarantined integer DEFAULT 0 NOT NULL,
     error_kind text,
     error text,
+    refusals jsonb DEFAULT '{}'::jsonb NOT NULL,
     CONSTRAINT harvest_runs_mode_check CHECK ((mode = ANY (ARRAY['incremental'::text, 'full'::text, 'window'::text, 'backup'::text]))),
     CONSTRAINT harvest_runs_status_check CHECK ((status = ANY (ARRAY['running'::text, 'ok'::text, 'failed'::text, 'stopped'::text])))
 );
@@ -204,6 +205,15 @@ CREATE TABLE public.records (
     CONSTRAINT tombstone_has_no_content CHECK ((deleted = (xml IS NULL)))
 );
 ALTER TABLE ONLY public.records ALTER COLUMN xml SET STORAGE EXTERNAL;
+
+CREATE TABLE public.refused_records (
+    link text NOT NULL,
+    identifier text NOT NULL,
+    run_id bigint,
+    reason text NOT NULL,
+    refused_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT refused_records_reason_check CHECK ((reason = ANY (ARRAY['own_set'::text, 'older'::text, 'deleted'::text, 'conflict'::text])))
+);
 
 CREATE TABLE public.registry_blocks (
     hash text NOT NULL,
@@ -304,6 +314,9 @@ ALTER TABLE ONLY public.quarantine
 ALTER TABLE ONLY public.records
     ADD CONSTRAINT records_pkey PRIMARY KEY (identifier);
 
+ALTER TABLE ONLY public.refused_records
+    ADD CONSTRAINT refused_records_pkey PRIMARY KEY (link, identifier);
+
 ALTER TABLE ONLY public.registry_blocks
     ADD CONSTRAINT registry_blocks_pkey PRIMARY KEY (hash);
 
@@ -352,6 +365,10 @@ CREATE INDEX quarantine_received ON public.quarantine USING btree (received_at D
 
 CREATE INDEX records_keyset ON public.records USING btree (datestamp, identifier);
 
+CREATE INDEX refused_records_at ON public.refused_records USING btree (refused_at);
+
+CREATE INDEX refused_records_identifier ON public.refused_records USING btree (identifier);
+
 CREATE INDEX registry_blocks_previous ON public.registry_blocks USING btree (previous_hash);
 
 CREATE INDEX registry_members_recent ON public.registry_members USING btree (network, last_announce DESC);
@@ -382,6 +399,12 @@ ALTER TABLE ONLY public.quarantine
 
 ALTER TABLE ONLY public.quarantine
     ADD CONSTRAINT quarantine_run_id_fkey FOREIGN KEY (run_id) REFERENCES public.harvest_runs(id) ON DELETE SET NULL;
+
+ALTER TABLE ONLY public.refused_records
+    ADD CONSTRAINT refused_records_link_fkey FOREIGN KEY (link) REFERENCES public.links(name) ON DELETE CASCADE;
+
+ALTER TABLE ONLY public.refused_records
+    ADD CONSTRAINT refused_records_run_id_fkey FOREIGN KEY (run_id) REFERENCES public.harvest_runs(id) ON DELETE SET NULL;
 
 ALTER TABLE ONLY public.registry_chain
     ADD CONSTRAINT registry_chain_block_hash_fkey FOREIGN KEY (block_hash) REFERENCES public.registry_blocks(hash);

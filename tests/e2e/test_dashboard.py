@@ -138,7 +138,7 @@ async def test_dashboard_shows_links_plots_and_harvests_now(mesh: Mesh, tmp_path
             assert "ok" in await alpha.locator("td.ok").inner_text()
             assert await dead_row.locator("td.failed").inner_text() == "failed"
             assert "cannot reach" in await dead_row.locator("td.err").inner_text()
-            catalogue = page.locator("h2:has-text('Catalogue') + table")
+            catalogue = page.locator("h2:has-text('Catalogue') + div table")
             assert "WIS-GISC-A" in await catalogue.inner_text()
             # readable on a laptop: nothing to scroll sideways for, no table wider than the page
             assert await page.evaluate("document.documentElement.scrollWidth") <= LAPTOP_WIDTH

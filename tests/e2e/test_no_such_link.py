@@ -9,6 +9,7 @@ COMMANDS = [
     ["harvest", "nosuch"],
     ["link", "runs", "nosuch"],
     ["link", "quarantine", "nosuch"],
+    ["link", "refused", "nosuch"],
     ["link", "test", "nosuch"],
     ["link", "set", "nosuch", "--every", "2h"],
     ["link", "remove", "nosuch"],

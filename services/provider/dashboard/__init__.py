@@ -8,7 +8,8 @@ catalogue (records per set), recent harvest runs, quarantined records (each view
 its own, ``/quarantine/ID``), the latest consistency reports and the registry (its network, chain,
 peers and URLs). The page reloads itself every :data:`~wiscat.provider.dashboard.routes.REFRESH`
 seconds. It must read on a laptop screen (1366 pixels wide) without scrolling sideways, hence few,
-wrapping columns.
+wrapping columns, and in an 800-pixel window, where the links table's times, counts and addresses
+wrap too.
 
 The modules, each standing on the ones after it:
 

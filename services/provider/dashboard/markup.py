@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from wiscat.provider.dashboard.plots import e, when
+from wiscat.shared.refusals import summary as refusal_summary
 
 # a link's last-run counts, in the order the links table lists them
 COUNTS = ("added", "updated", "unchanged", "deleted", "refused", "quarantined")
@@ -25,6 +26,7 @@ td.lag,td.time,td.counts{white-space:nowrap}
 .ok{color:#176b1e;font-weight:600}
 .failed,.stopped,.inconsistent,.unchecked{color:#b00020;font-weight:600}
 .running{color:#a15c00}.muted{color:#777}
+.refused{color:#b86e00;font-weight:600}
 .err{color:#b00020;min-width:16em;max-width:420px;overflow-wrap:anywhere}
 .plots{display:flex;flex-wrap:wrap;gap:16px}.plots figure{margin:0}
 figcaption{font-weight:600;margin-bottom:4px}svg text{font:11px system-ui,sans-serif;fill:#444}
@@ -37,6 +39,9 @@ max-width:420px;overflow-wrap:anywhere}
 border-color:#b00020;background:#fdeeee}
 .strip .cell .sub{font-weight:400}td.link{white-space:nowrap}
 table.facts{width:auto}
+div.wide{overflow-x:auto}
+@media (max-width:1000px){th,td{padding:3px 4px}td.time,td.counts,td.link{white-space:normal}
+.err{min-width:8em}td.peer{overflow-wrap:anywhere}}
 pre.raw{white-space:pre-wrap;overflow-wrap:anywhere;background:#f7f7f7;padding:8px;
 border:1px solid #eee;font-size:12px}
 """
@@ -91,7 +96,9 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]], empty: str) -> 
         return f'<p class="muted">{e(empty)}</p>'
     head = "".join(f"<th>{e(h)}</th>" for h in headers)
     body = "".join("<tr>" + "".join(row) + "</tr>" for row in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    # in a box of its own that scrolls sideways should a table be wider than the window
+    table = f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    return f'<div class="wide">{table}</div>'
 
 
 def td(value: object, cls: str = "") -> str:
@@ -111,11 +118,20 @@ def stamp(value: datetime | None) -> str:
     return td(when(value), "time")
 
 
-def counts_cell(values: dict[str, int | None]) -> str:
-    """A run's non-zero counts in one cell ("added 40, refused 2"): six columns of mostly zeros
-    would not fit a laptop screen next to the error."""
-    shown = ", ".join(f"{name} {value:,}" for name, value in values.items() if value)
-    return td(shown or "none", "counts" if shown else "counts muted")
+def counts_cell(values: dict[str, int | None], refusals: dict[str, int] | None = None) -> str:
+    """A run's non-zero counts in one cell ("added 40, refused 2: own set 2"): six columns of
+    mostly zeros would not fit a laptop screen next to the error. Refusals, by reason, are
+    amber: records the run did not store."""
+    parts = [
+        f'<span class="refused">{e(refusal_summary(value, refusals or {}))}</span>'
+        if name == "refused"
+        else e(f"{name} {value:,}")
+        for name, value in values.items()
+        if value
+    ]
+    if not parts:
+        return td("none", "counts muted")
+    return f'<td class="counts">{", ".join(parts)}</td>'
 
 
 def strip_cell(key: str, title: str, value: str, cls: str, detail: str = "") -> str:

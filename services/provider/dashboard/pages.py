@@ -18,7 +18,7 @@ from wiscat.provider.dashboard.markup import (
     table,
     td,
 )
-from wiscat.provider.dashboard.plots import bar_plot, duration, e, line_plot, link_colour, when
+from wiscat.provider.dashboard.plots import Key, bar_plot, duration, e, line_plot, when
 from wiscat.provider.dashboard.view import DashboardView, LinkView, RegistryView
 from wiscat.shared.settings import Settings
 from wiscat.shared.version import VERSION
@@ -112,22 +112,27 @@ def status_strip(
 # -- the sections --------------------------------------------------------------------------------
 
 
-def link_row(link: LinkView) -> list[str]:
+def link_row(link: LinkView, key: Key) -> list[str]:
     return [
-        f'<td class="link"><span class="key" style="color:{link_colour(link.name)}">'
-        f"&#9632;</span> {e(link.name)}</td>",
-        f'<td>{e(link.base_url)}<span class="sub">{e(link.mapping)}</span></td>',
+        f'<td class="link"><span class="key" style="color:{key.colour}">'
+        f"{key.sign}</span> {e(link.name)}</td>",
+        f'<td class="peer">{e(link.base_url)}<span class="sub">{e(link.mapping)}</span></td>',
         td("yes" if link.enabled else "no"),
         stamp(link.last_run),
         status(link.status),
         td(duration(link.lag), "lag failed" if link.late else "lag"),
-        counts_cell(link.counts),
+        counts_cell(link.counts, link.refusals),
         td(link.last_error, "err"),
-        f'<td><button class="harvest" data-link="{e(link.name)}">harvest now</button></td>',
     ]
 
 
-def links_section(links: list[LinkView]) -> str:
+def harvest_button(link: LinkView) -> str:
+    return f'<td><button class="harvest" data-link="{e(link.name)}">harvest now</button></td>'
+
+
+def links_section(links: list[LinkView], keys: dict[str, Key], admin: bool) -> str:
+    """The links table; with the admin API on (``admin``), a "harvest now" button on each row
+    and the box its token is typed in, else a line that says what would turn them on."""
     headers = [
         "link",
         "peer and sets",
@@ -137,12 +142,21 @@ def links_section(links: list[LinkView]) -> str:
         "lag",
         "last run's records",
         "last error",
-        "",
     ]
+    rows = [link_row(link, keys[link.name]) for link in links]
+    if admin:
+        headers.append("")
+        rows = [[*row, harvest_button(link)] for row, link in zip(rows, links, strict=True)]
+        above = """<p>Admin token <input id="token" type="password" autocomplete="off"
+placeholder="WISCAT_ADMIN_TOKEN"> for "harvest now"<span id="answer"></span></p>"""
+    else:
+        above = (
+            '<p class="muted" id="admin">"harvest now" needs the admin API, which is off: set '
+            "<code>WISCAT_ADMIN_TOKEN</code> to turn it on.</p>"
+        )
     return f"""<h2>Links</h2>
-<p>Admin token <input id="token" type="password" autocomplete="off"
-placeholder="WISCAT_ADMIN_TOKEN"> for "harvest now"<span id="answer"></span></p>
-{table(headers, [link_row(link) for link in links], "no links: add one with `wiscat link add`")}
+{above}
+{table(headers, rows, "no links: add one with `wiscat link add`")}
 """
 
 
@@ -152,6 +166,7 @@ def plots_section(view: DashboardView) -> str:
         view.durations,
         "duration",
         "no runs yet",
+        view.keys,
         failed=view.failed,
     )
     lags = line_plot(
@@ -159,6 +174,7 @@ def plots_section(view: DashboardView) -> str:
         view.lags,
         "lag",
         "no link has two successful runs yet",
+        view.keys,
     )
     days = bar_plot("Records arriving per day (last 30 days)", view.days, "records")
     return f"""<h2>Plots</h2>
@@ -194,7 +210,7 @@ def run_row(run: dict[str, Any]) -> list[str]:
         stamp(run["started_at"]),
         td(took, "time"),
         num(run["pages"]),
-        counts_cell({name: run[name] for name in COUNTS}),
+        counts_cell({name: run[name] for name in COUNTS}, run["refusals"]),
         td(run["error"] or "", "err"),
     ]
 
@@ -280,8 +296,12 @@ def registry_section(registry: RegistryView) -> str:
 # -- the pages -----------------------------------------------------------------------------------
 
 
-def dashboard_page(settings: Settings, view: DashboardView, strip: str, refresh: int) -> str:
-    """The whole dashboard: the strip, then every section."""
+def dashboard_page(
+    settings: Settings, view: DashboardView, strip: str, refresh: int, admin: bool
+) -> str:
+    """The whole dashboard: the strip, then every section; the script ("harvest now") only with
+    the admin API on (``admin``)."""
+    script = f"<script>{SCRIPT}</script>" if admin else ""
     return f"""{page_head(f"wiscat {settings.gisc_name}", refresh)}
 <body>
 <h1>wiscat node {e(settings.gisc_name)}</h1>
@@ -290,14 +310,14 @@ def dashboard_page(settings: Settings, view: DashboardView, strip: str, refresh:
 <a href="/metrics">metrics</a> · <a href="/wis/monitor.json">WIS monitoring</a> ·
 <a href="/urls">registry URLs</a> · page made {e(when(view.now))}, {refresh_note(refresh)}</p>
 
-{links_section(view.links)}
+{links_section(view.links, view.keys, admin)}
 {plots_section(view)}
 {catalogue_section(view.sets)}
 {runs_section(view.runs)}
 {quarantine_section(view.quarantine)}
 {reports_section(view)}
 {registry_section(view.registry)}
-<script>{SCRIPT}</script>
+{script}
 </body></html>"""
 
 

@@ -1,35 +1,42 @@
 """The dashboard's plots, drawn as inline SVG on the server (no asset, no script): records arriving
 per day, and per link the duration of each run (failed ones marked) and its lag.
 
-Each link keeps one colour (:func:`link_colour`) in every plot and in the links table; y axes
+Each link keeps one colour (:func:`link_keys`) in every plot and in the links table; y axes
 count in round steps (:func:`round_ticks`).
 """
 
 from __future__ import annotations
 
-import hashlib
 import html
 import math
-from collections import defaultdict
-from collections.abc import Sequence
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-# Tableau's ten colours and two more: a link keeps its own (by a hash of its name) in every plot
-# and in the links table, so that tokyo is not red in one plot and blue in the next
+# A link's colour goes by its place among the links (:func:`link_keys`). Eighteen colours that
+# differ from each other (at least 20 apart in CIELAB) and from FAILED (at least 48; pure red is
+# 40): red means a failed run, so no link is drawn in it. Tableau's ten without red and brown lead.
 PALETTE = (
-    "#1f77b4",
-    "#ff7f0e",
-    "#2ca02c",
-    "#d62728",
-    "#9467bd",
-    "#8c564b",
-    "#e377c2",
-    "#7f7f7f",
-    "#bcbd22",
-    "#17becf",
-    "#393b79",
-    "#637939",
+    "#1f77b4",  # blue
+    "#ff7f0e",  # orange
+    "#2ca02c",  # green
+    "#9467bd",  # purple
+    "#17becf",  # cyan
+    "#bcbd22",  # olive
+    "#e377c2",  # pink
+    "#7f7f7f",  # grey
+    "#000000",  # black
+    "#0b5e3a",  # dark green
+    "#4b0082",  # indigo
+    "#8c6d31",  # ochre
+    "#393b79",  # navy
+    "#b8860b",  # dark gold
+    "#00a087",  # teal
+    "#2f4f4f",  # slate
+    "#637939",  # moss
+    "#7b4173",  # plum
 )
 FAILED = "#b00020"  # a failed run's mark in the duration plot
 
@@ -66,11 +73,30 @@ def _ticks(low: float, high: float) -> list[float]:
     return [low + (high - low) * i / 4 for i in range(5)]
 
 
-def link_colour(name: str) -> str:
-    """The link's colour: the same in every plot, in the links table, and from one page to the
-    next (a hash of the name, not its place in a list)."""
-    digest = hashlib.sha256(name.encode()).digest()
-    return PALETTE[int.from_bytes(digest[:4], "big") % len(PALETTE)]
+@dataclass(frozen=True)
+class Key:
+    """How a link is drawn: its colour, and, once the palette has gone round, dashed."""
+
+    colour: str
+    dashed: bool = False
+
+    @property
+    def sign(self) -> str:
+        """Its sign in a legend and in the links table: a square, or a dashed line."""
+        return "&#9476;" if self.dashed else "&#9632;"
+
+
+def link_keys(links: Iterable[str], others: Iterable[str] = ()) -> dict[str, Key]:
+    """Each link's key, the same in every plot and in the links table: by its place among
+    ``links`` (sorted), then ``others`` (links removed since, still in the history). Past the
+    palette, colours come round again with dashed lines, and a plot names such lines at their
+    right end."""
+    current = sorted(set(links))
+    names = current + sorted(set(others) - set(current))
+    return {
+        name: Key(PALETTE[n % len(PALETTE)], dashed=n >= len(PALETTE))
+        for n, name in enumerate(names)
+    }
 
 
 def round_step(span: float, unit: float = 1.0, most: int = 5) -> float:
@@ -154,10 +180,11 @@ def line_plot(
     series: dict[str, list[tuple[datetime, float]]],
     y_label: str,
     empty: str,
+    keys: Mapping[str, Key],
     y_format: Any = duration,
     failed: dict[str, set[datetime]] | None = None,
 ) -> str:
-    """One line per series over time, in the link's colour; points carry a tooltip, and those
+    """One line per series over time, in the link's key (``keys``); points carry a tooltip, those
     ``failed`` names (the runs that failed) are drawn as a cross. Many series: the
     :data:`MAX_SERIES` highest, as the title says; long ones thinned to :data:`MAX_POINTS`."""
     failed = failed or {}
@@ -190,14 +217,25 @@ def line_plot(
     parts = []
     legend = []
     any_failed = False
+    # past the palette, two shown lines may share a colour: each such line says its name
+    shared = Counter(keys[name].colour for name in series)
     for name, values in sorted(series.items()):
-        color = link_colour(name)
-        legend.append((name, color))
+        key = keys[name]
+        color = key.colour
+        legend.append((name, key))
         coords = [xy(t, v) for t, v in values]
         if len(coords) > 1:
             path = " ".join(f"{x:.1f},{y:.1f}" for x, y in coords)
+            dashes = ' stroke-dasharray="6,3"' if key.dashed else ""
             parts.append(
-                f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="1.5"/>'
+                f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="1.5"'
+                f"{dashes}/>"
+            )
+        if shared[color] > 1:
+            x, y = coords[-1]
+            parts.append(
+                f'<text class="end" x="{x - 4:.1f}" y="{y - 5:.1f}" text-anchor="end"'
+                f' style="fill:{color}">{e(name)}</text>'
             )
         for (x, y), (t, v) in zip(coords, values, strict=True):
             if t in failed.get(name, ()):
@@ -228,7 +266,7 @@ def _frame(
     ticks: list[float],
     y_label: str,
     x_label: str,
-    legend: list[tuple[str, str]],
+    legend: list[tuple[str, Key]],
     y_format: Any = lambda v: f"{v:,.0f}",
     marks: Sequence[tuple[str, str, str]] = (),
 ) -> str:
@@ -251,7 +289,7 @@ def _frame(
             f'<line x1="{LEFT}" y1="{y:.1f}" x2="{W - RIGHT}" y2="{y:.1f}" stroke="#eee"/>'
         )
     keys = "".join(
-        f'<span style="color:{color}">&#9632; {e(name)}</span> ' for name, color in legend
+        f'<span style="color:{key.colour}">{key.sign} {e(name)}</span> ' for name, key in legend
     ) + "".join(
         f'<span style="color:{color}">{sign} {e(name)}</span> ' for name, color, sign in marks
     )

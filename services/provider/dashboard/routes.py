@@ -59,7 +59,9 @@ async def dashboard(
         harvester.cancel()
         raise
     strip = status_strip(settings, None, await harvester, address, view)
-    return HTMLResponse(dashboard_page(settings, view, strip, refresh), headers=HEADERS)
+    return HTMLResponse(
+        dashboard_page(settings, view, strip, refresh, state.admin_on), headers=HEADERS
+    )
 
 
 @router.get("/quarantine/{quarantine_id}", response_class=HTMLResponse)

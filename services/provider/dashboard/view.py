@@ -3,12 +3,13 @@ plain data (dataclasses, lists, dicts), so that rendering computes nothing and a
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from wiscat.provider.dashboard.markup import COUNTS
-from wiscat.provider.dashboard.plots import history_series
+from wiscat.provider.dashboard.plots import Key, history_series, link_keys
 from wiscat.shared.db import checks as check_store
 from wiscat.shared.db import links as link_store
 from wiscat.shared.db import overview
@@ -34,6 +35,7 @@ class LinkView:
     late: bool  # its lag is past twice its interval
     counts: dict[str, int | None]
     last_error: str
+    refusals: dict[str, int] = field(default_factory=dict)  # the last run's, by reason code
 
     @property
     def last_run(self) -> datetime | None:
@@ -78,6 +80,7 @@ class DashboardView:
     durations: Series
     lags: Series
     failed: dict[str, set[datetime]]
+    keys: dict[str, Key]  # each link's colour, in the table and the plots
     registry: RegistryView
 
     @property
@@ -100,6 +103,7 @@ def link_view(row: dict[str, Any], now: datetime) -> LinkView:
         late=lag is not None and lag > 2 * row["every"].total_seconds(),
         counts={name: row[name] for name in COUNTS},
         last_error=row["last_error"] or "",
+        refusals=json.loads(row["refusals"]) if row["refusals"] else {},
     )
 
 
@@ -159,9 +163,10 @@ async def load(pool: Pool, network: str | None, now: datetime) -> DashboardView:
     """The dashboard as of ``now``; ``network``: the registry network this node is in."""
     reports = await check_store.recent_reports(pool, None, 10)
     durations, lags, failed = history_series(await overview.run_history(pool, 7))
+    links = [link_view(row, now) for row in await overview.links_overview(pool)]
     return DashboardView(
         now=now,
-        links=[link_view(row, now) for row in await overview.links_overview(pool)],
+        links=links,
         sets=await overview.sets_overview(pool),
         runs=await link_store.recent_runs(pool, None, 20),
         quarantine=await link_store.recent_quarantine(pool, None, 20),
@@ -171,5 +176,6 @@ async def load(pool: Pool, network: str | None, now: datetime) -> DashboardView:
         durations=durations,
         lags=lags,
         failed=failed,
+        keys=link_keys([link.name for link in links], [*durations, *lags]),
         registry=await registry_view(pool, network),
     )

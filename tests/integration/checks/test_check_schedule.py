@@ -149,6 +149,9 @@ async def test_scheduled_check_is_stored_exported_and_served(
         assert f'wiscat_check_items{{category="extra",check="offenbach",peer="{bad}"}} 2.0' in text
         assert f'wiscat_check_peer_checked{{check="offenbach",peer="{mesh.failing}"}} 0.0' in text
         assert 'wiscat_check_consistent{check="offenbach"} 0.0' in text
+        # what WiscatCheckStopped compares the last run with: the check's interval (1d)
+        assert 'wiscat_check_interval_seconds{check="offenbach"} 86400.0' in text
+        assert 'wiscat_check_created_timestamp_seconds{check="offenbach"}' in text
 
         # and the provider's admin API serves them, behind the token
         headers = {"Authorization": "Bearer test-admin-token"}
@@ -196,7 +199,14 @@ async def test_scheduled_check_is_stored_exported_and_served(
             assert response.status == 200
         await export_check_metrics(ctx)
         text = generate_latest(ctx.metrics.registry).decode()
-        for gauge in ("items", "peer_checked", "consistent", "last_run_timestamp_seconds"):
+        for gauge in (
+            "items",
+            "peer_checked",
+            "consistent",
+            "last_run_timestamp_seconds",
+            "interval_seconds",
+            "created_timestamp_seconds",
+        ):
             assert f"wiscat_check_{gauge}{{" not in text
         assert 'wiscat_check_duration_seconds_count{check="offenbach"} 1.0' in text  # history
 
