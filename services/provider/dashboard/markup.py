@@ -33,12 +33,13 @@ button{cursor:pointer}#token{width:220px}#answer{margin-left:8px}
 .strip .cell{border:1px solid #ddd;border-radius:4px;padding:4px 10px;min-width:150px;
 max-width:420px;overflow-wrap:anywhere}
 .strip .cell.ok{border-color:#176b1e;background:#eef7ef}
+.strip .cell.running{border-color:#a15c00;background:#fff6e8}
 .strip .cell.failed,.strip .cell.stopped,.strip .cell.inconsistent,.strip .cell.unchecked{
 border-color:#b00020;background:#fdeeee}
 .strip .cell .sub{font-weight:400}td.link{white-space:nowrap}
 table.facts{width:auto}
 div.wide{overflow-x:auto}
-@media (max-width:1000px){th,td{padding:3px 4px}td.time,td.counts,td.link{white-space:normal}
+@media (max-width:1000px){th,td{padding:3px 4px}td.lag,td.time,td.counts,td.link{white-space:normal}
 .err{min-width:8em}td.peer{overflow-wrap:anywhere}}
 pre.raw{white-space:pre-wrap;overflow-wrap:anywhere;background:#f7f7f7;padding:8px;
 border:1px solid #eee;font-size:12px}
