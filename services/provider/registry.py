@@ -173,10 +173,15 @@ def _over_limit(request: Request, limiter: RateLimiter, what: str) -> Response |
     )
 
 
-router = APIRouter()
+router = APIRouter(tags=["registry"])
 
 
-@router.get("/urls", response_class=XMLResponse, responses={404: NO_REGISTRY})
+@router.get(
+    "/urls",
+    summary="The registry's accepted base URLs",
+    response_class=XMLResponse,
+    responses={404: NO_REGISTRY},
+)
 async def get_urls(request: Request) -> Response:
     """Every accepted base URL in order of appearance; ``id`` is the transaction's tx-hash."""
     try:
@@ -192,6 +197,7 @@ async def get_urls(request: Request) -> Response:
 
 @router.post(
     "/urls",
+    summary="Submit a base URL to the registry",
     response_class=PlainTextResponse,
     responses={
         400: text("malformed, or not a conforming OAI-PMH 2.0 repository"),
@@ -247,7 +253,12 @@ with every node of the network (<a href="{root}/urls">the list</a>).</p>
 """
 
 
-@router.get("/urls/form", response_class=HTMLResponse, responses={404: NO_REGISTRY})
+@router.get(
+    "/urls/form",
+    summary="The form that submits a base URL",
+    response_class=HTMLResponse,
+    responses={404: NO_REGISTRY},
+)
 async def url_form(request: Request) -> Response:
     """The registry's simple HTML form for submitting a base URL."""
     try:
@@ -266,7 +277,12 @@ async def url_form(request: Request) -> Response:
     )
 
 
-@router.get("/registry/status", response_class=XMLResponse, responses={404: NO_REGISTRY})
+@router.get(
+    "/registry/status",
+    summary="The network and this node's chain tip",
+    response_class=XMLResponse,
+    responses={404: NO_REGISTRY},
+)
 async def status(request: Request) -> Response:
     """The network, its genesis block and this node's tip."""
     try:
@@ -282,6 +298,7 @@ async def status(request: Request) -> Response:
 
 @router.get(
     "/registry/blocks",
+    summary="The main chain's blocks after a known one",
     response_class=XMLResponse,
     responses={404: text("none of these blocks is on this node's chain, or no registry")},
 )
@@ -306,6 +323,7 @@ async def get_blocks(
 
 @router.post(
     "/registry/blocks",
+    summary="Take blocks pushed by a peer",
     response_class=PlainTextResponse,
     responses={
         400: text("an invalid block"),
@@ -344,6 +362,7 @@ async def _members(request: Request, network: str) -> Response:
 
 @router.post(
     "/registry/announce",
+    summary="Tracker: announce a node of a network",
     response_class=XMLResponse,
     responses={
         400: text("no network name, or no root URL"),
@@ -381,6 +400,7 @@ BENCODED = "text/plain"  # BEP 3 names no media type; trackers (opentracker) sen
 
 @router.get(
     "/registry/announce",
+    summary="Tracker: the nodes of a network",
     response_class=XMLResponse,
     responses={
         200: {
@@ -436,7 +456,12 @@ def _address(url: str) -> tuple[str, int] | None:
     return parts.hostname, parts.port
 
 
-@router.get("/registry/peers", response_class=XMLResponse, responses={404: NO_REGISTRY})
+@router.get(
+    "/registry/peers",
+    summary="The registry peers this node knows",
+    response_class=XMLResponse,
+    responses={404: NO_REGISTRY},
+)
 async def peers(request: Request) -> Response:
     """The peers this node knows, with their health."""
     try:

@@ -25,7 +25,7 @@ from wiscat.provider.state import State
 from wiscat.shared.db import links as link_store
 from wiscat.shared.db.migrate import not_ready
 
-router = APIRouter()
+router = APIRouter(tags=["dashboard"])
 
 # The page reloads itself this often (a meta refresh: a GET of the page alone, which repeats no
 # "harvest now"); ?refresh=N changes it, ?refresh=0 stops it.
@@ -34,7 +34,7 @@ REFRESH = 60
 RAW_SHOWN = 64 * 1024
 
 
-@router.get("/", response_class=HTMLResponse)
+@router.get("/", summary="The operator's dashboard (HTML)", response_class=HTMLResponse)
 async def dashboard(
     request: Request,
     state: State,
@@ -63,7 +63,11 @@ async def dashboard(
     )
 
 
-@router.get("/quarantine/{quarantine_id}", response_class=HTMLResponse)
+@router.get(
+    "/quarantine/{quarantine_id}",
+    summary="A quarantined record's page (HTML)",
+    response_class=HTMLResponse,
+)
 async def quarantined_record(
     state: State, quarantine_id: Annotated[int, Path(ge=1, le=2**63 - 1)]
 ) -> HTMLResponse:
