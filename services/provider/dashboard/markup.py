@@ -20,7 +20,7 @@ h2{font-size:17px;margin:24px 0 8px;border-bottom:1px solid #ddd}
 table{border-collapse:collapse;width:100%;margin-bottom:8px}
 th,td{text-align:left;padding:3px 8px;border-bottom:1px solid #eee;vertical-align:top}
 th{background:#f5f5f5;font-weight:600}td.n{text-align:right;font-variant-numeric:tabular-nums}
-td.lag,td.time,td.counts{white-space:nowrap}
+td.time,td.counts{white-space:nowrap}
 .sub{display:block;color:#777;font-size:12px}
 .ok{color:#176b1e;font-weight:600}
 .failed,.stopped,.inconsistent,.unchecked{color:#b00020;font-weight:600}
@@ -39,7 +39,7 @@ border-color:#b00020;background:#fdeeee}
 .strip .cell .sub{font-weight:400}td.link{white-space:nowrap}
 table.facts{width:auto}
 div.wide{overflow-x:auto}
-@media (max-width:1000px){th,td{padding:3px 4px}td.lag,td.time,td.counts,td.link{white-space:normal}
+@media (max-width:1000px){th,td{padding:3px 4px}td.time,td.counts,td.link{white-space:normal}
 .err{min-width:8em}td.peer{overflow-wrap:anywhere}}
 pre.raw{white-space:pre-wrap;overflow-wrap:anywhere;background:#f7f7f7;padding:8px;
 border:1px solid #eee;font-size:12px}

@@ -40,6 +40,8 @@ async def dashboard(
     state: State,
     refresh: Annotated[int, Query(ge=0, le=86400, description="seconds; 0: never")] = REFRESH,
 ) -> HTMLResponse:
+    """The node's dashboard (HTML), reloaded every ``refresh`` seconds (0: never); without the
+    database, what can be known without it, answered 503."""
     settings = state.settings
     now = datetime.now(UTC)
     address = harvester_address(settings)
