@@ -53,7 +53,7 @@ def require_admin(request: Request, state: State) -> ProviderState:
     return state
 
 
-router = APIRouter(prefix="/admin", responses=ADMIN)
+router = APIRouter(prefix="/admin", tags=["admin"], responses=ADMIN)
 
 # A link or a check as JSON is a few hundred bytes; FastAPI reads such a body before the token
 # is checked, so this cap (app.BodyLimit) is what a stranger can make it read.
@@ -62,6 +62,7 @@ MAX_REQUEST_BYTES = 1024 * 1024
 
 @router.put(
     "/records/{identifier:path}",
+    summary="Store a record of the own set",
     response_model=models.RecordAnswer,
     responses={
         201: {"description": "the record is new", "model": models.RecordAnswer},
@@ -96,6 +97,7 @@ async def put_record(
 
 @router.delete(
     "/records/{identifier:path}",
+    summary="Delete a record of the own set (a tombstone)",
     response_model=models.RecordAnswer,
     responses={404: json_error("no such live record")},
 )
@@ -141,7 +143,7 @@ class LinkBody(_Body):
     recovery: bool = False
 
 
-@router.get("/links", response_model=list[models.LinkAnswer])
+@router.get("/links", summary="List the links", response_model=list[models.LinkAnswer])
 async def list_links(state: ProviderState = Depends(require_admin)) -> JSONResponse:
     """Every link with its state."""
     return JSONResponse([link.as_json() for link in await link_store.all_links(state.pool)])
@@ -149,6 +151,7 @@ async def list_links(state: ProviderState = Depends(require_admin)) -> JSONRespo
 
 @router.post(
     "/links",
+    summary="Add a link",
     status_code=201,
     response_model=models.LinkAnswer,
     responses={409: json_error("a link of that name exists")},
@@ -223,7 +226,10 @@ def _duration(value: Duration | None) -> timedelta | None:
 
 
 @router.patch(
-    "/links/{name}", response_model=models.LinkChanged, responses={404: json_error("no such link")}
+    "/links/{name}",
+    summary="Change a link",
+    response_model=models.LinkChanged,
+    responses={404: json_error("no such link")},
 )
 async def change_link(
     name: str, body: LinkChange, state: ProviderState = Depends(require_admin)
@@ -266,7 +272,10 @@ async def change_link(
 
 
 @router.delete(
-    "/links/{name}", response_model=models.Removed, responses={404: json_error("no such link")}
+    "/links/{name}",
+    summary="Remove a link",
+    response_model=models.Removed,
+    responses={404: json_error("no such link")},
 )
 async def remove_link(name: str, state: ProviderState = Depends(require_admin)) -> JSONResponse:
     """Remove link ``name`` and its runs (its records stay); 404 if there is none."""
@@ -278,6 +287,7 @@ async def remove_link(name: str, state: ProviderState = Depends(require_admin)) 
 
 @router.post(
     "/links/{name}/harvest",
+    summary="Harvest a link now",
     status_code=202,
     response_model=models.HarvestRequested,
     responses={404: json_error("no such link"), 409: json_error("the link is disabled")},
@@ -296,7 +306,7 @@ async def harvest_now(
     return JSONResponse({"link": name, "requested": mode}, status_code=202)
 
 
-@router.get("/runs", response_model=list[models.RunAnswer])
+@router.get("/runs", summary="List the latest harvest runs", response_model=list[models.RunAnswer])
 async def runs(
     link: str | None = None, limit: int = 50, state: ProviderState = Depends(require_admin)
 ) -> JSONResponse:
@@ -307,6 +317,7 @@ async def runs(
 
 @router.get(
     "/links/{name}/refused",
+    summary="List the records a link's harvests refused",
     response_model=list[models.RefusedAnswer],
     responses={404: json_error("no such link")},
 )
@@ -324,7 +335,11 @@ async def refused(
     )
 
 
-@router.get("/quarantine", response_model=list[models.QuarantineAnswer])
+@router.get(
+    "/quarantine",
+    summary="List the latest quarantined records",
+    response_model=list[models.QuarantineAnswer],
+)
 async def quarantined(
     link: str | None = None, limit: int = 50, state: ProviderState = Depends(require_admin)
 ) -> JSONResponse:
@@ -335,6 +350,7 @@ async def quarantined(
 
 @router.get(
     "/quarantine/{quarantine_id}",
+    summary="A quarantined record's stored bytes",
     response_class=Response,
     responses={
         200: {"description": "the bytes", "content": {"application/octet-stream": {}}},
@@ -368,14 +384,22 @@ class CheckBody(_Body):
     enabled: bool = True
 
 
-@router.get("/checks", response_model=list[models.CheckListed])
+@router.get(
+    "/checks",
+    summary="List the scheduled consistency checks",
+    response_model=list[models.CheckListed],
+)
 async def list_checks(state: ProviderState = Depends(require_admin)) -> JSONResponse:
     """Every scheduled check with its latest outcome."""
     found = await check_store.all_checks(state.pool)
     return JSONResponse(jsonable_encoder([{**check.as_json(), **last} for check, last in found]))
 
 
-@router.put("/checks/{name}", response_model=models.CheckAnswer)
+@router.put(
+    "/checks/{name}",
+    summary="Create or replace a scheduled check",
+    response_model=models.CheckAnswer,
+)
 async def put_check(
     name: str, body: CheckBody, state: ProviderState = Depends(require_admin)
 ) -> JSONResponse:
@@ -412,7 +436,10 @@ async def put_check(
 
 
 @router.delete(
-    "/checks/{name}", response_model=models.Removed, responses={404: json_error("no such check")}
+    "/checks/{name}",
+    summary="Remove a scheduled check",
+    response_model=models.Removed,
+    responses={404: json_error("no such check")},
 )
 async def remove_check(name: str, state: ProviderState = Depends(require_admin)) -> JSONResponse:
     """Remove check ``name`` (its reports stay); 404 if there is none."""
@@ -424,6 +451,7 @@ async def remove_check(name: str, state: ProviderState = Depends(require_admin))
 
 @router.post(
     "/checks/{name}/run",
+    summary="Run a check now",
     status_code=202,
     response_model=models.CheckRequested,
     responses={404: json_error("no such check"), 409: json_error("the check is disabled")},
@@ -438,7 +466,11 @@ async def run_check_now(name: str, state: ProviderState = Depends(require_admin)
     return JSONResponse({"check": name, "requested": True}, status_code=202)
 
 
-@router.get("/check-reports", response_model=list[models.ReportAnswer])
+@router.get(
+    "/check-reports",
+    summary="List the latest consistency reports",
+    response_model=list[models.ReportAnswer],
+)
 async def check_reports(
     check: str | None = None, limit: int = 20, state: ProviderState = Depends(require_admin)
 ) -> JSONResponse:
@@ -449,6 +481,7 @@ async def check_reports(
 
 @router.get(
     "/check-reports/{report_id}",
+    summary="One consistency report, whole",
     response_model=models.ReportAnswer,
     responses={404: json_error("no such report")},
 )

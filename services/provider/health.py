@@ -17,7 +17,7 @@ from wiscat.shared.db.pool import Pool, answered
 
 log = logging.getLogger("wiscat.provider")
 
-router = APIRouter()
+router = APIRouter(tags=["health"])
 
 
 async def counted(pool: Pool) -> tuple[list[store.SetCount], store.SetCount]:
@@ -25,13 +25,13 @@ async def counted(pool: Pool) -> tuple[list[store.SetCount], store.SetCount]:
     return await store.set_counts(pool), await store.catalogue_counts(pool)
 
 
-@router.get("/healthz", response_class=PlainTextResponse)
+@router.get("/healthz", summary="Liveness: the process answers", response_class=PlainTextResponse)
 async def healthz() -> str:
     """The process is alive."""
     return "ok\n"
 
 
-@router.get("/readyz")
+@router.get("/readyz", summary="Readiness: the database answers with a current schema")
 async def readyz(state: State) -> Response:
     """The database answers and its schema is current."""
     reason = await not_ready(state.pool, state.settings.probe_timeout_seconds)
@@ -40,7 +40,7 @@ async def readyz(state: State) -> Response:
     return JSONResponse({"ready": True})
 
 
-@router.get("/metrics")
+@router.get("/metrics", summary="Prometheus metrics")
 async def metrics(state: State) -> Response:
     """Prometheus text format."""
     gauge = state.metrics.records

@@ -41,7 +41,7 @@ from wiscat.shared.oaipmh.hierarchy import with_ancestors
 from wiscat.shared.oaipmh.tokens import ListPosition
 from wiscat.shared.settings import UNION_SET
 
-router = APIRouter()
+router = APIRouter(tags=["OAI-PMH"])
 
 # prefix -> (schema, namespace); iso19139 is the stored record as is (WIS guidelines),
 # oai_dc is the crosswalk every repository must offer (OAI-PMH 2.0 §3.4).
@@ -58,13 +58,19 @@ FORMATS: dict[str, tuple[str, str]] = {
 # app.HeadAsGet)
 @router.post(
     "/oai",
+    summary="An OAI-PMH request, its arguments as a form",
     operation_id="oai_post",
     response_class=Response,
     responses={**OAI, **OAI_TOO_LARGE},
     openapi_extra=OAI_POST,
 )
 @router.get(
-    "/oai", operation_id="oai_get", response_class=Response, responses=OAI, openapi_extra=OAI_GET
+    "/oai",
+    summary="An OAI-PMH request, its arguments in the query",
+    operation_id="oai_get",
+    response_class=Response,
+    responses=OAI,
+    openapi_extra=OAI_GET,
 )
 async def oai_endpoint(request: Request, state: State) -> Response:
     """The OAI-PMH 2.0 endpoint, GET and POST (§3.1.1): the request checked, answered with a

@@ -177,10 +177,15 @@ def _over_limit(request: Request, limiter: RateLimiter, what: str) -> Response |
     )
 
 
-router = APIRouter()
+router = APIRouter(tags=["registry"])
 
 
-@router.get("/urls", response_class=XMLResponse, responses={404: NO_REGISTRY})
+@router.get(
+    "/urls",
+    summary="The registry's accepted base URLs",
+    response_class=XMLResponse,
+    responses={404: NO_REGISTRY},
+)
 async def get_urls(request: Request) -> Response:
     """Every accepted base URL in order of appearance; ``id`` is the transaction's tx-hash."""
     try:
@@ -196,6 +201,7 @@ async def get_urls(request: Request) -> Response:
 
 @router.post(
     "/urls",
+    summary="Submit a base URL to the registry",
     response_class=PlainTextResponse,
     responses={
         400: text("malformed, or not a conforming OAI-PMH 2.0 repository"),
@@ -251,7 +257,12 @@ with every node of the network (<a href="{root}/urls">the list</a>).</p>
 """
 
 
-@router.get("/urls/form", response_class=HTMLResponse, responses={404: NO_REGISTRY})
+@router.get(
+    "/urls/form",
+    summary="The form that submits a base URL",
+    response_class=HTMLResponse,
+    responses={404: NO_REGISTRY},
+)
 async def url_form(request: Request) -> Response:
     """The registry's simple HTML form for submitting a base URL."""
     try:
@@ -270,7 +281,12 @@ async def url_form(request: Request) -> Response:
     )
 
 
-@router.get("/registry/status", response_class=XMLResponse, responses={404: NO_REGISTRY})
+@router.get(
+    "/registry/status",
+    summary="The network and this node's chain tip",
+    response_class=XMLResponse,
+    responses={404: NO_REGISTRY},
+)
 async def status(request: Request) -> Response:
     """The network, its genesis block and this node's tip."""
     try:
@@ -286,6 +302,7 @@ async def status(request: Request) -> Response:
 
 @router.get(
     "/registry/blocks",
+    summary="The main chain's blocks after a known one",
     response_class=XMLResponse,
     responses={404: text("none of these blocks is on this node's chain, or no registry")},
 )
@@ -310,6 +327,7 @@ async def get_blocks(
 
 @router.post(
     "/registry/blocks",
+    summary="Take blocks pushed by a peer",
     response_class=PlainTextResponse,
     responses={
         400: text("an invalid block"),
@@ -348,6 +366,7 @@ async def _members(request: Request, network: str) -> Response:
 
 @router.post(
     "/registry/announce",
+    summary="Tracker: announce a node of a network",
     response_class=XMLResponse,
     responses={
         400: text("no network name, or no root URL"),
@@ -385,6 +404,7 @@ BENCODED = "text/plain"  # BEP 3 names no media type; trackers (opentracker) sen
 
 @router.get(
     "/registry/announce",
+    summary="Tracker: the nodes of a network",
     response_class=XMLResponse,
     responses={
         200: {
@@ -440,7 +460,12 @@ def _address(url: str) -> tuple[str, int] | None:
     return parts.hostname, parts.port
 
 
-@router.get("/registry/peers", response_class=XMLResponse, responses={404: NO_REGISTRY})
+@router.get(
+    "/registry/peers",
+    summary="The registry peers this node knows",
+    response_class=XMLResponse,
+    responses={404: NO_REGISTRY},
+)
 async def peers(request: Request) -> Response:
     """The peers this node knows, with their health."""
     try:

@@ -24,12 +24,12 @@ from wiscat.shared.oaipmh.dates import format_datestamp
 
 log = logging.getLogger("wiscat.provider")
 
-router = APIRouter()
+router = APIRouter(tags=["WIS monitoring"])
 
 MONITOR_PATH = "/wis/monitor.json"
 
 
-@router.get(MONITOR_PATH)
+@router.get(MONITOR_PATH, summary="The WIS monitoring document (GISC monitoring JSON)")
 async def monitor(state: State) -> JSONResponse:
     """Catalogue counts and OAI-PMH status for the WIS monitoring of GISCs."""
     settings = state.settings

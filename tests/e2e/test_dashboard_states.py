@@ -90,3 +90,19 @@ async def test_the_links_table_fits_a_narrow_window(make_node: NodeFactory) -> N
             assert await page.evaluate("document.documentElement.scrollWidth") <= NARROW
         finally:
             await browser.close()
+
+
+async def test_a_node_with_no_link_says_so(make_node: NodeFactory) -> None:
+    """The strip said "links failing 0 of 0: every enabled link's last run ended ok"."""
+    root = await provider(await make_node("EMPTY"))
+    async with async_playwright() as playwright:
+        browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        try:
+            page = await browser.new_page()
+            await shoot(page, root, "dashboard-no-links", (WIDE, NARROW))
+            cell = page.locator("#strip-links")
+            assert await cell.get_attribute("class") == "cell muted"
+            assert await cell.inner_text() == "links none yet\nadd one with `wiscat link add`"
+            assert await page.evaluate("document.documentElement.scrollWidth") <= NARROW
+        finally:
+            await browser.close()

@@ -69,6 +69,41 @@ def test_schema_declares_the_admin_bearer_token() -> None:
     assert [name for name, said in secured.items() if said and name not in admin] == []
 
 
+TAGS = ["OAI-PMH", "admin", "registry", "WIS monitoring", "dashboard", "health"]
+
+
+def test_every_operation_is_under_a_tag_with_a_summary_of_its_own() -> None:
+    """/docs listed every endpoint under "default", summed up by its handler's name ("Oai
+    Endpoint", "Healthz"): each now sits under one of the tags, each tag described, and its
+    summary is written, not made from the name."""
+    app = create_app(provider_settings(8080), "postgresql://127.0.0.1:9/unused")
+    document = app.openapi()
+    assert [tag["name"] for tag in document["tags"]] == TAGS
+    assert all(tag["description"] for tag in document["tags"])
+    operations = [
+        (f"{method.upper()} {path}", operation)
+        for path, operations in document["paths"].items()
+        for method, operation in operations.items()
+    ]
+    untagged = [name for name, operation in operations if len(operation.get("tags", [])) != 1]
+    assert untagged == []
+    assert [name for name, operation in operations if operation["tags"][0] not in TAGS] == []
+    # FastAPI makes a missing summary of the handler's name, every word capitalised ("Oai
+    # Endpoint"); a written one is a phrase ("Add a link")
+    named = [name for name, operation in operations if operation["summary"].istitle()]
+    assert named == []
+    by_tag = {tag: [n for n, o in operations if o["tags"] == [tag]] for tag in TAGS}
+    assert all(by_tag.values())  # no tag without an operation
+    assert by_tag["OAI-PMH"] == ["GET /oai", "POST /oai"]
+    assert by_tag["health"] == ["GET /healthz", "GET /readyz", "GET /metrics"]
+    assert all(
+        name.startswith(
+            ("GET /admin/", "PUT /admin/", "POST /admin/", "PATCH /admin/", "DELETE /admin/")
+        )
+        for name in by_tag["admin"]
+    )
+
+
 def test_every_admin_json_answer_has_its_model() -> None:
     """Each success of an /admin route is documented with the model of its body (a named
     schema, not ``{}``); the bytes of a quarantined record are the one answer that is no JSON."""

@@ -21,7 +21,7 @@ h2{font-size:17px;margin:24px 0 8px;border-bottom:1px solid #ddd}
 table{border-collapse:collapse;width:100%;margin-bottom:8px}
 th,td{text-align:left;padding:3px 8px;border-bottom:1px solid #eee;vertical-align:top}
 th{background:#f5f5f5;font-weight:600}td.n{text-align:right;font-variant-numeric:tabular-nums}
-td.lag,td.time,td.counts{white-space:nowrap}
+td.time,td.counts{white-space:nowrap}
 .sub{display:block;color:#777;font-size:12px}
 .ok{color:#176b1e;font-weight:600}
 .failed,.stopped,.inconsistent,.unchecked{color:#b00020;font-weight:600}
@@ -35,6 +35,7 @@ button{cursor:pointer}#token{width:220px}#answer{margin-left:8px}
 .strip .cell{border:1px solid #ddd;border-radius:4px;padding:4px 10px;min-width:150px;
 max-width:420px;overflow-wrap:anywhere}
 .strip .cell.ok{border-color:#176b1e;background:#eef7ef}
+.strip .cell.running{border-color:#a15c00;background:#fff6e8}
 .strip .cell.failed,.strip .cell.stopped,.strip .cell.inconsistent,.strip .cell.unchecked{
 border-color:#b00020;background:#fdeeee}
 .strip .cell .sub{font-weight:400}td.link{white-space:nowrap}

@@ -23,6 +23,8 @@ from wiscat.provider.dashboard.view import DashboardView, LinkView, RegistryView
 from wiscat.shared.settings import Settings
 from wiscat.shared.version import VERSION
 
+NBSP = "\u00a0"
+
 # -- the status strip ----------------------------------------------------------------------------
 
 
@@ -64,17 +66,28 @@ def harvester_cell(
     )
 
 
-def links_cell(links: list[LinkView], late: set[str]) -> str:
-    failing = sorted(
-        link.name for link in links if link.enabled and link.status in ("failed", "stopped")
+def links_cell(view: DashboardView) -> str:
+    """How many links fail, lag, or have not succeeded yet, and which; or that there is none."""
+    if not view.links:
+        return strip_cell("links", "links", "none yet", "muted", "add one with `wiscat link add`")
+    failing, lagging, waiting = view.failing, view.lagging, view.waiting
+    named = ", ".join(failing + lagging + waiting)
+    counts = (
+        f"{len(failing)} of {len(view.links)}"
+        + (f", {len(lagging)} lagging" if lagging else "")
+        + (f", {len(waiting)} not yet succeeded" if waiting else "")
     )
-    lagging = sorted(late - set(failing))
-    named = ", ".join(failing + lagging)
+    if failing or lagging:
+        outcome = "failed"
+    elif waiting:
+        outcome = "running"
+    else:
+        outcome = "ok"
     return strip_cell(
         "links",
         "links failing",
-        f"{len(failing)} of {len(links)}" + (f", {len(lagging)} lagging" if lagging else ""),
-        "failed" if failing or lagging else "ok",
+        counts,
+        outcome,
         e(named) if named else "every enabled link's last run ended ok, none lagging",
     )
 
@@ -105,11 +118,19 @@ def status_strip(
     links = view.links if view else []
     cells = [*node_cells(settings, database), harvester_cell(harvester, address, links, database)]
     if database is None and view is not None:
-        cells += [links_cell(links, view.lagging), check_cell(view.latest_report)]
+        cells += [links_cell(view), check_cell(view.latest_report)]
     return f'<div class="strip">{"".join(cells)}</div>'
 
 
 # -- the sections --------------------------------------------------------------------------------
+
+
+def lag_text(link: LinkView) -> str:
+    """Its lag; before any success, since when it waits for one. A narrow window wraps the
+    words, never a figure from its unit."""
+    if link.lag is None:
+        return f"never (added {duration(link.age).replace(' ', NBSP)} ago)"
+    return duration(link.lag).replace(" ", NBSP)
 
 
 def link_row(link: LinkView, key: Key) -> list[str]:
@@ -120,7 +141,7 @@ def link_row(link: LinkView, key: Key) -> list[str]:
         td("yes" if link.enabled else "no"),
         stamp(link.last_run),
         status(link.status),
-        td(duration(link.lag), "lag failed" if link.late else "lag"),
+        td(lag_text(link), "lag failed" if link.late else "lag"),
         counts_cell(link.counts, link.refusals),
         td(link.last_error, "err"),
     ]

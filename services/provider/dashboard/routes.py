@@ -25,7 +25,7 @@ from wiscat.provider.state import State
 from wiscat.shared.db import links as link_store
 from wiscat.shared.db.migrate import not_ready
 
-router = APIRouter()
+router = APIRouter(tags=["dashboard"])
 
 # The page reloads itself this often (a meta refresh: a GET of the page alone, which repeats no
 # "harvest now"); ?refresh=N changes it, ?refresh=0 stops it.
@@ -34,13 +34,14 @@ REFRESH = 60
 RAW_SHOWN = 64 * 1024
 
 
-@router.get("/", response_class=HTMLResponse)
+@router.get("/", summary="The operator's dashboard (HTML)", response_class=HTMLResponse)
 async def dashboard(
     request: Request,
     state: State,
     refresh: Annotated[int, Query(ge=0, le=86400, description="seconds; 0: never")] = REFRESH,
 ) -> HTMLResponse:
-    """The node's dashboard page (HTML), refreshed every ``refresh`` seconds (0: never)."""
+    """The node's dashboard (HTML), reloaded every ``refresh`` seconds (0: never); without the
+    database, what can be known without it, answered 503."""
     settings = state.settings
     now = datetime.now(UTC)
     address = harvester_address(settings)
@@ -64,7 +65,11 @@ async def dashboard(
     )
 
 
-@router.get("/quarantine/{quarantine_id}", response_class=HTMLResponse)
+@router.get(
+    "/quarantine/{quarantine_id}",
+    summary="A quarantined record's page (HTML)",
+    response_class=HTMLResponse,
+)
 async def quarantined_record(
     state: State, quarantine_id: Annotated[int, Path(ge=1, le=2**63 - 1)]
 ) -> HTMLResponse:

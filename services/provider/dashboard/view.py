@@ -32,7 +32,8 @@ class LinkView:
     started_at: datetime | None
     finished_at: datetime | None
     lag: float | None  # seconds since its last successful run; None: none yet
-    late: bool  # its lag is past twice its interval
+    age: float  # seconds since it was added
+    late: bool  # its lag (its age, before a success) is past twice its interval
     counts: dict[str, int | None]
     last_error: str
     refusals: dict[str, int] = field(default_factory=dict)  # the last run's, by reason code
@@ -40,6 +41,17 @@ class LinkView:
     @property
     def last_run(self) -> datetime | None:
         return self.finished_at or self.started_at
+
+    @property
+    def failing(self) -> bool:
+        """Enabled, and its last run failed or was stopped."""
+        return self.enabled and self.status in ("failed", "stopped")
+
+    @property
+    def waiting(self) -> bool:
+        """Enabled, and no run of it has succeeded yet (never run, or its first run still
+        running, retrying perhaps)."""
+        return self.enabled and self.lag is None
 
 
 @dataclass(frozen=True)
@@ -84,13 +96,28 @@ class DashboardView:
     registry: RegistryView
 
     @property
-    def lagging(self) -> set[str]:
-        return {link.name for link in self.links if link.late and link.enabled}
+    def failing(self) -> list[str]:
+        """The enabled links whose last run failed or was stopped."""
+        return [link.name for link in self.links if link.failing]
+
+    @property
+    def lagging(self) -> list[str]:
+        """The enabled links, not failing, that lag: no success for twice their interval (since
+        they were added, when none yet)."""
+        return [link.name for link in self.links if link.late and link.enabled and not link.failing]
+
+    @property
+    def waiting(self) -> list[str]:
+        """The enabled links, neither failing nor lagging, that have not succeeded yet."""
+        return [
+            link.name for link in self.links if link.waiting and not (link.failing or link.late)
+        ]
 
 
 def link_view(row: dict[str, Any], now: datetime) -> LinkView:
     success = row["last_success_at"]
     lag = (now - success).total_seconds() if success else None
+    age = (now - row["created_at"]).total_seconds()
     return LinkView(
         name=row["name"],
         base_url=safe_url(row["base_url"]),
@@ -100,7 +127,8 @@ def link_view(row: dict[str, Any], now: datetime) -> LinkView:
         started_at=row["started_at"],
         finished_at=row["finished_at"],
         lag=lag,
-        late=lag is not None and lag > 2 * row["every"].total_seconds(),
+        age=age,
+        late=(age if lag is None else lag) > 2 * row["every"].total_seconds(),
         counts={name: row[name] for name in COUNTS},
         last_error=row["last_error"] or "",
         refusals=json.loads(row["refusals"]) if row["refusals"] else {},

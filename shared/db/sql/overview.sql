@@ -11,8 +11,8 @@ order by s.kind = 'own' desc, s.spec
 
 -- name: links_overview --
 -- Each link with its last run.
-select l.name, l.base_url, l.remote_set, l.local_set, l.enabled, l.every, l.last_success_at,
-       l.last_error, l.high_water_mark, l.run_requested,
+select l.name, l.base_url, l.remote_set, l.local_set, l.enabled, l.every, l.created_at,
+       l.last_success_at, l.last_error, l.high_water_mark, l.run_requested,
        r.id as run_id, r.mode, r.status, r.started_at, r.finished_at, r.added, r.updated,
        r.unchanged, r.deleted, r.refused, r.refusals, r.quarantined, r.error
 from links l
