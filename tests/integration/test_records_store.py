@@ -304,12 +304,9 @@ async def test_purge_drops_only_old_tombstones(db: asyncpg.Pool) -> None:
     await upsert(db, OWN, rec("a"), rec("b"))
     await delete(db, OWN, "a")
     assert await store.purge_tombstones(db, timedelta(days=1)) == 0
-    await factories.backdate(
-        db, "update records set datestamp = datestamp - interval '2 days' where deleted"
-    )
-    await factories.backdate(
-        db, "update set_members set datestamp = datestamp - interval '2 days' where deleted"
-    )
+    # every row past the retention, the live record's too: only the tombstone may go
+    await factories.backdate(db, "update records set datestamp = datestamp - interval '2 days'")
+    await factories.backdate(db, "update set_members set datestamp = datestamp - interval '2 days'")
     assert await store.purge_tombstones(db, timedelta(days=1)) == 1
     assert await store.get_record(db, "a") is None
     assert await store.get_record(db, "b") is not None
