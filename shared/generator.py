@@ -176,13 +176,20 @@ def default_md_datestamp(n: int, version: int = 0) -> datetime:
 
 
 def generate_record(
-    n: int, *, centre: str = "xx", version: int = 0, md_datestamp: datetime | None = None
+    n: int,
+    *,
+    centre: str = "xx",
+    version: int = 0,
+    md_datestamp: datetime | None = None,
+    gml_id: str | None = None,
 ) -> bytes:
     """A full WMO Core 1.3 ``gmd:MD_Metadata`` document, UTF-8 with XML declaration.
 
     The same arguments give the same bytes. ``version`` changes the content of the same record
     (a revision note ends the abstract, the default dateStamp is later), to simulate updates.
-    ``md_datestamp`` overrides the dateStamp (a naive value is taken as UTC).
+    ``md_datestamp`` overrides the dateStamp (a naive value is taken as UTC). ``gml_id`` is the
+    temporal extent's ``gml:id`` (an NCName), ``temporal-extent-<n>`` by default: an id is
+    unique within its document only, and real records often share one (``extent``, ``tp1``).
     """
     if n < 0 or version < 0:
         raise ValueError("n and version must not be negative")
@@ -255,7 +262,7 @@ def generate_record(
         east=f"{east:.2f}",
         south=f"{south:.2f}",
         north=f"{north:.2f}",
-        n=n,
+        gml_id=escape(gml_id if gml_id is not None else f"temporal-extent-{n}"),
         begin=f"{begin_year}-01-01",
         end_position=end_position,
         format=escape(fmt),
@@ -393,7 +400,7 @@ codeListValue="eng">eng</gmd:LanguageCode>
           <gmd:temporalElement>
             <gmd:EX_TemporalExtent>
               <gmd:extent>
-                <gml:TimePeriod gml:id="temporal-extent-{{n}}">
+                <gml:TimePeriod gml:id="{{gml_id}}">
                   <gml:beginPosition>{{begin}}</gml:beginPosition>
                   {{end_position}}
                 </gml:TimePeriod>

@@ -19,8 +19,10 @@ async def load_records(
     version: int = 0,
     centre: str = "xx",
     kind: str = "own",
+    gml_id: str | None = None,
 ) -> list[str]:
-    """Generate records ``numbers`` (at ``version``) into ``set_spec``; return their identifiers."""
+    """Generate records ``numbers`` (at ``version``, with ``gml_id``, see
+    :func:`generate_record`) into ``set_spec``; return their identifiers."""
     if kind == "own":
         await ensure_own_set(pool, set_spec)
     else:
@@ -28,7 +30,7 @@ async def load_records(
     identifiers = []
     batch = []
     for n in numbers:
-        record = parse_record(generate_record(n, centre=centre, version=version))
+        record = parse_record(generate_record(n, centre=centre, version=version, gml_id=gml_id))
         identifiers.append(record.identifier)
         batch.append(incoming(record))
         if len(batch) == 500:

@@ -126,9 +126,14 @@ def health_app(ctx: HarvestContext) -> web.Application:
 def health_runner(ctx: HarvestContext) -> web.AppRunner:
     """The health port's server: a connection idle for WISCAT_HEADER_TIMEOUT_SECONDS, before
     its first request or between two, is closed (aiohttp's default kept one that never sent a
-    request for an hour, its file descriptor with it), as the provider closes it."""
+    request for an hour, its file descriptor with it), as the provider closes it. No route
+    reads a body: the connection of a request with one is closed after the answer, where
+    aiohttp would read the rest for up to 10 s ("lingering"), 100 MB and more (RELIABILITY
+    S11)."""
     timeout = ctx.settings.header_timeout_seconds
-    return web.AppRunner(health_app(ctx), access_log=None, keepalive_timeout=timeout)
+    return web.AppRunner(
+        health_app(ctx), access_log=None, keepalive_timeout=timeout, lingering_time=0
+    )
 
 
 async def serve_harvester(

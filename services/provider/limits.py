@@ -50,7 +50,9 @@ class BodyLimit:
     A Content-Length over the cap is refused before any of the body is read; otherwise the
     bytes are counted as the route receives them, and the one that passes the cap is answered
     413 at once, while the route is told the client has gone (what it answers then goes
-    nowhere). The 413 closes the connection (RFC 9110 §15.5.14), which ends the upload."""
+    nowhere). The 413 closes the connection (RFC 9110 §15.5.14), which ends the upload. So
+    does the answer of a route that did not read the body to its end (a 404, a 405): the
+    server would otherwise read the rest, whatever its size, to keep the connection."""
 
     def __init__(
         self, app: ASGIApp, caps: Sequence[BodyCap], default: int, what: str = "a request body"
@@ -72,13 +74,15 @@ class BodyLimit:
             return
         received = 0
         began = refused = False
+        unread = _has_body(scope)  # True until the route received the body's end
 
         async def receiving() -> Message:
-            nonlocal received, refused
+            nonlocal received, refused, unread
             if refused:
                 return {"type": "http.disconnect"}
             message = await receive()
             if message["type"] == "http.request":
+                unread = unread and message.get("more_body", False)
                 received += len(message.get("body", b""))
                 if received > cap.max_bytes:
                     refused = True
@@ -91,6 +95,11 @@ class BodyLimit:
             nonlocal began
             if refused and not began:
                 return  # the 413 was the answer
+            if message["type"] == "http.response.start" and unread:
+                # the route answers without reading the whole body: the connection closes
+                # after the answer, else the server would read the rest (100 MB, say) and
+                # throw it away to keep the connection
+                message = {**message, "headers": [*message.get("headers", []), _CLOSE]}
             began = True
             await send(message)
 
@@ -117,6 +126,18 @@ class BodyLimit:
             headers={"Connection": "close"},
         )
         await response(scope, receive, send)
+
+
+_CLOSE = (b"connection", b"close")
+
+
+def _has_body(scope: Scope) -> bool:
+    """Whether the request has a body (RFC 9112 §6.3): a Transfer-Encoding, or a Content-Length
+    other than 0."""
+    return any(
+        name == b"transfer-encoding" or (name == b"content-length" and value.strip() != b"0")
+        for name, value in scope["headers"]
+    )
 
 
 def _declared_length(scope: Scope) -> int:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from wiscat.provider.characters import servable_rows
+from wiscat.provider.characters import listable, nameable_sets, servable_rows
 from wiscat.provider.metrics import ProviderMetrics
 from wiscat.provider.readahead import ListPageItems, PageKey, ReadAhead
 from wiscat.provider.standby import Standby
@@ -161,7 +161,7 @@ class Lists:
         """
         page_size = self.settings.page_size
         scope = key.scope
-        if key.verb == "ListIdentifiers":
+        while key.verb == "ListIdentifiers":
             rows = await store.list_page(
                 self.read_pool, scope, after=key.last, limit=page_size + 1, with_xml=False
             )
@@ -169,7 +169,12 @@ class Lists:
             if len(rows) > page_size:
                 rows = rows[:page_size]
                 following = key.after(rows[-1].datestamp, rows[-1].identifier)
-            return ListPageItems(render_items(key, rows), len(rows), following)
+            listed = listable(rows, self.metrics)  # P14
+            if listed or following is None:
+                return ListPageItems(
+                    render_items(key, listed, self.metrics), len(listed), following
+                )
+            key = following  # not one record of this page could be listed
         while True:
             keys = await store.list_keys(self.read_pool, scope, after=key.last, limit=page_size + 1)
             if not keys:
@@ -186,15 +191,21 @@ class Lists:
                 through=keys[min(len(keys), page_size) - 1],
             )
             servable_rows(rows, self.metrics)  # P14
-            if rows or following is None:
-                return ListPageItems(render_items(key, rows), len(rows), following)
-            # every record of this page changed (and left the list's bound) between the steps
+            listed = listable(rows, self.metrics)
+            if listed or following is None:
+                return ListPageItems(
+                    render_items(key, listed, self.metrics), len(listed), following
+                )
+            # every record of this page changed (and left the list's bound) between the steps, or
+            # none could be listed
             key = following
 
 
-def header_sets(stored: store.StoredRecord, listed: str | None = None) -> tuple[str, ...]:
+def header_sets(
+    stored: store.StoredRecord, metrics: ProviderMetrics, listed: str | None = None
+) -> tuple[str, ...]:
     """The setSpecs of a header; ``listed``, the set of the list it is in (None: GetRecord or
-    the whole catalogue)."""
+    the whole catalogue). A stored setSpec that breaks OAI-PMH's pattern is left out (P14)."""
     if stored.deleted and listed is not None and not in_tree(stored.set_specs, listed):
         # A deleted header lists the sets the record was deleted from (invariant 4): a
         # record that left the listed set (every set below it) lives on in the sets it holds.
@@ -204,7 +215,7 @@ def header_sets(stored: store.StoredRecord, listed: str | None = None) -> tuple[
     # required to specify the set membership": a record of A:B is in A too (§2.7.2: set=A
     # lists it), and A:B says so, so A is left out even for a record filed in A and A:B (what
     # RELIABILITY P16 asks). The union set is not implied by any setSpec's syntax: it stays.
-    return minimal({*stored.set_specs, UNION_SET})
+    return minimal({*nameable_sets(stored.set_specs, metrics, "header"), UNION_SET})
 
 
 def metadata(prefix: str, stored: store.StoredRecord) -> bytes | None:
@@ -216,7 +227,9 @@ def metadata(prefix: str, stored: store.StoredRecord) -> bytes | None:
     return stored.xml
 
 
-def render_items(key: PageKey, rows: Sequence[store.StoredRecord]) -> bytes:
+def render_items(
+    key: PageKey, rows: Sequence[store.StoredRecord], metrics: ProviderMetrics
+) -> bytes:
     """A list page's headers (ListIdentifiers) or records (ListRecords), as one piece."""
     writer = render.PageWriter()
     sets_of: dict[tuple[tuple[str, ...], bool], tuple[str, ...]] = {}
@@ -226,7 +239,7 @@ def render_items(key: PageKey, rows: Sequence[store.StoredRecord]) -> bytes:
         sets_key = (stored.set_specs, stored.deleted)
         sets = sets_of.get(sets_key)
         if sets is None:
-            sets = sets_of[sets_key] = header_sets(stored, listed)
+            sets = sets_of[sets_key] = header_sets(stored, metrics, listed)
         if headers_only:
             writer.add_header(stored.identifier, stored.datestamp, sets, stored.deleted)
         else:

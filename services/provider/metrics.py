@@ -35,12 +35,22 @@ class ProviderMetrics(ServiceMetrics):
         self.records_with_invalid_characters = Counter(
             "wiscat_oai_records_with_invalid_characters",
             "Stored records sent with characters XML 1.0 does not allow, by outcome: replaced "
-            "(each by U+FFFD), or withheld (not well-formed even so: the header sent alone)",
+            "(each by U+FFFD), withheld (not well-formed even so: the header sent alone), or "
+            "unlisted (in the identifier: neither listed nor served)",
             ["outcome"],
             registry=self.registry,
         )
-        for outcome in ("replaced", "withheld"):
+        for outcome in ("replaced", "withheld", "unlisted"):
             self.records_with_invalid_characters.labels(outcome)
+        self.set_specs_unlisted = Counter(
+            "wiscat_oai_set_specs_unlisted",
+            "Stored setSpecs left out of an answer because they break OAI-PMH's setSpec "
+            "pattern, by where: ListSets, or header (once a page or GetRecord)",
+            ["where"],
+            registry=self.registry,
+        )
+        for where in ("ListSets", "header"):
+            self.set_specs_unlisted.labels(where)
         self.overloaded = Counter(
             "wiscat_oai_overloaded",
             "List requests answered 503 because too many were in progress",

@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from wiscat.provider.characters import servable
+from wiscat.provider.characters import nameable_sets, servable
 from wiscat.provider.lists import ListPage, Overloaded, header_sets, metadata
 from wiscat.provider.openapi import OAI, OAI_GET, OAI_POST, OAI_TOO_LARGE
 from wiscat.provider.readahead import ListPageItems, PageKey
@@ -177,7 +177,9 @@ async def list_sets(state: ProviderState, req: OAIRequest, response_date: dateti
     if req.resumption_token is not None:
         # This provider sends ListSets whole, so no token of ours can continue it (§3.5).
         raise BadResumptionToken("ListSets is never split; this resumptionToken is not ours")
-    sets = _served_sets(await store.list_sets(state.pool))
+    stored = await store.list_sets(state.pool)
+    nameable = set(nameable_sets((s.spec for s in stored), state.metrics, "ListSets"))  # P14
+    sets = _served_sets([s for s in stored if s.spec in nameable])
     return _document(response_date, state, req, render.list_sets(sets))
 
 
@@ -204,7 +206,7 @@ async def get_record(state: ProviderState, req: OAIRequest, response_date: datet
     inner = render.record(
         stored.identifier,
         stored.datestamp,
-        header_sets(stored),
+        header_sets(stored, state.metrics),
         stored.deleted,
         metadata(req.metadata_prefix, stored),
     )

@@ -23,6 +23,7 @@ from typing import cast
 
 from lxml import etree
 
+from wiscat.shared.oaipmh import xmlids
 from wiscat.shared.oaipmh.dates import shifted
 from wiscat.shared.oaipmh.errors import OAIError, error_for_code
 from wiscat.shared.oaipmh.namespaces import OAI_TAG, WISCAT_NS
@@ -308,6 +309,8 @@ class PageReader:
         self.summary = PageSummary()
         self.items_seen = 0
         self._token_seen = False
+        # a provider like ours renamed some records' repeated XML IDs for the page (xmlids)
+        self._renamed_ids = xmlids.MARK.encode() in body
 
     def items(self) -> Iterator[Item]:  # noqa: C901
         """Yield each header (ListIdentifiers) or record (ListRecords, GetRecord) in order,
@@ -389,6 +392,8 @@ class PageReader:
                             header.identifier,
                         )
                     payload = children[0] if children else None
+                    if payload is not None and self._renamed_ids:
+                        xmlids.restore(payload, header.identifier)
                 return RecordItem(header, payload)
         except _Unreadable as exc:
             raw = etree.tostring(element, encoding="utf-8", with_tail=False)

@@ -30,6 +30,7 @@ from wiscat.shared.oaipmh.arguments import ARGUMENTS, VERBS
 from wiscat.shared.oaipmh.dates import Granularity, format_datestamp
 from wiscat.shared.oaipmh.errors import NoMetadataFormats, NoSetHierarchy, OAIError
 from wiscat.shared.oaipmh.namespaces import OAI_NS, OAI_TAG, WISCAT_NS, XSI_NS
+from wiscat.shared.oaipmh.xmlids import PageIds
 from wiscat.shared.text import NOT_XML
 
 __all__ = [
@@ -200,9 +201,10 @@ class PageWriter:
     pieces.
     """
 
-    __slots__ = ("_parts", "_sets", "_stamps")
+    __slots__ = ("_ids", "_parts", "_sets", "_stamps")
 
     def __init__(self) -> None:
+        self._ids = PageIds()
         self._stamps: dict[datetime, str] = {}
         self._sets: dict[tuple[str, ...], str] = {}
         self._parts: list[bytes] = []
@@ -257,13 +259,15 @@ class PageWriter:
         §2.5: a record is a header and the metadata, "a single manifestation of the metadata
         from an item"; a deleted record (``status="deleted"``) has no metadata element.
         ``metadata_xml`` is one serialized UTF-8 element (no document type declaration); it is
-        inserted verbatim.
+        inserted verbatim, but for XML IDs an earlier record of the page used (see
+        :mod:`wiscat.shared.oaipmh.xmlids`).
         """
         head = self._header(identifier, datestamp, tuple(set_specs), deleted)
         if deleted or metadata_xml is None:
             self.add(f"<record>{head}</record>".encode())
             return
-        self._parts += (f"<record>{head}<metadata>".encode(), _payload(metadata_xml), _RECORD_END)
+        payload = self._ids.admit(identifier, _payload(metadata_xml))
+        self._parts += (f"<record>{head}<metadata>".encode(), payload, _RECORD_END)
 
 
 def header(identifier: str, datestamp: datetime, set_specs: Iterable[str], deleted: bool) -> bytes:

@@ -177,7 +177,7 @@ async def test_p14_list_records_serves_stored_invalid_characters_as_u_fffd(
     for n in (0, 6, 7):
         stored = await db.fetchval("select xml from records where identifier = $1", broken[n])
         assert stored.encode() in answer.body
-    assert await mended_counts(provider) == {"replaced": 4.0, "withheld": 1.0}
+    assert await mended_counts(provider) == {"replaced": 4.0, "withheld": 1.0, "unlisted": 0.0}
     assert sorted(log_lines(caplog)) == expected_lines(broken)
 
 
@@ -198,7 +198,7 @@ async def test_p14_list_records_in_oai_dc_serves_stored_invalid_characters_as_u_
         assert element.findtext(f"{DC}title") == title_of(n) + "\ufffd"
     assert served[broken[5]] is None
     assert all(served[broken[n]] is not None for n in (0, 3, 4, 6, 7))
-    assert await mended_counts(provider) == {"replaced": 4.0, "withheld": 1.0}
+    assert await mended_counts(provider) == {"replaced": 4.0, "withheld": 1.0, "unlisted": 0.0}
     assert sorted(log_lines(caplog)) == expected_lines(broken)
 
 
@@ -219,7 +219,7 @@ async def test_p14_get_record_serves_stored_invalid_characters_as_u_fffd(
         assert (served[broken[n]] is None) == (n in WITHHELD)
         if prefix == "iso19139" and n in REPLACED:
             assert "\ufffd".encode() in answer.body
-    assert await mended_counts(provider) == {"replaced": 4.0, "withheld": 1.0}
+    assert await mended_counts(provider) == {"replaced": 4.0, "withheld": 1.0, "unlisted": 0.0}
     assert sorted(log_lines(caplog)) == expected_lines(broken)
 
 
@@ -288,7 +288,7 @@ async def test_p14_rows_given_such_characters_by_sql_are_flagged_as_written(
     element = metadata_of(answer)[broken[1]]
     assert element is not None
     assert element.findtext(TITLE) == title_of(1) + "\ufffd"
-    assert await mended_counts(provider) == {"replaced": 1.0, "withheld": 0.0}
+    assert await mended_counts(provider) == {"replaced": 1.0, "withheld": 0.0, "unlisted": 0.0}
 
 
 async def test_p14_a_record_corrected_by_sql_is_unflagged_and_sent_as_stored(
@@ -306,7 +306,7 @@ async def test_p14_a_record_corrected_by_sql_is_unflagged_and_sent_as_stored(
     check(answer)
     stored = await db.fetchval("select xml from records where identifier = $1", broken[1])
     assert stored.encode() in answer.body
-    assert await mended_counts(provider) == {"replaced": 0.0, "withheld": 0.0}
+    assert await mended_counts(provider) == {"replaced": 0.0, "withheld": 0.0, "unlisted": 0.0}
     assert log_lines(caplog) == []
 
 

@@ -9,6 +9,7 @@ import asyncio
 import base64
 import logging
 import os
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -220,6 +221,10 @@ async def test_p07_a_token_issued_again_gives_its_page_again(provider: RunningPr
             assert _normalised(again.body, codec) == _normalised(first.body, codec)
 
 
+def _raw(token: str) -> bytes:
+    return base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+
+
 async def test_p09_tampered_tokens_are_bad_resumption_tokens_and_nothing_worse(
     provider: RunningProvider, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -230,8 +235,27 @@ async def test_p09_tampered_tokens_are_bad_resumption_tokens_and_nothing_worse(
     first = await oai_get(provider.oai, verb="ListIdentifiers", metadataPrefix="iso19139")
     token = first.tree.findtext(f".//{OAI}resumptionToken") or ""
     assert len(token) > 40
-    flipped = bytearray(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+    flipped = bytearray(_raw(token))
     flipped[len(flipped) // 2] ^= 0x01
+    # Well-formed tokens whose payload was changed and whose MAC was kept: only the MAC tells
+    # them from a genuine token.
+    codec = _codec(provider)
+    position = codec.decode(token, now=datetime.now(UTC))
+    genuine_mac = _raw(token)[-16:]
+    changed = [
+        base64.urlsafe_b64encode(
+            _raw(codec.encode(replace(position, **change)))[:-16] + genuine_mac
+        )
+        .decode()
+        .rstrip("=")
+        for change in (
+            {"cursor": 0, "last_datestamp": None, "last_identifier": ""},  # back to the start
+            {"last_identifier": position.last_identifier + "~"},  # a position moved
+            {"verb": "ListRecords"},
+            {"metadata_prefix": "oai_dc"},
+            {"set_spec": OWN},
+        )
+    ]
     tampered = [
         token[: len(token) // 2],  # truncated
         token[:-1],  # one character short
@@ -243,6 +267,7 @@ async def test_p09_tampered_tokens_are_bad_resumption_tokens_and_nothing_worse(
         base64.urlsafe_b64encode(bytes(flipped)).decode().rstrip("="),
         "%00",
         "\u00e9\u20ac",
+        *changed,
     ]
     for verb in ("ListIdentifiers", "ListRecords"):
         for bad in [*tampered, token if verb == "ListRecords" else ""]:

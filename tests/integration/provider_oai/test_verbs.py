@@ -20,6 +20,7 @@ from wiscat.shared.db.pool import Pool
 from wiscat.shared.generator import generate_record
 from wiscat.shared.ingest import incoming
 from wiscat.shared.iso19139 import parse_record
+from wiscat.shared.oaipmh.pages import PageReader, RecordItem
 
 
 async def test_identify(provider: RunningProvider) -> None:
@@ -304,6 +305,41 @@ async def test_p01_every_answer_is_utf8_text_xml_and_valid(
                 verb = query.split("&")[0]
                 query = f"{verb}&resumptionToken={token}" if token else ""
     assert seen_deleted == 2 + 3 * 3  # two GetRecords, three lists
+
+
+async def test_p01_a_page_of_records_that_share_a_gml_id_is_valid(
+    provider: RunningProvider, db: Pool
+) -> None:
+    """P01: an XML ID is unique within its document only, and real records reuse one (every
+    TimePeriod an ``extent``). A ListRecords page of three records with the same ``gml:id`` is
+    valid against OAI-PMH.xsd with strict gmd, in both formats: the repeats are served renamed,
+    each with its own record's suffix. GetRecord serves each record as stored, and a harvester
+    reading the page gets each record back as stored."""
+    shared = await factories.load_records(db, "WIS-GISC-DUP", [900, 901, 902], gml_id="extent")
+    gml_id = "{http://www.opengis.net/gml/3.2}id"
+    for prefix in ("iso19139", "oai_dc"):
+        answer = await oai_get(
+            provider.oai, verb="ListRecords", metadataPrefix=prefix, set="WIS-GISC-DUP"
+        )
+        assert answer.status == 200
+        check(answer.body)
+        assert answer.errors() == []
+        assert sorted(answer.xpath("//oai:header/oai:identifier/text()")) == sorted(shared)
+        if prefix == "iso19139":
+            served = [e.get(gml_id) for e in answer.tree.iter() if e.get(gml_id)]
+            assert len(set(served)) == 3 and "extent" in served, served
+            read = [
+                item.metadata.find(".//{http://www.opengis.net/gml/3.2}TimePeriod")
+                for item in PageReader(answer.body).items()
+                if isinstance(item, RecordItem) and item.metadata is not None
+            ]
+            assert [e.get(gml_id) for e in read if e is not None] == ["extent"] * 3
+    for identifier in shared:
+        got = await oai_get(
+            provider.oai, verb="GetRecord", metadataPrefix="iso19139", identifier=identifier
+        )
+        check(got.body)
+        assert [e.get(gml_id) for e in got.tree.iter() if e.get(gml_id)] == ["extent"]
 
 
 #: identifiers holding XPath's metacharacters, each a legal xs:anyURI (RELIABILITY X09)

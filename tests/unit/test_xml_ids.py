@@ -1,0 +1,65 @@
+"""XML IDs repeated across the records of one list page (RELIABILITY P01)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from lxml import etree
+
+from tests.oai_validation import validate_oai
+from wiscat.shared.generator import generate_record
+from wiscat.shared.iso19139 import parse_record
+from wiscat.shared.oaipmh import render, xmlids
+from wiscat.shared.oaipmh.pages import PageReader, RecordItem
+
+GML_ID = "{http://www.opengis.net/gml/3.2}id"
+XLINK_HREF = "{http://www.w3.org/1999/xlink}href"
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def _with_reference(n: int) -> bytes:
+    """Record ``n`` whose TimePeriod is ``extent``, referred to by an xlink:href."""
+    root = etree.fromstring(generate_record(n, gml_id="extent"))
+    contact = root.find("{http://www.isotc211.org/2005/gmd}contact")
+    assert contact is not None
+    contact.set(XLINK_HREF, "#extent")
+    return etree.tostring(root)
+
+
+def _page(records: list[bytes]) -> bytes:
+    writer = render.PageWriter()
+    echo = {"verb": "ListRecords", "metadataPrefix": "iso19139"}
+    writer.add(render.response_start(NOW, "http://127.0.0.1/oai", echo, "ListRecords"))
+    for data in records:
+        record = parse_record(data)
+        writer.add_record(record.identifier, NOW, ["s"], False, record.xml)
+    writer.add(render.response_end("ListRecords"))
+    return writer.take()
+
+
+def test_p01_repeated_ids_are_renamed_with_their_references_and_restored_when_read() -> None:
+    records = [_with_reference(n) for n in range(3)]
+    body = _page(records)
+    validate_oai(body)
+    tree = etree.fromstring(body)
+    served = [e for e in tree.iter() if e.get(GML_ID)]
+    identifiers = [parse_record(r).identifier for r in records]
+    ends = ["", xmlids.suffix(identifiers[1]), xmlids.suffix(identifiers[2])]
+    assert [e.get(GML_ID) for e in served] == [f"extent{end}" for end in ends]
+    hrefs = [e.get(XLINK_HREF) for e in tree.iter() if e.get(XLINK_HREF)]
+    assert hrefs == [f"#extent{end}" for end in ends]
+    read = [i for i in PageReader(body).items() if isinstance(i, RecordItem)]
+    for item, original in zip(read, records, strict=True):
+        assert item.metadata is not None
+        assert (
+            parse_record(etree.tostring(item.metadata)).content_hash
+            == parse_record(original).content_hash
+        )
+
+
+def test_p01_a_record_alone_or_without_repeats_is_served_as_stored() -> None:
+    stored = [parse_record(generate_record(n)).xml.encode() for n in range(3)]
+    ids = xmlids.PageIds()
+    assert [ids.admit(str(n), data) for n, data in enumerate(stored)] == stored
+    alone = parse_record(_with_reference(7))
+    assert render.record(alone.identifier, NOW, [], False, alone.xml).count(alone.xml.encode()) == 1
