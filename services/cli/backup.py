@@ -64,6 +64,7 @@ def _size(file: Path) -> str:
 
 
 async def cmd_backup(settings: Settings, args: argparse.Namespace) -> int:
+    """``wiscat backup FILE``: the node's database dumped with PostgreSQL's own pg_dump."""
     existing_node(settings)
     embedded = settings.database_url is None
     began = time.monotonic()
@@ -78,6 +79,8 @@ async def cmd_backup(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def cmd_restore(settings: Settings, args: argparse.Namespace) -> int:
+    """``wiscat restore FILE``: a dump restored with pg_restore, into a node holding nothing
+    (or over one, with --force), then migrated."""
     if not args.file.is_file():
         print(f"wiscat: no such file: {args.file}", file=sys.stderr)
         return 2
