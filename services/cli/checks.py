@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from wiscat.cli.arguments import DURATIONS, argument, command, count, group
-from wiscat.cli.database import migrated_pool
+from wiscat.cli.database import migrated_pool, node_exists
 from wiscat.cli.output import jsonable, show, table, when
 from wiscat.cli.progress import per_second, progress
 from wiscat.shared.db import checks as check_store
@@ -300,8 +300,11 @@ _COLUMNS = {
 
 async def _refusal_notes(settings: Settings, report: CheckReport, source: str) -> dict[str, str]:
     """Why this node refused identifiers that a peer misses, where a link from the source keeps
-    a refusal of them (``wiscat link refused``): identifier -> the reason."""
+    a refusal of them (``wiscat link refused``): identifier -> the reason. A check run away
+    from a node (it needs none: it reads ListIdentifiers alone) has no refusals to tell."""
     notes: dict[str, str] = {}
+    if not node_exists(settings):
+        return notes
     batches = (
         found.items() for peer in report.peers for name, found in peer.findings.items()
         if name == "missing" and found.count

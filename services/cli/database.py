@@ -46,13 +46,16 @@ def quiet_database() -> Iterator[None]:
         logger.removeFilter(quiet)
 
 
+def node_exists(settings: Settings) -> bool:
+    """Whether a database is configured, or the embedded one exists in ``WISCAT_DATA_DIR``."""
+    return settings.database_url is not None or (settings.data_dir / "postgres").exists()
+
+
 def existing_node(settings: Settings) -> None:
     """Raise :class:`DatabaseError` (exit 2) when no database is configured and the embedded one
     does not exist yet in ``WISCAT_DATA_DIR``: a one-shot command does not make a node."""
-    if settings.database_url is not None:
-        return
-    folder = settings.data_dir.resolve()
-    if not (folder / "postgres").exists():
+    if not node_exists(settings):
+        folder = settings.data_dir.resolve()
         raise DatabaseError(
             f"no node database in {folder} (WISCAT_DATA_DIR); run from the node's folder, "
             "or set WISCAT_DATA_DIR or WISCAT_DATABASE_URL"
