@@ -52,7 +52,19 @@ async def request_pairs(request: Request) -> list[tuple[str, str]]:
             return query_pairs(body.decode("utf-8"))
         except UnicodeDecodeError as exc:
             raise BadArgument("the request is not valid UTF-8") from exc
-    return query_pairs(request.url.query)
+    # as sent: Starlette's request.url cuts a raw '#' and what follows as a fragment
+    query = request.scope["query_string"]
+    if b"#" in query:
+        # a client that sent a '#' meant it in an argument or as a fragment: either way the
+        # arguments are not what it asked for (identifier=a#b would be a, another record)
+        raise BadArgument(
+            "the request's query holds a raw '#' (no URL may): "
+            "a '#' in an argument is sent percent-encoded, as %23"
+        )
+    try:
+        return query_pairs(query.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise BadArgument("the request is not valid UTF-8") from exc
 
 
 def log_unavailable(what: str, exc: DatabaseUnavailable) -> None:

@@ -8,6 +8,13 @@ the life of the process. Here a connection waiting for a request's head is close
 ``header_timeout`` seconds pass from the connection's start, or from the first byte of a
 request after the first, with no whole head; a request being answered is not timed by it (the
 provider's send timeout guards that).
+
+A request target (the request line's URL) is read up to :data:`MAX_REQUEST_TARGET` bytes and
+handed to the app as sent: its query is everything after the first ``?``, a raw ``#`` and what
+follows it included (RFC 9112 §3.2 allows no ``#`` in a target; uvicorn cut it off, so
+``identifier=a#b`` asked for ``a``), for the endpoint to refuse. uvicorn kept a target of any
+length in memory while it came, and refused one over 64 KiB with a plain-text 400 (httptools'
+URL parser counts in 16 bits); past the bound the answer is 414 and the connection closed.
 """
 
 from __future__ import annotations
@@ -18,16 +25,57 @@ from typing import Any
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+# bytes of request target read: a resumptionToken or identifier of hundreds of kilobytes still
+# gets its OAI-PMH answer
+MAX_REQUEST_TARGET = 1024 * 1024
+
 
 def provider_config(app: Any, header_timeout: float, **options: Any) -> uvicorn.Config:
     """uvicorn's configuration for ``app`` with the deadline on request heads."""
     return uvicorn.Config(app, http=head_deadline_protocol(header_timeout), **options)
 
 
-def head_deadline_protocol(header_timeout: float) -> type[HttpToolsProtocol]:
-    """uvicorn's httptools protocol, closing a connection whose request head is late."""
+class TargetAsSent(HttpToolsProtocol):
+    """uvicorn's httptools protocol, reading a request target of at most
+    :data:`MAX_REQUEST_TARGET` bytes and giving the app its query as sent."""
 
-    class HeadDeadline(HttpToolsProtocol):
+    _target_too_long = False
+
+    def on_url(self, url: bytes) -> None:
+        if len(self.url) + len(url) > MAX_REQUEST_TARGET:
+            self._target_too_long = True
+            raise ValueError("request target too long")  # the parser stops: a 400, below
+        super().on_url(url)
+
+    def send_400_response(self, msg: str) -> None:
+        if not self._target_too_long:
+            super().send_400_response(msg)
+            return
+        text = f"A request target may be at most {MAX_REQUEST_TARGET} bytes.\n"
+        self.transport.write(
+            b"HTTP/1.1 414 URI Too Long\r\n"
+            b"content-type: text/plain; charset=utf-8\r\n"
+            b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (len(text), text.encode("ascii"))
+        )
+        self.transport.close()
+
+    def on_headers_complete(self) -> None:
+        target = self.url
+        before, asks, query = target.partition(b"?")
+        self.url = before  # the path, for uvicorn to parse: the query is taken as sent
+        try:
+            super().on_headers_complete()
+        finally:
+            self.url = target
+        if asks and "query_string" in self.scope:  # not a websocket upgrade, left unparsed
+            self.scope["query_string"] = query
+
+
+def head_deadline_protocol(header_timeout: float) -> type[HttpToolsProtocol]:
+    """uvicorn's httptools protocol, closing a connection whose request head is late, its
+    request target bounded and passed on as sent (:class:`TargetAsSent`)."""
+
+    class HeadDeadline(TargetAsSent):
         _deadline: asyncio.TimerHandle | None = None
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
