@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.measure import OUT, free_port
-from tests import pg
+from tests.support import pg
 from wiscat.shared.db.embedded import EmbeddedPostgres, import_pgserver
 from wiscat.shared.db.pool import connect
 

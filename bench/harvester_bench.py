@@ -24,7 +24,7 @@ from bench.measure import (
     sink_node,
     timed_command,
 )
-from tests import pg
+from tests.support import pg
 from wiscat.harvester.harvest import harvest_link
 from wiscat.harvester.service import harvest_context
 from wiscat.shared.db import links as link_store

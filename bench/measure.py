@@ -19,7 +19,7 @@ from pathlib import Path
 import aiohttp
 
 from bench.cpu import Group
-from tests import factories, pg
+from tests.support import factories, pg
 from wiscat.harvester.page_workers import spool_prefix, spool_root
 from wiscat.shared.db.pool import create_pool
 

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 
 from aiohttp import web
 
-from tests.servers import identify_document
+from tests.support.servers import identify_document
 from wiscat.harvester.scheduler import Scheduler
 from wiscat.harvester.service import harvest_context
 from wiscat.shared.db import links as link_store

@@ -4,7 +4,8 @@ BitTorrent tracker, and what verifying a long chain costs.
     lines = await registry.run(server_url)   # markdown lines for docs/benchmarks.md
 
 The tracker is Debian's opentracker on loopback, in its whitelist mode (the network's info_hash
-in its access list), as the tests run it (tests/opentracker.py). The nodes are real providers on
+in its access list), as the tests run it (tests/support/opentracker.py). The nodes are real
+providers on
 loopback, each on its own database of the one PostgreSQL server, all in this process, in an open
 network (the key file lists no members: each node signs with a key made at start-up). None has a
 static peer: the key file names the tracker and nothing else, so each node knows the others only
@@ -29,9 +30,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from lxml import etree
 
 from bench.measure import machine
-from tests import pg
-from tests.opentracker import announce, running_opentracker
-from tests.servers import RunningProvider, running_provider
+from tests.support import pg
+from tests.support.opentracker import announce, running_opentracker
+from tests.support.servers import RunningProvider, running_provider
 from wiscat.shared.registry.chain import (
     Block,
     Transaction,

@@ -23,7 +23,7 @@ from bench.measure import (
     timed_command,
 )
 from bench.provider_bench import Harvest, bare_harvest
-from tests import pg
+from tests.support import pg
 from wiscat.harvester.harvest import harvest_link
 from wiscat.harvester.service import harvest_context
 from wiscat.shared.db import links as link_store

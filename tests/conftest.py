@@ -14,7 +14,7 @@ import pytest
 from hypothesis import Phase, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
 
-from tests import pg
+from tests.support import pg
 from wiscat.shared.db.embedded import EmbeddedPostgres
 from wiscat.shared.db.pool import connect, create_pool
 

@@ -10,7 +10,7 @@ import pytest
 
 from tests.e2e.mesh import Mesh
 from tests.e2e.nodes import Node, NodeFactory
-from tests.pg import clone_template, drop_database
+from tests.support.pg import clone_template, drop_database
 
 
 @pytest.fixture

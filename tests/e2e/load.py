@@ -21,7 +21,7 @@ from urllib.parse import urlsplit, urlunsplit
 import aiohttp
 
 from bench.measure import descendants, spooled_mb, tree_memory_mb
-from tests import factories
+from tests.support import factories
 from wiscat.shared.db.pool import Pool
 from wiscat.shared.db.queries import load as load_queries
 from wiscat.shared.oaipmh.pages import announced_token

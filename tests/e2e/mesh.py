@@ -24,7 +24,7 @@ from typing import Any
 import aiohttp
 
 from tests.e2e.nodes import Node
-from tests.pg import clone_template, drop_database
+from tests.support.pg import clone_template, drop_database
 from wiscat.shared.db.pool import connect
 from wiscat.shared.generator import generate_record
 from wiscat.shared.iso19139 import parse_record

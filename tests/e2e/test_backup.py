@@ -19,7 +19,7 @@ import pytest
 from aiohttp import web
 
 from tests.e2e.nodes import WISCAT, NodeFactory
-from tests.servers import list_records_page, serving
+from tests.support.servers import list_records_page, serving
 from wiscat.shared.db.backup import without_password
 from wiscat.shared.generator import generate_record, identifier_for
 from wiscat.shared.iso19139 import parse_record

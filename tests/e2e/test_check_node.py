@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from tests.e2e.mesh import Mesh
-from tests.servers import loopback_socket
+from tests.support.servers import loopback_socket
 
 
 async def test_a_scheduled_check_runs_in_the_harvester_and_is_exported(

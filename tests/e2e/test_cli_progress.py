@@ -13,7 +13,7 @@ from pathlib import Path
 from aiohttp import web
 
 from tests.e2e.nodes import NodeFactory
-from tests.servers import list_records_page, loopback_socket, serving
+from tests.support.servers import list_records_page, loopback_socket, serving
 from wiscat.shared.generator import generate_record
 from wiscat.shared.iso19139 import parse_record
 from wiscat.shared.oaipmh import render

@@ -25,11 +25,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests import factories
 from tests.e2e.copies import assert_copy_is_the_source, assert_mark_is_covered
 from tests.e2e.test_harvester_killed import WISCAT, content, env_for, wiscat
-from tests.pg import clone_template, drop_database
-from tests.servers import running_provider
+from tests.support import factories
+from tests.support.pg import clone_template, drop_database
+from tests.support.servers import running_provider
 from wiscat.shared.db import links as link_store
 from wiscat.shared.db import records as store
 from wiscat.shared.db.pool import Pool, create_pool

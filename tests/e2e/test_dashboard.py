@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from tests.e2e.mesh import Mesh
 from tests.e2e.nodes import NodeFactory
-from tests.servers import list_records_page, provider_settings, serving, serving_app
+from tests.support.servers import list_records_page, provider_settings, serving, serving_app
 from wiscat.provider.dashboard.probe import harvester_address, probe_harvester
 from wiscat.shared.generator import generate_record
 from wiscat.shared.iso19139 import parse_record

@@ -14,7 +14,7 @@ from playwright.async_api import Page, async_playwright
 
 from tests.e2e.nodes import Node, NodeFactory
 from tests.e2e.test_dashboard import CHROMIUM, FLAGS, keep
-from tests.servers import list_records_page, serving
+from tests.support.servers import list_records_page, serving
 from wiscat.shared.generator import generate_record
 from wiscat.shared.iso19139 import parse_record
 from wiscat.shared.oaipmh import render

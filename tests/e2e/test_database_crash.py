@@ -17,11 +17,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests import factories
 from tests.e2e.copies import assert_copy_is_the_source, assert_mark_is_covered
 from tests.e2e.test_harvester_killed import WISCAT, content, env_for, wiscat
-from tests.pg import with_database
-from tests.servers import running_provider
+from tests.support import factories
+from tests.support.pg import with_database
+from tests.support.servers import running_provider
 from wiscat.shared.db import links as link_store
 from wiscat.shared.db import migrate
 from wiscat.shared.db.embedded import EmbeddedPostgres

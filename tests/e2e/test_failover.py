@@ -16,12 +16,18 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from tests import factories
-from tests.faultproxy import FaultProxy, Freeze, Latency
-from tests.harvest_pair import SOURCE_SET, content, link_to, sink_settings
-from tests.oai_client import oai_get
-from tests.replication import Server, caught_up, migrated_primary, replication, several_hosts
-from tests.servers import running_provider
+from tests.support import factories
+from tests.support.faultproxy import FaultProxy, Freeze, Latency
+from tests.support.harvest_pair import SOURCE_SET, content, link_to, sink_settings
+from tests.support.oai_client import oai_get
+from tests.support.replication import (
+    Server,
+    caught_up,
+    migrated_primary,
+    replication,
+    several_hosts,
+)
+from tests.support.servers import running_provider
 from wiscat.harvester.context import RunReport
 from wiscat.harvester.harvest import harvest_link
 from wiscat.harvester.service import harvest_context

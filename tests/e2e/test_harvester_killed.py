@@ -9,10 +9,10 @@ import signal
 import sys
 from pathlib import Path
 
-from tests import factories
 from tests.e2e.copies import assert_copy_is_the_source
-from tests.pg import clone_template, drop_database
-from tests.servers import running_provider
+from tests.support import factories
+from tests.support.pg import clone_template, drop_database
+from tests.support.servers import running_provider
 from wiscat.shared.db import links as link_store
 from wiscat.shared.db import records as store
 from wiscat.shared.db.pool import Pool, create_pool

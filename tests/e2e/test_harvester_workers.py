@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from aiohttp import web
 
 from tests.e2e.nodes import Node, NodeFactory
-from tests.servers import identify_document, list_records_page, serving_app
+from tests.support.servers import identify_document, list_records_page, serving_app
 from wiscat.shared.db import links as link_store
 from wiscat.shared.db import records as store
 from wiscat.shared.db.pool import Pool, create_pool

@@ -22,11 +22,11 @@ from pathlib import Path
 
 import aiohttp
 
-from tests import factories
 from tests.e2e.nodes import NodeFactory
-from tests.harvest_pair import sink_settings
-from tests.oai_client import OAI, list_all
-from tests.servers import running_provider
+from tests.support import factories
+from tests.support.harvest_pair import sink_settings
+from tests.support.oai_client import OAI, list_all
+from tests.support.servers import running_provider
 from wiscat.harvester.harvest import harvest_link
 from wiscat.harvester.service import harvest_context
 from wiscat.shared.db import links as link_store

@@ -9,7 +9,7 @@ from pathlib import Path
 from aiohttp import ClientSession, web
 
 from tests.e2e.nodes import Node, NodeFactory, free_port
-from tests.servers import serving_app
+from tests.support.servers import serving_app
 from wiscat.shared.db.pool import connect
 from wiscat.shared.generator import generate_record
 from wiscat.shared.iso19139 import parse_record

@@ -26,10 +26,10 @@ import aiohttp
 import pytest
 
 from bench.provider_bench import bare_harvest
-from tests import factories
 from tests.e2e import load
 from tests.e2e.nodes import WISCAT, Node, NodeFactory
-from tests.pg import clone_template, drop_database
+from tests.support import factories
+from tests.support.pg import clone_template, drop_database
 from wiscat.shared.db.pool import Pool, create_pool
 from wiscat.shared.settings import Settings
 

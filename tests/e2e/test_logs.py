@@ -15,7 +15,7 @@ import pytest
 from aiohttp import web
 
 from tests.e2e.nodes import WISCAT, Node, NodeFactory, stop_signals_by_default
-from tests.servers import list_records_page, serving
+from tests.support.servers import list_records_page, serving
 from wiscat.harvester.page_workers import WORKER_MIN_BYTES
 from wiscat.shared.generator import generate_record
 from wiscat.shared.iso19139 import parse_record

@@ -11,7 +11,7 @@ import random
 from datetime import UTC, datetime, timedelta
 
 from tests.e2e.mesh import TOMBSTONE, Mesh, Writers, expected
-from tests.pg import clone_template, drop_database
+from tests.support.pg import clone_template, drop_database
 
 MONDAY = datetime(2026, 11, 16, 9, 0, tzinfo=UTC)
 TUESDAY = MONDAY + timedelta(days=1)

@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from tests.e2e.mesh import Mesh, Writers, drift, expected
-from tests.faultproxy import (
+from tests.support.faultproxy import (
     DIRECTIONS,
     Down,
     FaultProxy,

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from aiohttp import web
 
 from tests.e2e.nodes import NodeFactory
-from tests.servers import list_records_page, serving, serving_app
+from tests.support.servers import list_records_page, serving, serving_app
 from wiscat.shared.generator import generate_record
 from wiscat.shared.iso19139 import parse_record
 from wiscat.shared.oaipmh import render

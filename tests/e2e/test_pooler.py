@@ -13,13 +13,13 @@ from __future__ import annotations
 import asyncio
 from urllib.parse import urlsplit
 
-from tests import factories
 from tests.e2e.nodes import Node
 from tests.e2e.test_harvester_killed import content
-from tests.harvest_pair import sink_settings
-from tests.oai_client import NS, oai_get
-from tests.pg import clone_template, drop_database, with_database
-from tests.pgbouncer import running_pgbouncer
+from tests.support import factories
+from tests.support.harvest_pair import sink_settings
+from tests.support.oai_client import NS, oai_get
+from tests.support.pg import clone_template, drop_database, with_database
+from tests.support.pgbouncer import running_pgbouncer
 from wiscat.harvester.harvest import harvest_link
 from wiscat.harvester.service import harvest_context
 from wiscat.shared.db import links as link_store

@@ -20,12 +20,12 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime
 
-from tests import factories
 from tests.e2e.copies import assert_copy_is_the_source
 from tests.e2e.nodes import Node
 from tests.e2e.test_harvester_killed import WISCAT, content, env_for
-from tests.faultproxy import FaultProxy, Latency
-from tests.pg import clone_template, drop_database
+from tests.support import factories
+from tests.support.faultproxy import FaultProxy, Latency
+from tests.support.pg import clone_template, drop_database
 from wiscat.shared.db import links as link_store
 from wiscat.shared.db import records as store
 from wiscat.shared.db.pool import Pool, create_pool

@@ -3,7 +3,7 @@ it (http in absolute form, https through CONNECT), with its credentials in a hea
 what is logged or stored; ``WISCAT_NO_PROXY`` names hosts reached directly; a proxy that is
 down, or refuses the credentials, fails the run with the reason.
 
-The proxy and the peers are real servers on 127.0.0.1 (tests/forward_proxy.py)."""
+The proxy and the peers are real servers on 127.0.0.1 (tests/support/forward_proxy.py)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ import pytest
 import trustme
 
 from tests.e2e.nodes import Node, NodeFactory, free_port
-from tests.forward_proxy import forward_proxy
-from tests.servers import list_records_page, serving
+from tests.support.forward_proxy import forward_proxy
+from tests.support.servers import list_records_page, serving
 from wiscat.shared.generator import generate_record
 from wiscat.shared.iso19139 import parse_record
 from wiscat.shared.oaipmh import render

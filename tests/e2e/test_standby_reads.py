@@ -1,5 +1,5 @@
 """Providers reading from a hot standby (WISCAT_DATABASE_READ_URL), on real PostgreSQL streaming
-replication: a primary and its standby (tests/replication.py), replay paused and resumed.
+replication: a primary and its standby (tests/support/replication.py), replay paused and resumed.
 
 A list read from the standby never passes a datestamp the primary may still commit or the
 standby has not yet replayed: a harvester harvesting through the standby's provider misses
@@ -13,11 +13,11 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from tests import factories
-from tests.harvest_pair import SOURCE_SET, content, link_to, sink_settings
-from tests.oai_client import oai_get
-from tests.pg import clone_template, drop_database
-from tests.replication import (
+from tests.support import factories
+from tests.support.harvest_pair import SOURCE_SET, content, link_to, sink_settings
+from tests.support.oai_client import oai_get
+from tests.support.pg import clone_template, drop_database
+from tests.support.replication import (
     Server,
     caught_up,
     migrated_primary,
@@ -26,7 +26,7 @@ from tests.replication import (
     resume_replay,
     several_hosts,
 )
-from tests.servers import running_provider
+from tests.support.servers import running_provider
 from wiscat.harvester.context import RunReport
 from wiscat.harvester.harvest import harvest_link
 from wiscat.harvester.service import harvest_context

@@ -16,7 +16,7 @@ import trustme
 from aiohttp import web
 
 from tests.e2e.nodes import Node, NodeFactory
-from tests.servers import list_records_page, serving
+from tests.support.servers import list_records_page, serving
 from wiscat.shared.generator import generate_record
 from wiscat.shared.iso19139 import parse_record
 from wiscat.shared.oaipmh import render

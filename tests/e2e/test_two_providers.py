@@ -13,9 +13,9 @@ import asyncio
 
 from lxml import etree
 
-from tests import factories
 from tests.e2e.nodes import Node
-from tests.oai_client import NS, OAI, Answer, oai_get
+from tests.support import factories
+from tests.support.oai_client import NS, OAI, Answer, oai_get
 from wiscat.shared.db.pool import Pool
 
 OWN = "WIS-GISC-TEST"

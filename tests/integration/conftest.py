@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from tests.harvest_pair import Pair, open_pair
+from tests.support.harvest_pair import Pair, open_pair
 from wiscat.shared.db.pool import Pool
 
 

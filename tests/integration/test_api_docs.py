@@ -14,7 +14,7 @@ from urllib.parse import urljoin, urlsplit
 import aiohttp
 import pytest
 
-from tests.servers import provider_settings, running_provider
+from tests.support.servers import provider_settings, running_provider
 from wiscat.provider.app import create_app
 
 # every src= or href= of the page, and the url: given to SwaggerUIBundle

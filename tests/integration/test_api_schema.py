@@ -5,7 +5,8 @@ A real provider on loopback, on a real PostgreSQL, in a registry network of one 
 registry's routes answer, not 404), authenticated with the admin token. Schemathesis generates
 valid and invalid requests from the schema and checks every answer: no 5xx, and a status code,
 content type and body the schema documents for it; every 200 of ``/oai`` validates against
-the official OAI-PMH.xsd besides (tests/schemathesis_hooks.py), since generated arguments are the
+the official OAI-PMH.xsd besides (tests/support/schemathesis_hooks.py), since generated arguments
+are the
 hostile input P02 lists. ``make test`` runs the fuzzing phase, 5
 examples an operation, from seed 1; ``make fuzz`` every phase (``WISCAT_SCHEMATHESIS_PHASES``:
 coverage, fuzzing, stateful), 200 examples an operation (``WISCAT_SCHEMATHESIS_EXAMPLES``), from
@@ -21,10 +22,10 @@ import sys
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from tests.netns import isolated, through_unix_socket
-from tests.registry_network import S02_HOSTS
-from tests.schemathesis_hooks import HOSTILE_SCHEMES
-from tests.servers import provider_settings
+from tests.support.netns import isolated, through_unix_socket
+from tests.support.registry_network import S02_HOSTS
+from tests.support.schemathesis_hooks import HOSTILE_SCHEMES
+from tests.support.servers import provider_settings
 from wiscat.provider.app import create_app
 
 ROOT = Path(__file__).parents[2]
@@ -39,14 +40,17 @@ async def test_f05_oai_admin_and_registry_answers_conform_to_the_schema(
     valid and invalid requests; and S01 to S08 still hold: POST /urls of generated and hostile
     base URLs accepts none, answers every hostile one 400 with its refusal, and connects to no
     refused address (the canary at their port sees nothing). The run is in a network namespace
-    whose only network is its loopback (tests/schemathesis_run.py), so no generated URL leaves
+    whose only network is its loopback (tests/support/schemathesis_run.py), so no generated URL
+    leaves
     the machine."""
     assert through_unix_socket(database_url), (
         "F05 runs its provider in a network namespace of its own, which reaches PostgreSQL "
         f"through a Unix socket only; this server is at {urlsplit(database_url).netloc}"
     )
     process = await asyncio.create_subprocess_exec(
-        *isolated([sys.executable, "-m", "tests.schemathesis_run", database_url, str(tmp_path)]),
+        *isolated(
+            [sys.executable, "-m", "tests.support.schemathesis_run", database_url, str(tmp_path)]
+        ),
         cwd=ROOT,
         # ROOT for the tests package, before what PYTHONPATH already holds (make mutants' copy)
         env={

@@ -1,6 +1,6 @@
 """RELIABILITY D03: the database connection reset during COMMIT.
 
-The connection leads through the tests' fault proxy (tests/faultproxy.py) to the test
+The connection leads through the tests' fault proxy (tests/support/faultproxy.py) to the test
 PostgreSQL, and the proxy resets it (RST) exactly at the transaction's COMMIT, found by its
 bytes on the wire: before the server has the COMMIT, or once it has it but before the client
 has the answer, or once the server has answered. Whichever, the batch is all there or not at
@@ -20,11 +20,11 @@ import logging
 import asyncpg
 import pytest
 
-from tests import factories
-from tests.faultproxy import Reset, postgres_url, proxy_to_postgres
-from tests.harvest_pair import SOURCE_SET, Pair, add_link, content, run, sink_settings
-from tests.pg import clone_template, drop_database
-from tests.servers import running_provider
+from tests.support import factories
+from tests.support.faultproxy import Reset, postgres_url, proxy_to_postgres
+from tests.support.harvest_pair import SOURCE_SET, Pair, add_link, content, run, sink_settings
+from tests.support.pg import clone_template, drop_database
+from tests.support.servers import running_provider
 from wiscat.harvester.service import harvest_context
 from wiscat.shared.db import links as link_store
 from wiscat.shared.db import records as store

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.compose_checks import (
+from tests.support.compose_checks import (
     COMPOSE,
     DOCKERFILE,
     DOCKERIGNORE,

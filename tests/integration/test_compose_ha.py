@@ -14,7 +14,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import pytest
 import yaml
 
-from tests.compose_checks import (
+from tests.support.compose_checks import (
     DOCKERFILE,
     ENV_EXAMPLE,
     ROOT,

@@ -11,7 +11,7 @@ import asyncpg
 import lxml.html
 import pytest
 
-from tests.servers import RunningProvider, running_provider
+from tests.support.servers import RunningProvider, running_provider
 
 ADD_LINK = "insert into links (name, base_url, local_set) values ($1, 'http://peer.test/oai', 'S')"
 

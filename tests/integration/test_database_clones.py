@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from tests import pg
+from tests.support import pg
 from wiscat.shared.db.pool import connect
 
 

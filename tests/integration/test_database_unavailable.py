@@ -1,7 +1,7 @@
 """Provider and harvester while their database is unreachable or hangs, and once it is back.
 
 The outage is real as they see it: their database URL leads through the tests' fault proxy
-(tests/faultproxy.py) on loopback, which the test cuts (every connection closed, nothing
+(tests/support/faultproxy.py) on loopback, which the test cuts (every connection closed, nothing
 listening) and then restores, or freezes (connections open, nothing passed on: a wedged
 server, a silent network) and thaws.
 """
@@ -16,10 +16,10 @@ from collections.abc import AsyncIterator
 import aiohttp
 import pytest
 
-from tests import factories
-from tests.faultproxy import Down, FaultProxy, Freeze, postgres_url, proxy_to_postgres
-from tests.oai_client import oai_raw
-from tests.servers import running_provider, serving_app
+from tests.support import factories
+from tests.support.faultproxy import Down, FaultProxy, Freeze, postgres_url, proxy_to_postgres
+from tests.support.oai_client import oai_raw
+from tests.support.servers import running_provider, serving_app
 from wiscat.harvester.scheduled_checks import run_due_checks
 from wiscat.harvester.scheduler import Scheduler
 from wiscat.harvester.service import harvest_context, health_app

@@ -13,8 +13,8 @@ from urllib.parse import urlsplit
 import asyncpg
 import pytest
 
-from tests.faultproxy import Down, postgres_url, proxy_to_postgres
-from tests.registry_network import make_network
+from tests.support.faultproxy import Down, postgres_url, proxy_to_postgres
+from tests.support.registry_network import make_network
 from wiscat.shared.db import links as link_store
 from wiscat.shared.db import registry as registry_store
 from wiscat.shared.db.errors import (

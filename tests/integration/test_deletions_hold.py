@@ -20,11 +20,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from aiohttp import web
 
-from tests import factories
-from tests.harvest_pair import Pair, sink_settings
-from tests.oai_client import OAI, list_all, oai_get
-from tests.pg import clone_template, drop_database
-from tests.servers import RunningProvider, running_provider, serving
+from tests.support import factories
+from tests.support.harvest_pair import Pair, sink_settings
+from tests.support.oai_client import OAI, list_all, oai_get
+from tests.support.pg import clone_template, drop_database
+from tests.support.servers import RunningProvider, running_provider, serving
 from wiscat.harvester.context import HarvestContext, RunReport
 from wiscat.harvester.harvest import harvest_link
 from wiscat.harvester.service import harvest_context

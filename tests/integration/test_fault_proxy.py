@@ -1,4 +1,5 @@
-"""The tests' fault-injecting proxy (tests/faultproxy.py): each toxic does what it says, against
+"""The tests' fault-injecting proxy (tests/support/faultproxy.py): each toxic does what it says,
+against
 a small echo server on loopback, set while the connection is open where the toxic allows.
 
 Times are asserted as lower bounds only: a toxic that delays makes a thing take at least so long.
@@ -14,7 +15,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from tests.faultproxy import (
+from tests.support.faultproxy import (
     Bandwidth,
     Down,
     FaultProxy,

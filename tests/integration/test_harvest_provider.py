@@ -9,10 +9,10 @@ from datetime import timedelta
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests import factories
-from tests.harvest_pair import SOURCE_SET, Pair, add_link, content, run, sink_settings
-from tests.pg import clone_template, drop_database
-from tests.servers import running_provider
+from tests.support import factories
+from tests.support.harvest_pair import SOURCE_SET, Pair, add_link, content, run, sink_settings
+from tests.support.pg import clone_template, drop_database
+from tests.support.servers import running_provider
 from wiscat.harvester.service import harvest_context
 from wiscat.shared.db import links as link_store
 from wiscat.shared.db.pool import Pool

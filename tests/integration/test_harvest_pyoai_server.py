@@ -10,8 +10,8 @@ import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from tests.harvest_pair import Pair
-from tests.servers import loopback_socket
+from tests.support.harvest_pair import Pair
+from tests.support.servers import loopback_socket
 from wiscat.shared.db import links as link_store
 from wiscat.shared.generator import generate_record
 from wiscat.shared.iso19139 import parse_record

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING
 import pytest
 from aiohttp import web
 
-from tests import factories
-from tests.harvest_pair import SOURCE_SET, Pair, add_link, run
-from tests.servers import list_records_page, serving
+from tests.support import factories
+from tests.support.harvest_pair import SOURCE_SET, Pair, add_link, run
+from tests.support.servers import list_records_page, serving
 from wiscat.shared.db import links as link_store
 from wiscat.shared.db.pool import Pool
 from wiscat.shared.generator import generate_record
@@ -28,7 +28,7 @@ from wiscat.shared.oaipmh.errors import (
 
 if TYPE_CHECKING:
     from wiscat.harvester.context import RunReport
-from tests.harvest_pair import new_link
+from tests.support.harvest_pair import new_link
 
 
 class SlowPeer:

@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING
 import pytest
 from aiohttp import web
 
-from tests import factories
-from tests.forward_proxy import forward_proxy
-from tests.harvest_pair import SOURCE_SET, Pair, add_link, content, run
-from tests.registry_network import CountingResolver, canary, make_network
-from tests.servers import identify_document, list_records_page, serving, serving_app
+from tests.support import factories
+from tests.support.forward_proxy import forward_proxy
+from tests.support.harvest_pair import SOURCE_SET, Pair, add_link, content, run
+from tests.support.registry_network import CountingResolver, canary, make_network
+from tests.support.servers import identify_document, list_records_page, serving, serving_app
 from wiscat.harvester.client import OAIClient
 from wiscat.shared.db import links as link_store
 from wiscat.shared.generator import generate_record
@@ -33,7 +33,7 @@ from wiscat.shared.registry_node import NodeConfig, RegistryNode
 
 if TYPE_CHECKING:
     from wiscat.harvester.context import RunReport
-from tests.harvest_pair import new_link
+from tests.support.harvest_pair import new_link
 
 
 async def test_an_identify_that_is_not_well_formed_gets_no_hint_about_records(

@@ -12,11 +12,11 @@ import aiohttp
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests import factories
-from tests.harvest_pair import SOURCE_SET, Pair, add_link, run
-from tests.metrics import assert_process_metrics
-from tests.metrics import scrape as scrape_all
-from tests.servers import serving_app
+from tests.support import factories
+from tests.support.harvest_pair import SOURCE_SET, Pair, add_link, run
+from tests.support.metrics import assert_process_metrics
+from tests.support.metrics import scrape as scrape_all
+from tests.support.servers import serving_app
 from wiscat.harvester.service import health_app, health_runner
 from wiscat.shared.db import links as link_store
 

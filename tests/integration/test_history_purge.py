@@ -11,9 +11,9 @@ from datetime import UTC, datetime, timedelta
 
 import asyncpg
 
-from tests import factories
-from tests.oai_client import OAI, list_all, oai_get
-from tests.servers import running_provider
+from tests.support import factories
+from tests.support.oai_client import OAI, list_all, oai_get
+from tests.support.servers import running_provider
 from wiscat.shared.db import checks as check_store
 from wiscat.shared.db import links as link_store
 from wiscat.shared.oaipmh.dates import parse_datestamp

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from lxml import etree
 
-from tests import factories
-from tests.pg import clone_template, drop_database
-from tests.servers import RunningProvider, running_provider
+from tests.support import factories
+from tests.support.pg import clone_template, drop_database
+from tests.support.servers import RunningProvider, running_provider
 
 OWN = "WIS-GISC-TEST"
 RECORDS = 10_000

@@ -19,11 +19,11 @@ from aiohttp import web
 from lxml import etree
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests import factories
-from tests.harvest_pair import SOURCE_SET, Pair, add_link, run
-from tests.oai_client import NS, OAI, Answer, oai_get
-from tests.oai_validation import strict_checks, validate_oai
-from tests.servers import RunningProvider, running_provider, serving
+from tests.support import factories
+from tests.support.harvest_pair import SOURCE_SET, Pair, add_link, run
+from tests.support.oai_client import NS, OAI, Answer, oai_get
+from tests.support.oai_validation import strict_checks, validate_oai
+from tests.support.servers import RunningProvider, running_provider, serving
 from tests.unit.test_invalid_characters import CODES, allowed
 from wiscat.shared.db import links as link_store
 from wiscat.shared.db import records as store

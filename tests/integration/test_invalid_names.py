@@ -15,10 +15,10 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests import factories
-from tests.oai_client import Answer, oai_get
-from tests.oai_validation import strict_checks, validate_oai
-from tests.servers import RunningProvider, running_provider
+from tests.support import factories
+from tests.support.oai_client import Answer, oai_get
+from tests.support.oai_validation import strict_checks, validate_oai
+from tests.support.servers import RunningProvider, running_provider
 from wiscat.shared.db.pool import Pool
 
 OWN = "WIS-GISC-TEST"

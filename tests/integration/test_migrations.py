@@ -6,7 +6,7 @@ import shutil
 import uuid
 from pathlib import Path
 
-from tests.pg import drop_database, with_database
+from tests.support.pg import drop_database, with_database
 from wiscat.shared.db import migrate as migrations
 from wiscat.shared.db.errors import SchemaNotCurrent
 from wiscat.shared.db.pool import connect

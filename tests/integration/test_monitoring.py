@@ -7,9 +7,9 @@ from datetime import UTC, datetime, timedelta
 
 import aiohttp
 
-from tests import factories
-from tests.metrics import assert_process_metrics, scrape
-from tests.servers import running_provider
+from tests.support import factories
+from tests.support.metrics import assert_process_metrics, scrape
+from tests.support.servers import running_provider
 from wiscat.shared.db.pool import Pool
 
 OWN = "WIS-GISC-TEST"

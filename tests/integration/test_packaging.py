@@ -22,7 +22,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from tests import pg
+from tests.support import pg
 from wiscat.shared.db import migrate
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from tests import factories
-from tests.harvest_pair import SOURCE_SET, Pair, add_link, content, run, sink_settings
-from tests.pg import clone_template, drop_database
-from tests.servers import list_records_page
+from tests.support import factories
+from tests.support.harvest_pair import SOURCE_SET, Pair, add_link, content, run, sink_settings
+from tests.support.pg import clone_template, drop_database
+from tests.support.servers import list_records_page
 from wiscat.harvester.errors import BadResponse
 from wiscat.harvester.page_content import Page, PageContent, read_copy
 from wiscat.harvester.page_workers import PageReaders

@@ -9,10 +9,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from aiohttp import web
 
-from tests import factories
-from tests.faulty_peers import add_link, high_water_mark, relaying, run
-from tests.harvest_pair import SOURCE_SET, Pair, content
-from tests.servers import serving
+from tests.support import factories
+from tests.support.faulty_peers import add_link, high_water_mark, relaying, run
+from tests.support.harvest_pair import SOURCE_SET, Pair, content
+from tests.support.servers import serving
 from wiscat.harvester.harvest import harvest_link
 from wiscat.shared.db import links as link_store
 from wiscat.shared.generator import generate_record

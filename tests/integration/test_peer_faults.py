@@ -2,7 +2,8 @@
 
 H01 and H02: one link's peer is down, or accepts and never answers, while three other links
 harvest at the same time. The faulty peer is the real provider behind the tests' fault proxy
-(tests/faultproxy.py); the other links reach the same provider directly. The faulty link's run
+(tests/support/faultproxy.py); the other links reach the same provider directly. The faulty link's
+run
 fails cleanly after its bounded attempts, its high-water mark unmoved; the other links' runs
 complete; once the fault is gone, the faulty link's next run completes too.
 
@@ -23,12 +24,12 @@ from urllib.parse import urlsplit
 import pytest
 from aiohttp import web
 
-from tests import factories
-from tests.faultproxy import Down, FaultProxy, Timeout, Toxic
-from tests.faulty_peers import Relay, add_link, high_water_mark, relaying, run
-from tests.harvest_pair import SOURCE_SET, Pair, content, sink_settings
-from tests.pg import clone_template, drop_database
-from tests.servers import RunningProvider, running_provider
+from tests.support import factories
+from tests.support.faultproxy import Down, FaultProxy, Timeout, Toxic
+from tests.support.faulty_peers import Relay, add_link, high_water_mark, relaying, run
+from tests.support.harvest_pair import SOURCE_SET, Pair, content, sink_settings
+from tests.support.pg import clone_template, drop_database
+from tests.support.servers import RunningProvider, running_provider
 from wiscat.harvester.client import OAIClient
 from wiscat.harvester.context import HarvestContext
 from wiscat.harvester.service import harvest_context

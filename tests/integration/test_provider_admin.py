@@ -15,8 +15,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from tests import factories
-from tests.servers import RunningProvider, running_provider
+from tests.support import factories
+from tests.support.servers import RunningProvider, running_provider
 from wiscat.shared.db import links as link_store
 from wiscat.shared.db import records as store
 from wiscat.shared.db.pool import Pool

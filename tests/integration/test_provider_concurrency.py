@@ -6,9 +6,9 @@ from __future__ import annotations
 import asyncio
 import random
 
-from tests import factories
-from tests.oai_client import OAI, list_all
-from tests.servers import running_provider
+from tests.support import factories
+from tests.support.oai_client import OAI, list_all
+from tests.support.servers import running_provider
 from wiscat.shared.db.pool import Pool
 
 OWN = "WIS-GISC-TEST"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from tests.servers import running_provider
+from tests.support.servers import running_provider
 from wiscat.shared.db.pool import Pool
 
 

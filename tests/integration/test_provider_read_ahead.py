@@ -14,9 +14,9 @@ import aiohttp
 import pytest
 from lxml import etree
 
-from tests import factories
-from tests.oai_client import OAI, Answer, oai_get
-from tests.servers import RunningProvider, running_provider
+from tests.support import factories
+from tests.support.oai_client import OAI, Answer, oai_get
+from tests.support.servers import RunningProvider, running_provider
 from wiscat.shared.db.pool import Pool
 
 OWN = "WIS-GISC-TEST"

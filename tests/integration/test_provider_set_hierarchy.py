@@ -12,11 +12,11 @@ from dataclasses import dataclass
 import pytest
 from lxml import etree
 
-from tests import factories
-from tests.harvest_pair import Pair, content, run
-from tests.oai_client import OAI, list_all, oai_get
-from tests.oai_validation import strict_checks, validate_oai
-from tests.servers import RunningProvider, running_provider
+from tests.support import factories
+from tests.support.harvest_pair import Pair, content, run
+from tests.support.oai_client import OAI, list_all, oai_get
+from tests.support.oai_validation import strict_checks, validate_oai
+from tests.support.servers import RunningProvider, running_provider
 from wiscat.shared.db import links as link_store
 from wiscat.shared.db import records as store
 from wiscat.shared.db.pool import Pool

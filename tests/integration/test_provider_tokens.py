@@ -11,10 +11,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from lxml import etree
 
-from tests import factories
-from tests.oai_client import OAI, Answer, oai_get
-from tests.oai_validation import strict_checks, validate_oai
-from tests.servers import RunningProvider, running_provider
+from tests.support import factories
+from tests.support.oai_client import OAI, Answer, oai_get
+from tests.support.oai_validation import strict_checks, validate_oai
+from tests.support.servers import RunningProvider, running_provider
 from wiscat.shared.db.pool import Pool
 from wiscat.shared.oaipmh.tokens import ListPosition, TokenCodec
 

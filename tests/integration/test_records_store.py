@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 import asyncpg
 import pytest
 
-from tests import factories
+from tests.support import factories
 from wiscat.shared.db import links as link_store
 from wiscat.shared.db import records as store
 from wiscat.shared.model import IncomingRecord, NewLink

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from tests import factories
-from tests.harvest_pair import SOURCE_SET, Pair, add_link, run
+from tests.support import factories
+from tests.support.harvest_pair import SOURCE_SET, Pair, add_link, run
 from wiscat.shared.db import links as link_store
 from wiscat.shared.db import refusals as refusal_store
 

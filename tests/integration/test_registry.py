@@ -12,7 +12,7 @@ import aiohttp
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from lxml import etree
 
-from tests.registry_network import (
+from tests.support.registry_network import (
     DIFFICULTY,
     SYNC_SECONDS,
     eventually,
@@ -24,7 +24,7 @@ from tests.registry_network import (
     status_of,
     urls_of,
 )
-from tests.servers import RunningProvider, running_provider
+from tests.support.servers import RunningProvider, running_provider
 from wiscat.shared.db import links as link_store
 from wiscat.shared.db.pool import create_pool
 from wiscat.shared.registry.chain import (

@@ -18,8 +18,8 @@ import trustme
 from aiohttp import web
 from aiohttp.abc import AbstractResolver, ResolveResult
 
-from tests.registry_network import TEST_FETCH_PORTS, canary
-from tests.servers import serving_app
+from tests.support.registry_network import TEST_FETCH_PORTS, canary
+from tests.support.servers import serving_app
 from wiscat.shared.registry.safe_fetch import (
     FetchFailed,
     ForbiddenAddress,

@@ -9,8 +9,14 @@ from pathlib import Path
 import aiohttp
 from lxml import etree
 
-from tests.registry_network import DIFFICULTY, make_network, node_overrides, post_url, urls_of
-from tests.servers import running_provider
+from tests.support.registry_network import (
+    DIFFICULTY,
+    make_network,
+    node_overrides,
+    post_url,
+    urls_of,
+)
+from tests.support.servers import running_provider
 from wiscat.shared.db import links as link_store
 from wiscat.shared.db import registry as store
 from wiscat.shared.db.pool import Pool

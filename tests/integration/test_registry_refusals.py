@@ -17,7 +17,7 @@ import pytest
 from aiohttp import web
 from aiohttp.abc import AbstractResolver, ResolveResult
 
-from tests.registry_network import (
+from tests.support.registry_network import (
     S02_HOSTS,
     CountingResolver,
     canary,
@@ -26,7 +26,7 @@ from tests.registry_network import (
     post_url,
     urls_of,
 )
-from tests.servers import running_provider, serving_app
+from tests.support.servers import running_provider, serving_app
 from wiscat.shared.db.pool import Pool
 from wiscat.shared.registry.safe_fetch import SafeFetcher
 from wiscat.shared.registry_node import NodeConfig, RegistryNode, UrlRefused

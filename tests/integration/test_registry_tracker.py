@@ -13,8 +13,8 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from tests.opentracker import announce, running_opentracker
-from tests.registry_network import (
+from tests.support.opentracker import announce, running_opentracker
+from tests.support.registry_network import (
     TEST_FETCH_PORTS,
     NetworkFiles,
     canary,
@@ -25,7 +25,7 @@ from tests.registry_network import (
     post_url,
     urls_of,
 )
-from tests.servers import RunningProvider, running_provider, serving_app
+from tests.support.servers import RunningProvider, running_provider, serving_app
 from wiscat.shared.db import registry as store
 from wiscat.shared.db.pool import Pool, create_pool
 from wiscat.shared.registry.chain import Tip, Transaction, url_hash

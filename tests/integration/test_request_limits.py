@@ -16,8 +16,8 @@ from urllib.parse import urlsplit
 import aiohttp
 import pytest
 
-from tests.registry_network import make_network, node_overrides
-from tests.servers import RunningProvider, running_provider
+from tests.support.registry_network import make_network, node_overrides
+from tests.support.servers import RunningProvider, running_provider
 from wiscat.shared.db.pool import Pool
 
 AUTH = "Authorization: Bearer test-admin-token\r\n"

@@ -10,10 +10,10 @@ from datetime import timedelta
 
 import pytest
 
-from tests import factories
-from tests.harvest_pair import sink_settings
-from tests.pg import clone_template, drop_database
-from tests.servers import RunningProvider, running_provider
+from tests.support import factories
+from tests.support.harvest_pair import sink_settings
+from tests.support.pg import clone_template, drop_database
+from tests.support.servers import RunningProvider, running_provider
 from wiscat.harvester.context import HarvestContext
 from wiscat.harvester.scheduler import Scheduler, lease_kept
 from wiscat.harvester.service import harvest_context

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import asyncpg
 
-from tests.pg import drop_database, with_database
+from tests.support.pg import drop_database, with_database
 from wiscat.shared.db.pool import connect
 
 SCHEMA = Path(__file__).resolve().parents[2] / "shared" / "db" / "schema.sql"

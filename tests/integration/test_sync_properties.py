@@ -9,7 +9,7 @@ any other outcome than completing or that stop fails.
 
 Invariants: after every completed harvest, and after a final incremental harvest allowed to
 delete, the sink's set holds what the source's holds: the same identifiers, the same deleted
-flags, the same content hashes (tests/harvest_pair.py ``content``).
+flags, the same content hashes (tests/support/harvest_pair.py ``content``).
 
 The sink reaches the source through a loopback peer that forwards every request but may, once
 in a harvest, answer 503 (the run must then complete all the same), cut a page asked for by
@@ -41,8 +41,8 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from tests.harvest_pair import Pair, content, run
-from tests.servers import serving_app
+from tests.support.harvest_pair import Pair, content, run
+from tests.support.servers import serving_app
 from wiscat.shared import ingest
 from wiscat.shared.db import links as link_store
 from wiscat.shared.db import records as store

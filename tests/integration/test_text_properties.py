@@ -26,9 +26,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from lxml import etree
 
-from tests.oai_client import OAI, Answer, oai_get
-from tests.oai_validation import strict_checks, validate_oai
-from tests.servers import RunningProvider, running_provider
+from tests.support.oai_client import OAI, Answer, oai_get
+from tests.support.oai_validation import strict_checks, validate_oai
+from tests.support.servers import RunningProvider, running_provider
 from tests.unit.test_invalid_characters import allowed
 from wiscat.shared.generator import generate_record, identifier_for
 from wiscat.shared.iso19139 import parse_record, record_from_element

@@ -13,8 +13,8 @@ import time
 
 from aiohttp import web
 
-from tests.harvest_pair import Pair
-from tests.servers import running_provider
+from tests.support.harvest_pair import Pair
+from tests.support.servers import running_provider
 from wiscat.harvester.service import health_runner
 
 UPLOAD = 100 * 1024 * 1024

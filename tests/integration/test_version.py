@@ -13,8 +13,8 @@ import aiohttp
 from aiohttp import web
 
 from tests.e2e.nodes import WISCAT
-from tests.harvest_pair import Pair
-from tests.servers import running_provider, serving, serving_app
+from tests.support.harvest_pair import Pair
+from tests.support.servers import running_provider, serving, serving_app
 from wiscat.harvester.client import OAIClient
 from wiscat.harvester.service import client_settings, health_app
 from wiscat.shared.settings import Settings

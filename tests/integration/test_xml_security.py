@@ -15,12 +15,12 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from tests import factories
-from tests.canary import canary
-from tests.harvest_pair import SOURCE_SET, Pair, add_link, run
 from tests.integration.peak_memory import peak_growth
-from tests.registry_network import make_network, node_overrides, post_url, urls_of
-from tests.servers import identify_document, running_provider, serving_app
+from tests.support import factories
+from tests.support.canary import canary
+from tests.support.harvest_pair import SOURCE_SET, Pair, add_link, run
+from tests.support.registry_network import make_network, node_overrides, post_url, urls_of
+from tests.support.servers import identify_document, running_provider, serving_app
 from wiscat.harvester.harvest import harvest_link
 from wiscat.shared.db import links as link_store
 from wiscat.shared.db.pool import Pool

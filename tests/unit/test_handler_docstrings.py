@@ -9,7 +9,7 @@ import argparse
 from collections.abc import Iterator
 from typing import Any
 
-from tests.servers import provider_settings
+from tests.support.servers import provider_settings
 from wiscat.cli.app import build_parser
 from wiscat.provider.app import create_app
 

@@ -11,7 +11,7 @@ import pytest
 import xmlschema
 from lxml import etree
 
-from tests.oai_validation import SCHEMAS, validate_oai
+from tests.support.oai_validation import SCHEMAS, validate_oai
 from wiscat.shared.oaipmh import render
 from wiscat.shared.oaipmh.identifiers import any_uri_error
 

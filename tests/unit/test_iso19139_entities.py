@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from lxml import etree
 
-from tests.canary import canary, knock
+from tests.support.canary import canary, knock
 from tests.unit.iso_documents import NS_DECL, file_id, iso, reason
 from wiscat.shared.iso19139 import (
     RecordError,

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from tests.oai_validation import validate_oai
+from tests.support.oai_validation import validate_oai
 from wiscat.shared.generator import generate_record
 from wiscat.shared.oaipmh import render
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from lxml import etree
 
-from tests.canary import canary, knock
+from tests.support.canary import canary, knock
 from tests.unit.oai_pages import GMD, fixture
 from wiscat.shared.oaipmh import pages
 from wiscat.shared.oaipmh.pages import (

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 from lxml import etree
 
-from tests.oai_validation import validate_oai
+from tests.support.oai_validation import validate_oai
 from wiscat.shared.generator import generate_record
 from wiscat.shared.iso19139 import parse_record
 from wiscat.shared.oaipmh import render, xmlids

@@ -8,10 +8,10 @@ from collections.abc import AsyncIterator
 import pytest
 from aiohttp import web
 
-from tests import factories
 from tests.integration.checks.nodes import SET, T0, T_OLD, Mesh, _days_ago, generated_id
-from tests.pg import clone_template, drop_database
-from tests.servers import loopback_socket, running_provider
+from tests.support import factories
+from tests.support.pg import clone_template, drop_database
+from tests.support.servers import loopback_socket, running_provider
 from wiscat.shared.db.pool import Pool, create_pool
 
 T1 = _days_ago(9)  # arrival at the peers, later: in step

@@ -7,7 +7,7 @@ import sys
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from tests.servers import RunningProvider
+from tests.support.servers import RunningProvider
 from wiscat.harvester.check import CheckRequest, run_check
 from wiscat.harvester.client import ClientSettings, OAIClient
 from wiscat.shared.generator import generate_record

@@ -10,10 +10,10 @@ from pathlib import Path
 
 from aiohttp import web
 
-from tests import factories
-from tests.harvest_pair import SOURCE_SET, Pair, add_link, run
 from tests.integration.checks.nodes import T0, T_OLD, Mesh, check, generated_id
-from tests.servers import loopback_socket, running_provider, serving
+from tests.support import factories
+from tests.support.harvest_pair import SOURCE_SET, Pair, add_link, run
+from tests.support.servers import loopback_socket, running_provider, serving
 
 FIXTURES = Path(__file__).parents[2] / "data" / "oai"
 

@@ -12,9 +12,9 @@ import aiohttp
 from aiohttp import web
 from prometheus_client import generate_latest
 
-from tests.harvest_pair import sink_settings
 from tests.integration.checks.nodes import SET, Mesh, wiscat
-from tests.servers import serving
+from tests.support.harvest_pair import sink_settings
+from tests.support.servers import serving
 from wiscat.harvester.scheduled_checks import export_check_metrics, run_due_checks
 from wiscat.harvester.service import harvest_context
 from wiscat.shared.db import checks as check_store

@@ -24,7 +24,7 @@ from tests.integration.harvester_client.peers import (
     two_pages,
     xml,
 )
-from tests.servers import serving_app
+from tests.support.servers import serving_app
 from wiscat.harvester.client import OAIClient
 from wiscat.harvester.errors import (
     BadResponse,

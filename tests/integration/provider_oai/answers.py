@@ -10,9 +10,9 @@ from datetime import UTC, datetime, timedelta
 import aiohttp
 from lxml import etree
 
-from tests.oai_client import OAI
-from tests.oai_validation import strict_checks, validate_oai
-from tests.servers import RunningProvider
+from tests.support.oai_client import OAI
+from tests.support.oai_validation import strict_checks, validate_oai
+from tests.support.servers import RunningProvider
 from wiscat.shared.oaipmh.errors import BadResumptionToken
 from wiscat.shared.oaipmh.tokens import TokenCodec
 

@@ -6,9 +6,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from tests import factories
 from tests.integration.provider_oai.answers import OWN
-from tests.servers import RunningProvider, running_provider
+from tests.support import factories
+from tests.support.servers import RunningProvider, running_provider
 from wiscat.shared.db.pool import Pool
 
 

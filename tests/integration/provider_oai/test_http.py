@@ -15,7 +15,6 @@ import aiohttp
 import pytest
 from lxml import etree
 
-from tests import factories
 from tests.integration.provider_oai.answers import (
     ERRORS,
     MORE_ERRORS,
@@ -25,8 +24,9 @@ from tests.integration.provider_oai.answers import (
     _normalised,
     check,
 )
-from tests.oai_client import OAI, oai_get, oai_post
-from tests.servers import RunningProvider, running_provider
+from tests.support import factories
+from tests.support.oai_client import OAI, oai_get, oai_post
+from tests.support.servers import RunningProvider, running_provider
 from wiscat.provider.responses import XML_TYPE
 from wiscat.shared.db.pool import Pool
 

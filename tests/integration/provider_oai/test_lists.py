@@ -14,10 +14,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from tests import factories
 from tests.integration.provider_oai.answers import OWN, _codec, _normalised, check
-from tests.oai_client import OAI, Answer, list_all, oai_get
-from tests.servers import RunningProvider, running_provider
+from tests.support import factories
+from tests.support.oai_client import OAI, Answer, list_all, oai_get
+from tests.support.servers import RunningProvider, running_provider
 from wiscat.shared.db.pool import Pool
 from wiscat.shared.oaipmh.tokens import ListPosition, TokenCodec
 

@@ -12,10 +12,10 @@ import socket
 import time
 from urllib.parse import urlsplit
 
-from tests import factories
 from tests.integration.provider_oai.answers import OWN, check
-from tests.oai_client import Answer
-from tests.servers import running_provider
+from tests.support import factories
+from tests.support.oai_client import Answer
+from tests.support.servers import running_provider
 from wiscat.provider.serving import MAX_REQUEST_TARGET
 from wiscat.shared.db import records as store
 from wiscat.shared.db.pool import Pool

@@ -11,10 +11,10 @@ import aiohttp
 import pytest
 from lxml import etree
 
-from tests import factories
 from tests.integration.provider_oai.answers import ERRORS, MORE_ERRORS, OWN, _fetch, check
-from tests.oai_client import OAI, list_all, oai_get, oai_raw
-from tests.servers import RunningProvider, running_provider
+from tests.support import factories
+from tests.support.oai_client import OAI, list_all, oai_get, oai_raw
+from tests.support.servers import RunningProvider, running_provider
 from wiscat.shared.db import records as store
 from wiscat.shared.db.pool import Pool
 from wiscat.shared.generator import generate_record

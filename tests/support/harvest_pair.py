@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from tests.pg import clone_template, drop_database
-from tests.servers import RunningProvider, running_provider
+from tests.support.pg import clone_template, drop_database
+from tests.support.servers import RunningProvider, running_provider
 from wiscat.harvester.context import HarvestContext, RunReport
 from wiscat.harvester.harvest import harvest_link
 from wiscat.harvester.service import harvest_context

@@ -19,7 +19,7 @@ import yaml
 from wiscat.cli import build_parser
 from wiscat.shared.settings import Settings
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 COMPOSE = ROOT / "compose.yaml"

@@ -1,13 +1,14 @@
 """RELIABILITY F05's Schemathesis run, in a network namespace of its own (test_api_schema):
 
-    unshare --net python -m tests.schemathesis_run DATABASE_URL FOLDER
+    unshare --net python -m tests.support.schemathesis_run DATABASE_URL FOLDER
 
 Inside, the only network is the namespace's loopback, brought up here. On it: a real provider
 (in this process, on a real PostgreSQL reached through its Unix socket), in a registry network
 of one member with the fetch rules of a node's defaults (no private address), a canary on
 127.0.0.1 and ::1 at a port the node may fetch from, and Schemathesis, authenticated with the
 admin token. ``POST /urls`` fetches the URL it is given: a generated host name's DNS query or a
-public address finds no route here, and every hostile URL (tests/schemathesis_hooks.py) names
+public address finds no route here, and every hostile URL (tests/support/schemathesis_hooks.py)
+names
 the canary's port, so a connection to it would show a refused address fetched.
 
 Writes FOLDER/result.json: the namespace's interfaces, Schemathesis's exit status and the
@@ -23,9 +24,9 @@ import os
 import sys
 from pathlib import Path
 
-from tests.netns import interfaces, loopback_up
-from tests.registry_network import canary, make_network, node_overrides
-from tests.servers import running_provider
+from tests.support.netns import interfaces, loopback_up
+from tests.support.registry_network import canary, make_network, node_overrides
+from tests.support.servers import running_provider
 
 EXAMPLES = int(os.environ.get("WISCAT_SCHEMATHESIS_EXAMPLES", "5"))
 SEED = os.environ.get("WISCAT_SCHEMATHESIS_SEED", "1")
@@ -40,9 +41,9 @@ CHECKS = (
     "status_code_conformance",
     "content_type_conformance",
     "response_schema_conformance",
-    "oai_pmh_xsd_conformance",  # tests/schemathesis_hooks.py
+    "oai_pmh_xsd_conformance",  # tests/support/schemathesis_hooks.py
 )
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 
 
 def schemathesis(root: str, token: str, selection: tuple[str, ...], examples: int) -> list[str]:
@@ -87,7 +88,7 @@ async def main(database_url: str, folder: Path) -> None:
             token = provider.settings.admin_token.get_secret_value()
             env = {
                 **os.environ,
-                "SCHEMATHESIS_HOOKS": "tests.schemathesis_hooks",
+                "SCHEMATHESIS_HOOKS": "tests.support.schemathesis_hooks",
                 "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
                 "WISCAT_F05_CANARY_PORT": str(listening.port),
                 "WISCAT_F05_URLS": str(folder / "urls.jsonl"),

@@ -16,7 +16,7 @@ from pathlib import Path
 import aiohttp
 from yarl import URL
 
-from tests.servers import loopback_socket
+from tests.support.servers import loopback_socket
 from wiscat.shared.registry.tracker import (
     Announce,
     TrackerError,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from lxml import etree
 
-SCHEMAS = Path(__file__).parent / "data" / "schemas"
+SCHEMAS = Path(__file__).parent.parent / "data" / "schemas"
 OAI = "{http://www.openarchives.org/OAI/2.0/}"
 _DATESTAMP = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z")
 _DECLARATION = re.compile(rb"""<\?xml version=(['"])1\.0\1 encoding=(['"])UTF-8\2\?>""")

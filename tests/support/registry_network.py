@@ -15,8 +15,8 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from lxml import etree
 
-from tests import pg
-from tests.servers import RunningProvider, running_provider
+from tests.support import pg
+from tests.support.servers import RunningProvider, running_provider
 from wiscat.shared.registry.chain import public_key_text
 from wiscat.shared.registry.keyfile import Network, new_network, write_private_key
 
@@ -171,7 +171,8 @@ class Canary:
 @contextlib.asynccontextmanager
 async def canary(port: int = 0, host: str = "127.0.0.1") -> AsyncIterator[Canary]:
     """A :class:`Canary` on ``port`` (0: one the system picks) of ``host``; on 127.0.0.1, on
-    ::1 too. (For a parser that blocks the event loop, tests/canary.py counts in a thread.)"""
+    ::1 too. (For a parser that blocks the event loop, tests/support/canary.py counts in a
+    thread.)"""
     found = Canary()
 
     async def count(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

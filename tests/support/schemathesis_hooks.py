@@ -17,8 +17,8 @@ from typing import Any
 import schemathesis
 from hypothesis import strategies as st
 
-from tests.oai_validation import validate_oai
-from tests.registry_network import S02_HOSTS
+from tests.support.oai_validation import validate_oai
+from tests.support.registry_network import S02_HOSTS
 
 
 def _posts_urls(context: Any) -> bool:

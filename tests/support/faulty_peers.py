@@ -11,8 +11,8 @@ from datetime import datetime
 import aiohttp
 from aiohttp import web
 
-from tests.harvest_pair import SOURCE_SET
-from tests.servers import serving_app
+from tests.support.harvest_pair import SOURCE_SET
+from tests.support.servers import serving_app
 from wiscat.harvester.context import HarvestContext, RunReport
 from wiscat.harvester.harvest import harvest_link
 from wiscat.shared.db import links as link_store

@@ -1,0 +1,1 @@
+"""What the tests share: real servers, peers, proxies, databases and checks."""
