@@ -100,22 +100,7 @@ def add_parsers(sub: Any) -> None:
             2: "could not check: bad arguments, or the source or a peer could not be listed",
         },
     )
-    p.add_argument(
-        "--set",
-        required=True,
-        dest="set_spec",
-        type=_set,
-        metavar="SET",
-        help="the set to compare",
-    )
-    p.add_argument(
-        "--source",
-        required=True,
-        type=_url,
-        metavar="URL",
-        help="the OAI-PMH base URL of the set's authoritative provider",
-    )
-    p.add_argument("peers", nargs="+", type=_url, metavar="PEER_URL", help=PEERS_HELP)
+    _what_to_compare(p)
     p.add_argument("--json", type=Path, metavar="FILE", help="write the whole report as JSON")
     p.add_argument(
         "--details",
@@ -164,17 +149,7 @@ def add_parsers(sub: Any) -> None:
         exits={0: "the check was saved", 2: "bad arguments, or the database could not be used"},
     )
     p.add_argument("name", type=_name, help="the check's name (a check of that name is replaced)")
-    p.add_argument(
-        "--set", required=True, dest="set_spec", type=_set, metavar="SET", help="the set to compare"
-    )
-    p.add_argument(
-        "--source",
-        required=True,
-        type=_url,
-        metavar="URL",
-        help="the OAI-PMH base URL of the set's authoritative provider",
-    )
-    p.add_argument("peers", nargs="+", type=_url, metavar="PEER_URL", help=PEERS_HELP)
+    _what_to_compare(p)
     p.add_argument(
         "--every",
         type=_every,
@@ -331,6 +306,21 @@ async def _notes_of(
         f"{when(row['refused_at'])}): {explain(row['reason'], settings.own_set)}"
         for identifier, (row, *_) in found.items()
     }
+
+
+def _what_to_compare(p: argparse.ArgumentParser) -> None:
+    """The arguments ``check`` and ``checks add`` share: the set, its source and the peers."""
+    p.add_argument(
+        "--set", required=True, dest="set_spec", type=_set, metavar="SET", help="the set to compare"
+    )
+    p.add_argument(
+        "--source",
+        required=True,
+        type=_url,
+        metavar="URL",
+        help="the OAI-PMH base URL of the set's authoritative provider",
+    )
+    p.add_argument("peers", nargs="+", type=_url, metavar="PEER_URL", help=PEERS_HELP)
 
 
 def _check_lines(

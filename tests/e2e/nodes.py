@@ -20,6 +20,23 @@ WISCAT = str(Path(sys.executable).with_name("wiscat"))
 _HANDED_OUT: set[int] = set()
 
 
+async def run_wiscat(
+    env: dict[str, str], *args: str, cwd: Path | None = None, timeout: float = 120
+) -> tuple[int, str, str]:
+    """``wiscat ARGS`` with exactly ``env`` and no input: its exit code, output and errors."""
+    process = await asyncio.create_subprocess_exec(
+        WISCAT,
+        *args,
+        cwd=cwd,
+        env=env,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(process.communicate(), timeout)
+    return process.returncode or 0, out.decode(), err.decode()
+
+
 def free_port() -> int:
     """A free loopback port, never one this process handed out before (two nodes of one test
     must not be given the same port between its release here and their bind)."""

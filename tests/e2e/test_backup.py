@@ -5,7 +5,6 @@ newer, not the whole list again."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import shutil
@@ -18,7 +17,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from tests.e2e.nodes import WISCAT, NodeFactory
+from tests.e2e.nodes import NodeFactory, run_wiscat
 from tests.support.servers import list_records_page, serving
 from wiscat.shared.db.backup import without_password
 from wiscat.shared.generator import generate_record, identifier_for
@@ -78,16 +77,7 @@ def folders() -> Iterator[Path]:
 async def _wiscat(data_dir: Path, *args: str) -> tuple[int, str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("WISCAT_")}
     env.update(WISCAT_DATA_DIR=str(data_dir), WISCAT_GISC_NAME="SINK", WISCAT_LOG_FORMAT="text")
-    process = await asyncio.create_subprocess_exec(
-        WISCAT,
-        *args,
-        env=env,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(process.communicate(), 120)
-    return process.returncode or 0, out.decode(), err.decode()
+    return await run_wiscat(env, *args)
 
 
 def _lists(peer: Peer) -> list[dict[str, str]]:

@@ -6,13 +6,12 @@ anywhere."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.nodes import WISCAT
+from tests.e2e.nodes import run_wiscat
 
 # every command that works on the database, as an operator would type it
 ONE_SHOT = [
@@ -42,17 +41,7 @@ def _env(**settings: str) -> dict[str, str]:
 
 
 async def _wiscat(folder: Path, env: dict[str, str], *args: str) -> tuple[int, str, str]:
-    process = await asyncio.create_subprocess_exec(
-        WISCAT,
-        *args,
-        cwd=folder,
-        env=env,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(process.communicate(), 60)
-    return process.returncode or 0, out.decode(), err.decode()
+    return await run_wiscat(env, *args, cwd=folder, timeout=60)
 
 
 def _no_node(folder: Path) -> str:

@@ -3,7 +3,6 @@ stop: those lines are for services (and at ``WISCAT_LOG_LEVEL=DEBUG``, for whoev
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import shutil
@@ -13,21 +12,8 @@ from pathlib import Path
 
 from pgserver._commands import pg_ctl
 
-from tests.e2e.nodes import WISCAT
+from tests.e2e.nodes import run_wiscat
 from wiscat.shared.db.migrate import available
-
-
-async def _wiscat(env: dict[str, str], *args: str) -> tuple[int, str, str]:
-    process = await asyncio.create_subprocess_exec(
-        WISCAT,
-        *args,
-        env=env,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(process.communicate(), 120)
-    return process.returncode or 0, out.decode(), err.decode()
 
 
 async def test_a_one_shot_command_says_nothing_of_the_embedded_server() -> None:
@@ -37,12 +23,12 @@ async def test_a_one_shot_command_says_nothing_of_the_embedded_server() -> None:
     env.update(WISCAT_DATA_DIR=str(folder), WISCAT_GISC_NAME="QUIET", WISCAT_LOG_FORMAT="text")
     try:
         # the first command makes the server and its schema; its result says which migrations
-        code, out, err = await _wiscat(env, "migrate")
+        code, out, err = await run_wiscat(env, "migrate")
         assert code == 0, err
         names = [migration.name for migration in available()]
         assert (out, err) == (f"applied {len(names)} migration(s): {', '.join(names)}\n", "")
 
-        code, out, err = await _wiscat(env, "link", "list")
+        code, out, err = await run_wiscat(env, "link", "list")
         assert (code, out, err) == (0, "no links\n", "")
     finally:
         data = folder / "postgres"
