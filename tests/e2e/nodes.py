@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import signal
 import socket
 import sys
@@ -38,15 +39,40 @@ async def run_wiscat(
 
 
 def free_port() -> int:
-    """A free loopback port, never one this process handed out before (two nodes of one test
-    must not be given the same port between its release here and their bind)."""
-    while True:
+    """A free loopback port for a process to bind later, never one this process handed out
+    before (two nodes of one test must not be given the same port between its release here
+    and their bind).
+
+    It is taken below the kernel's ephemeral range, from a block of the xdist worker's own: a
+    port of the ephemeral range (what a bind to port 0 gives) can be taken in between by any
+    outgoing connection, as the source port the kernel picks for it ("Address already in use"
+    at the node's start), and the other worker's ports are in another block."""
+    low, count = _port_block()
+    start = random.randrange(count)
+    for step in range(count):
+        port = low + (start + step) % count
+        if port in _HANDED_OUT:
+            continue
         with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = int(sock.getsockname()[1])
-        if port not in _HANDED_OUT:
-            _HANDED_OUT.add(port)
-            return port
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _HANDED_OUT.add(port)
+        return port
+    raise RuntimeError(f"no free port in {low}-{low + count - 1}")
+
+
+def _port_block() -> tuple[int, int]:
+    """The first port and the size of this xdist worker's block, below the ephemeral range."""
+    try:
+        ephemeral = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral = 32768
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    index = int(worker) % 8 if worker.isdigit() else 0
+    count = min(2000, (ephemeral - 10000) // 8)
+    return ephemeral - (8 - index) * count, count
 
 
 def stop_signals_by_default() -> None:
