@@ -1,0 +1,89 @@
+"""What the mapping reads from an ISO 19139 tree, and the notes it takes as it goes."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from lxml import etree
+
+from wiscat.shared.iso19139 import GCO, GMD, GML, GML_LEGACY, GMX, SRV, XLINK
+
+NS = {"gmd": GMD, "gco": GCO, "gmx": GMX, "srv": SRV, "gml": GML, "gml0": GML_LEGACY}
+HREF = f"{{{XLINK}}}href"
+
+
+@dataclass
+class Notes:
+    """What a conversion guessed, dropped, and why its record cannot be valid."""
+
+    guessed: list[str] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)
+    invalid: list[str] = field(default_factory=list)
+
+
+def under(parents: Iterable[etree._Element], path: str) -> list[etree._Element]:
+    """Every element at ``path`` below any of ``parents``."""
+    return [found for parent in parents for found in parent.findall(path, NS)]
+
+
+def flat(element: etree._Element) -> str:
+    """All text below ``element``, runs of whitespace folded to one space."""
+    return " ".join("".join(str(text) for text in element.itertext()).split())
+
+
+def value(prop: etree._Element | None) -> str:
+    """The value of an ISO property such as ``<gmd:title><gco:CharacterString>``: its child's
+    text (a gco:CharacterString, gmx:Anchor, gmd:URL, code list element...), or a code list
+    element's codeListValue when it has no text; "" for None."""
+    if prop is None:
+        return ""
+    for child in prop:
+        if isinstance(child.tag, str):
+            return flat(child) or (child.get("codeListValue") or "").strip()
+    return flat(prop)
+
+
+def code(prop: etree._Element | None) -> str:
+    """A code list property's value: its element's codeListValue, else its text."""
+    if prop is None:
+        return ""
+    for child in prop:
+        if isinstance(child.tag, str):
+            return (child.get("codeListValue") or "").strip() or flat(child)
+    return ""
+
+
+def values(props: Iterable[etree._Element]) -> list[str]:
+    """The non-empty values of ``props``, each once, in order."""
+    return list(dict.fromkeys(text for text in map(value, props) if text))
+
+
+_DATE_TIME = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:\d{2})?")
+_DATE = re.compile(r"\d{4}(?:-\d{2}(?:-\d{2})?)?")
+
+
+def moment(text: str) -> datetime | str | None:
+    """An ISO 8601 value of a record as a UTC datetime (a date-time), the text itself (a date,
+    a year-month or a year: no time zone to make it a moment), or None if it is neither."""
+    text = text.strip()
+    if _DATE_TIME.fullmatch(text):
+        try:
+            parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        except ValueError:
+            return None
+        return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+    if _DATE.fullmatch(text):
+        try:
+            datetime.strptime(text + "-01-01"[len(text) - 4 :], "%Y-%m-%d")
+        except ValueError:
+            return None
+        return text
+    return None
+
+
+def stamp(when: datetime) -> str:
+    """A UTC date-time as WCMP2 writes it (RFC 3339, whole seconds, ``Z``)."""
+    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
