@@ -93,7 +93,7 @@ def _policy(properties: dict[str, Any], links: list[dict[str, Any]]) -> list[str
     if policy == "recommended" and not any(link.get("rel") == "license" for link in links):
         errors.append("recommended data without a link of relation license")
     if not links:
-        errors.append("no link")
+        errors.append("no link (WCMP2 needs one)")
     errors += [
         f"link {link.get('href')!r}: relation {link.get('rel')!r} is not one this node writes"
         for link in links
