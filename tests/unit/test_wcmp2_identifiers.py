@@ -143,3 +143,20 @@ def test_the_first_matching_rule_wins() -> None:
     rest = matching_rule(rules, "other", [])
     assert rest is not None and rest.centre_id == "int-wmo-test"
     assert matching_rule(rules[:3], "other", ["Someone"]) is None
+
+
+def test_the_setting_reads_the_rules(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pydantic import ValidationError
+
+    from wiscat.shared.settings import Settings
+
+    monkeypatch.setenv("WISCAT_WIS2_CENTRES", "de-dwd=prefix:urn:x-wmo:md:de.dwd.;ru-roshydromet")
+    assert [str(rule) for rule in Settings(_env_file=None).wis2_centres] == [  # type: ignore[call-arg]
+        "de-dwd=prefix:urn:x-wmo:md:de.dwd.",
+        "ru-roshydromet",
+    ]
+    monkeypatch.setenv("WISCAT_WIS2_CENTRES", "de-dwd=suffix:x")
+    with pytest.raises(ValidationError, match="CENTRE-ID=prefix"):
+        Settings(_env_file=None)  # type: ignore[call-arg]
+    monkeypatch.delenv("WISCAT_WIS2_CENTRES")
+    assert Settings(_env_file=None).wis2_centres == ()  # type: ignore[call-arg]
