@@ -31,6 +31,8 @@ def under(parents: Iterable[etree._Element], path: str) -> list[etree._Element]:
 
 def flat(element: etree._Element) -> str:
     """All text below ``element``, runs of whitespace folded to one space."""
+    if len(element) == 0:  # no child node: the usual gco:CharacterString, read at once
+        return " ".join((element.text or "").split())
     return " ".join("".join(str(text) for text in element.itertext()).split())
 
 
