@@ -64,7 +64,9 @@ def values(props: Iterable[etree._Element]) -> list[str]:
 
 
 _DATE_TIME = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:\d{2})?")
-_DATE = re.compile(r"\d{4}(?:-\d{2}(?:-\d{2})?)?")
+# a date, year-month or year, with the time zone xs:date allows (which a day without a time
+# cannot use: it is left out)
+_DATE = re.compile(r"(\d{4}(?:-\d{2}(?:-\d{2})?)?)(?:Z|[+-]\d{2}:\d{2})?")
 
 
 def moment(text: str) -> datetime | str | None:
@@ -77,8 +79,10 @@ def moment(text: str) -> datetime | str | None:
         except ValueError:
             return None
         return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
-    if _DATE.fullmatch(text):
-        try:
+    date = _DATE.fullmatch(text)
+    if date:
+        text = date.group(1)
+        try:  # a year or year-month completed to a day, only to check it
             datetime.strptime(text + "-01-01"[len(text) - 4 :], "%Y-%m-%d")
         except ValueError:
             return None

@@ -512,3 +512,35 @@ def test_a_service_record(announceable: Callable[[bytes], Conversion]) -> None:
         scope.set("codeListValue", "service")
 
     assert props(announceable(edited(edit)))["type"] == "service"
+
+
+@pytest.mark.parametrize(
+    ("begin", "end", "interval", "dropped"),
+    [
+        ("2020-05-01Z", "2021-02", ["2020-05-01", "2021-02"], None),
+        ("2020-05-01T01:30:00+02:00", "", ["2020-04-30T23:30:00Z", ".."], None),
+        ("2020", "2020-01-01T00:00:00Z", ["2020", "2020-01-01T00:00:00Z"], None),
+        ("2020-05-01", "2020-04-30", None, "it ends before it begins"),
+        ("yesterday", "", None, "not ISO 8601 dates"),
+        ("2020-02-30", "", None, "not ISO 8601 dates"),
+        ("", "", None, "open at both ends"),
+    ],
+)
+def test_temporal_extents(
+    announceable: Callable[[bytes], Conversion],
+    begin: str,
+    end: str,
+    interval: list[str] | None,
+    dropped: str | None,
+) -> None:
+    def edit(root: etree._Element) -> None:
+        [period] = root.xpath("//gml:TimePeriod", namespaces=NS)
+        for position, text in zip(period, (begin, end), strict=True):
+            position.attrib.clear()
+            position.text = text
+
+    conversion = announceable(edited(edit))
+    time = conversion.record["time"]
+    assert (time and time["interval"]) == interval
+    if dropped:
+        assert dropped in report(conversion)
