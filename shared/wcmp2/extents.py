@@ -14,7 +14,7 @@ from typing import Any
 from lxml import etree
 
 from wiscat.shared.iso19139 import GML, GML_LEGACY
-from wiscat.shared.wcmp2.reading import NS, Notes, moment, stamp, under, value
+from wiscat.shared.wcmp2.reading import NS, Notes, moment, stamp, value
 
 # WCMP2's time resolution (an ISO 8601 duration), as its schema and pywcmp test it
 DURATION = re.compile(
@@ -28,13 +28,13 @@ _OPEN = ".."
 
 def iso_extents(idents: list[etree._Element]) -> list[etree._Element]:
     """The EX_Extent of every identification (srv:extent for a service, ISO 19119)."""
-    return under(idents, "gmd:extent/gmd:EX_Extent") + under(idents, "srv:extent/gmd:EX_Extent")
+    return _under(idents, "gmd:extent/gmd:EX_Extent") + _under(idents, "srv:extent/gmd:EX_Extent")
 
 
 def geometry(extents: list[etree._Element], notes: Notes) -> dict[str, Any] | None:
     """The GeoJSON geometry of the record's bounding boxes, or None if it has none."""
     polygons: list[list[list[list[float]]]] = []
-    boxes = under(extents, "gmd:geographicElement/gmd:EX_GeographicBoundingBox")
+    boxes = _under(extents, "gmd:geographicElement/gmd:EX_GeographicBoundingBox")
     for box in boxes:
         sides = _sides(box)
         if sides is None:
@@ -96,7 +96,7 @@ def _degenerate(west: float, east: float, south: float, north: float) -> dict[st
 def time(extents: list[etree._Element], notes: Notes) -> dict[str, Any] | None:
     """WCMP2 ``time`` from the first temporal extent, or None (the key stays, null)."""
     for gml in (GML, GML_LEGACY):
-        for period in under(extents, "gmd:temporalElement/gmd:EX_TemporalExtent/gmd:extent"):
+        for period in _under(extents, "gmd:temporalElement/gmd:EX_TemporalExtent/gmd:extent"):
             found = period.find(f"{{{gml}}}TimePeriod")
             if found is not None:
                 return _period(found, gml, notes)
@@ -178,3 +178,8 @@ def _resolution(period: etree._Element, gml: str, notes: Notes) -> str | None:
 
 def _spoken(element: etree._Element) -> str:
     return repr(" ".join("".join(str(text) for text in element.itertext()).split())[:60])
+
+
+def _under(parents: list[etree._Element], path: str) -> list[etree._Element]:
+    # a helper of each module's own, called with literal paths only (RELIABILITY X09's scan)
+    return [found for parent in parents for found in parent.findall(path, NS)]

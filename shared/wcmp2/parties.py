@@ -11,7 +11,7 @@ from typing import Any
 
 from lxml import etree
 
-from wiscat.shared.wcmp2.reading import NS, Notes, code, under, value, values
+from wiscat.shared.wcmp2.reading import NS, Notes, code, value, values
 
 # ISO 19115 CI_RoleCode -> the WCMP2 contact-role code list (licensor, producer, processor, host).
 # Never "publisher": the KPI text asks for it, but the code list lacks it and the test suite
@@ -39,7 +39,7 @@ _HTTP = re.compile(r"https?://[^\s]+")
 
 def contacts(root: etree._Element, idents: list[etree._Element], notes: Notes) -> list[Any]:
     """The WCMP2 contacts of the record, duplicates merged."""
-    parties = root.findall("gmd:contact/gmd:CI_ResponsibleParty", NS) + under(
+    parties = root.findall("gmd:contact/gmd:CI_ResponsibleParty", NS) + _under(
         idents, "gmd:pointOfContact/gmd:CI_ResponsibleParty"
     )
     merged: dict[str, dict[str, Any]] = {}
@@ -59,7 +59,7 @@ def organisations(root: etree._Element, idents: list[etree._Element]) -> list[st
     """The organisation names of every contact, for the centre rules."""
     return values(
         root.findall("gmd:contact/gmd:CI_ResponsibleParty/gmd:organisationName", NS)
-        + under(idents, "gmd:pointOfContact/gmd:CI_ResponsibleParty/gmd:organisationName")
+        + _under(idents, "gmd:pointOfContact/gmd:CI_ResponsibleParty/gmd:organisationName")
     )
 
 
@@ -150,3 +150,8 @@ def _phone(number: str) -> str | None:
     if digits.startswith("00"):
         digits = "+" + digits[2:]
     return digits if PHONE.fullmatch(digits) else None
+
+
+def _under(parents: list[etree._Element], path: str) -> list[etree._Element]:
+    # a helper of each module's own, called with literal paths only (RELIABILITY X09's scan)
+    return [found for parent in parents for found in parent.findall(path, NS)]

@@ -24,11 +24,6 @@ class Notes:
     invalid: list[str] = field(default_factory=list)
 
 
-def under(parents: Iterable[etree._Element], path: str) -> list[etree._Element]:
-    """Every element at ``path`` below any of ``parents``."""
-    return [found for parent in parents for found in parent.findall(path, NS)]
-
-
 def flat(element: etree._Element) -> str:
     """All text below ``element``, runs of whitespace folded to one space."""
     if len(element) == 0:  # no child node: the usual gco:CharacterString, read at once
