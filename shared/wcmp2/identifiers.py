@@ -8,7 +8,7 @@ with the ``urn:x-wmo:md:`` prefix left out and every other identifier marked by 
 (which the encoding never writes otherwise), so that:
 
 - the local-id keeps only ``A-Z a-z 0-9 - . _ :`` and ``%XX`` (a ``:`` at the end is encoded);
-- :func:`file_identifier` inverts :func:`wcmp2_id` exactly, so no two fileIdentifiers of one
+- :func:`from_wcmp2_id` inverts :func:`wcmp2_id` exactly, so no two fileIdentifiers of one
   centre share an id, and the id is the record's for its whole life (it depends on nothing else).
 """
 
@@ -47,7 +47,7 @@ def wcmp2_id(centre_id: str, file_identifier: str) -> str:
     return f"{WCMP2_PREFIX}{centre_id}:{local}"
 
 
-def file_identifier(identifier: str) -> tuple[str, str]:
+def from_wcmp2_id(identifier: str) -> tuple[str, str]:
     """The centre-id and the fileIdentifier of a WCMP2 id that :func:`wcmp2_id` made;
     :class:`IdentifierError` for any other."""
     if not identifier.startswith(WCMP2_PREFIX):

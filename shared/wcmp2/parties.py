@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from typing import Any
+from urllib.parse import quote
 
 from lxml import etree
 
@@ -35,6 +36,8 @@ _DEFAULT_ROLE = "host"
 PHONE = re.compile(r"\+[1-9][0-9]{3,14}")
 _PHONE_FILLER = re.compile(r"[\s().\-/]|\(0\)")
 _HTTP = re.compile(r"https?://[^\s]+")
+# RFC 3986's reserved and unreserved characters, and "%" (an escape already there)
+_URI_CHARACTERS = ":/?#[]@!$&'()*+,;=-._~%"
 
 
 def contacts(root: etree._Element, idents: list[etree._Element], notes: Notes) -> list[Any]:
@@ -111,7 +114,9 @@ def _means(info: etree._Element, who: str, contact: dict[str, Any], notes: Notes
     links = []
     for url in values(info.findall("gmd:onlineResource/gmd:CI_OnlineResource/gmd:linkage", NS)):
         if _HTTP.fullmatch(url):
-            links.append({"href": url, "rel": "about", "type": "text/html"})
+            # WCMP2's contact link is a URI (format uri): an IRI's other characters escaped
+            href = quote(url, safe=_URI_CHARACTERS)
+            links.append({"href": href, "rel": "about", "type": "text/html"})
         else:
             notes.dropped.append(f"contact {who}: link {url!r}, not an http(s) URL")
     if links:

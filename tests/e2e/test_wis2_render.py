@@ -12,7 +12,7 @@ import pytest
 from tests.e2e.nodes import Node, NodeFactory
 from tests.support.wcmp2_suite import SCHEMA, Suite, failures
 from wiscat.shared.generator import generate_record, identifier_for
-from wiscat.shared.wcmp2.identifiers import file_identifier
+from wiscat.shared.wcmp2.identifiers import from_wcmp2_id
 
 CENTRES = "de-dwd=prefix:urn:x-wmo:md:int.wmo.wis::;de-dwd=licence:https://www.dwd.de/terms"
 ELSEWHERE = "urn:x-wmo:md:fr.meteofrance::elsewhere"
@@ -39,7 +39,7 @@ async def test_a_record_rendered_and_valid(node: Node, tmp_path: Path) -> None:
     )
     assert code == 0, err
     record = json.loads(out)
-    assert file_identifier(record["id"]) == ("de-dwd", identifier_for(1))
+    assert from_wcmp2_id(record["id"]) == ("de-dwd", identifier_for(1))
     assert failures(Suite(tmp_path / "home").run(record)) == []
     assert [link["href"] for link in record["links"]][-1].startswith(
         f"{node.oai}?verb=GetRecord&metadataPrefix=iso19139&identifier=urn%3Ax-wmo"

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from wiscat.shared.wcmp2.centres import CentreRule, centres, licence, matching_rule, parse_rules
-from wiscat.shared.wcmp2.identifiers import IdentifierError, file_identifier, wcmp2_id
+from wiscat.shared.wcmp2.identifiers import IdentifierError, from_wcmp2_id, wcmp2_id
 
 HOSTILE = [
     "urn:x-wmo:md:int.wmo.wis::SMRA01RUMS",
@@ -43,7 +43,7 @@ def test_hostile_identifiers_round_trip_to_a_valid_id(fid: str) -> None:
     assert pywcmp_identifier_problem(made) is None, made
     assert made.split(":")[3] == "de-dwd"
     assert " " not in made and made.isascii()
-    assert file_identifier(made) == ("de-dwd", fid)
+    assert from_wcmp2_id(made) == ("de-dwd", fid)
 
 
 def test_no_two_identifiers_share_an_id() -> None:
@@ -64,7 +64,7 @@ def test_a_wcmp_1_3_identifier_reads_well() -> None:
 def test_any_text_round_trips(fid: str) -> None:
     made = wcmp2_id("int-wmo-test", fid)
     assert pywcmp_identifier_problem(made) is None
-    assert file_identifier(made) == ("int-wmo-test", fid)
+    assert from_wcmp2_id(made) == ("int-wmo-test", fid)
 
 
 @pytest.mark.parametrize(
@@ -83,7 +83,7 @@ def test_any_text_round_trips(fid: str) -> None:
 )
 def test_ids_this_node_does_not_write_are_refused(identifier: str) -> None:
     with pytest.raises(IdentifierError):
-        file_identifier(identifier)
+        from_wcmp2_id(identifier)
 
 
 def test_a_bad_centre_id_or_an_empty_identifier_is_refused() -> None:

@@ -19,7 +19,7 @@ from wiscat.shared.iso19139 import GCO, GMD, GML, RecordError, record_from_eleme
 from wiscat.shared.oaipmh.pages import PageReader, RecordItem
 from wiscat.shared.wcmp2.centres import parse_rules
 from wiscat.shared.wcmp2.convert import Conversion, convert
-from wiscat.shared.wcmp2.identifiers import file_identifier
+from wiscat.shared.wcmp2.identifiers import from_wcmp2_id
 from wiscat.shared.wcmp2.validation import load_schema, schema_errors
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -116,7 +116,7 @@ def test_generated_records(announceable: Callable[[bytes], Conversion]) -> None:
     for n in range(0, 240, 7):
         for version in (0, 2):
             conversion = announceable(generate_record(n, version=version))
-            assert file_identifier(conversion.record["id"]) == ("de-dwd", identifier_for(n))
+            assert from_wcmp2_id(conversion.record["id"]) == ("de-dwd", identifier_for(n))
 
 
 def test_a_generated_record_mapped_whole(announceable: Callable[[bytes], Conversion]) -> None:
@@ -454,7 +454,7 @@ def test_hostile_identifiers(announceable: Callable[[bytes], Conversion], fid: s
     )
     conversion = convert(data, rules)
     assert conversion.valid, conversion.invalid
-    assert file_identifier(conversion.record["id"]) == ("int-wmo-test", fid)
+    assert from_wcmp2_id(conversion.record["id"]) == ("int-wmo-test", fid)
 
 
 def test_no_theme_is_a_guess(announceable: Callable[[bytes], Conversion]) -> None:
@@ -544,3 +544,30 @@ def test_temporal_extents(
     assert (time and time["interval"]) == interval
     if dropped:
         assert dropped in report(conversion)
+
+
+def test_contact_links_and_mails(announceable: Callable[[bytes], Conversion]) -> None:
+    body = (
+        f"<gmd:organisationName>{cs('Web Centre')}</gmd:organisationName>"
+        "<gmd:contactInfo><gmd:CI_Contact><gmd:address><gmd:CI_Address>"
+        f"<gmd:electronicMailAddress>{cs('not an address')}</gmd:electronicMailAddress>"
+        f"<gmd:electronicMailAddress>{cs('wis@example.org')}</gmd:electronicMailAddress>"
+        "</gmd:CI_Address></gmd:address><gmd:onlineResource><gmd:CI_OnlineResource>"
+        f"<gmd:linkage><gmd:URL>https://example.org/a b?x=1</gmd:URL></gmd:linkage>"
+        "</gmd:CI_OnlineResource></gmd:onlineResource><gmd:onlineResource><gmd:CI_OnlineResource>"
+        "<gmd:linkage><gmd:URL>https://example.org/météo?q=%20</gmd:URL></gmd:linkage>"
+        "</gmd:CI_OnlineResource></gmd:onlineResource><gmd:onlineResource><gmd:CI_OnlineResource>"
+        "<gmd:linkage><gmd:URL>www.example.org</gmd:URL></gmd:linkage>"
+        "</gmd:CI_OnlineResource></gmd:onlineResource></gmd:CI_Contact></gmd:contactInfo>"
+    )
+    conversion = announceable(edited(lambda root: add_party(root, body, "custodian"), n=6))
+    [contact] = [c for c in props(conversion)["contacts"] if c["organization"] == "Web Centre"]
+    assert contact["roles"] == ["host"]
+    assert contact["emails"] == [{"value": "wis@example.org"}]
+    assert [link["href"] for link in contact["links"]] == [
+        "https://example.org/m%C3%A9t%C3%A9o?q=%20"
+    ]
+    said = report(conversion)
+    assert "contact Web Centre: e-mail 'not an address', not an address" in said
+    assert "contact Web Centre: link 'https://example.org/a b?x=1', not an http(s) URL" in said
+    assert "contact Web Centre: link 'www.example.org', not an http(s) URL" in said
