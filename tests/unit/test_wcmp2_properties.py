@@ -5,15 +5,13 @@ raises and never calls valid what WMO's checks refuse."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jsonschema.protocols import Validator
 from lxml import etree
 
-from tests.support.wcmp2_suite import SCHEMA, Suite, failures
+from tests.support.wcmp2_suite import SCHEMA, Suite, failures, session_suite
 from wiscat.shared.generator import generate_record
 from wiscat.shared.iso19139 import GCO, GMD, GML
 from wiscat.shared.wcmp2.centres import parse_rules
@@ -86,8 +84,8 @@ contact_extras = st.tuples(xml_text | st.sampled_from(["+49 69 8062 0", "0033 1 
 class Checks:
     """WMO's schema and test suite, with a short repr (Hypothesis prints its arguments)."""
 
-    def __init__(self, home: Path) -> None:
-        self.suite = Suite(home)
+    def __init__(self, suite: Suite) -> None:
+        self.suite = suite
         self.schema: Validator = load_schema(SCHEMA)
 
     def __repr__(self) -> str:
@@ -96,7 +94,7 @@ class Checks:
 
 @pytest.fixture(scope="module")
 def checks(tmp_path_factory: pytest.TempPathFactory) -> Checks:
-    return Checks(tmp_path_factory.mktemp("home"))
+    return Checks(session_suite(tmp_path_factory))
 
 
 def build(values: dict[str, str], phone: str, link: str) -> bytes:
