@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import (
+    BeforeValidator,
     Field,
     PrivateAttr,
     SecretStr,
@@ -30,6 +31,7 @@ from wiscat.shared.oaipmh.arguments import SET_LEVEL
 from wiscat.shared.proxy import Proxy, proxy_url_problem
 from wiscat.shared.text import NOT_XML
 from wiscat.shared.urls import http_url, url_host
+from wiscat.shared.wcmp2.centres import CentreRule, parse_rules
 
 UNION_SET = "WIS-CATALOGUE"
 _DAY = 86400.0  # the longest wait or timeout a setting in seconds may give
@@ -366,6 +368,13 @@ class Settings(BaseSettings):
     )
     registry_submit_wait_seconds: float = Field(
         default=5.0, ge=0, le=600, description="how long POST /urls waits for the URL's block"
+    )
+    wis2_centres: Annotated[tuple[CentreRule, ...], NoDecode, BeforeValidator(parse_rules)] = Field(
+        default=(),
+        description="the WIS2 centre-ids this node speaks for and which records are each's, "
+        "rules separated by ';' (docs/wis2.md): de-dwd=prefix:urn:x-wmo:md:de.dwd. (by "
+        "fileIdentifier), de-dwd=originator:NAME (by a contact's organisation), de-dwd (all), "
+        "de-dwd=licence:URL",
     )
     progress_seconds: float = Field(
         default=5.0,

@@ -56,7 +56,7 @@ def documented_default(field: FieldInfo) -> str:
     value = field.default
     if value is None:
         return "unset"
-    if value == "":
+    if value == "" or value == ():
         return "empty"
     if isinstance(value, bool):
         return f"`{str(value).lower()}`"

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 
 from pydantic import ValidationError
 
-from wiscat.cli import backup, checks, harvest, links, records, registry, serve
+from wiscat.cli import backup, checks, harvest, links, records, registry, serve, wis2
 from wiscat.cli import settings as settings_command
 from wiscat.cli.arguments import COMMON_EXITS
 from wiscat.cli.output import said
@@ -65,6 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     checks.add_parsers(sub)
     registry.add_parsers(sub)
     backup.add_parsers(sub)
+    wis2.add_parsers(sub)
     settings_command.add_parsers(sub)
     return parser
 

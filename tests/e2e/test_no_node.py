@@ -31,6 +31,7 @@ ONE_SHOT = [
     ["checks", "remove", "daily"],
     ["registry", "peers"],
     ["backup", "node.dump"],
+    ["wis2", "render", "urn:x-wmo:md:int.wmo.wis::xx.synop.0"],
 ]
 
 
