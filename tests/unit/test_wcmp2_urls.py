@@ -19,7 +19,7 @@ HOSTILE = [
     "urn:wmo:md:de-dwd:~100%25 sure",
     "urn:wmo:md:de-dwd:%",
     "urn:wmo:md:de-dwd:with space",
-    "urn:wmo:md:de-dwd:Zürich–Δ",
+    "urn:wmo:md:de-dwd:Zürich\u2013Δ",
     "urn:wmo:md:de-dwd:?query#fragment",
     "urn:wmo:md:de-dwd:..",
     wcmp2_id("de-dwd", "urn:x-wmo:md:int.wmo.wis::a b/ü:"),
