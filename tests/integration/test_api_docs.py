@@ -69,7 +69,7 @@ def test_schema_declares_the_admin_bearer_token() -> None:
     assert [name for name, said in secured.items() if said and name not in admin] == []
 
 
-TAGS = ["OAI-PMH", "admin", "registry", "WIS monitoring", "dashboard", "health"]
+TAGS = ["OAI-PMH", "admin", "registry", "WIS monitoring", "WIS2 records", "dashboard", "health"]
 
 
 def test_every_operation_is_under_a_tag_with_a_summary_of_its_own() -> None:
@@ -96,6 +96,7 @@ def test_every_operation_is_under_a_tag_with_a_summary_of_its_own() -> None:
     assert all(by_tag.values())  # no tag without an operation
     assert by_tag["OAI-PMH"] == ["GET /oai", "POST /oai"]
     assert by_tag["health"] == ["GET /healthz", "GET /readyz", "GET /metrics"]
+    assert all(name.startswith("GET /collections") for name in by_tag["WIS2 records"])
     assert all(
         name.startswith(
             ("GET /admin/", "PUT /admin/", "POST /admin/", "PATCH /admin/", "DELETE /admin/")
