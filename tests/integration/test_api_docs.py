@@ -64,7 +64,7 @@ def test_schema_declares_the_admin_bearer_token() -> None:
         for method, operation in operations.items()
     }
     admin = {name: said for name, said in secured.items() if " /admin/" in name}
-    assert len(admin) == 17
+    assert len(admin) == 18
     assert set(map(str, admin.values())) == {str([{"adminToken": []}])}
     assert [name for name, said in secured.items() if said and name not in admin] == []
 
@@ -135,6 +135,7 @@ def test_every_admin_json_answer_has_its_model() -> None:
         "DELETE /admin/links/{name} 200 application/json": "Removed",
         "POST /admin/links/{name}/harvest 202 application/json": "HarvestRequested",
         "GET /admin/runs 200 application/json": "RunAnswer[]",
+        "GET /admin/wis2/invalid 200 application/json": "WCMP2InvalidAnswer[]",
         "GET /admin/quarantine 200 application/json": "QuarantineAnswer[]",
         "GET /admin/quarantine/{quarantine_id} 200 application/octet-stream": None,
         "GET /admin/checks 200 application/json": "CheckListed[]",
