@@ -11,6 +11,7 @@ from typing import Any
 from urllib.parse import quote
 
 from lxml import etree
+from rfc3986_validator import validate_rfc3986
 
 from wiscat.shared.wcmp2.reading import NS, Notes, code, value, values
 
@@ -113,9 +114,9 @@ def _means(info: etree._Element, who: str, contact: dict[str, Any], notes: Notes
         _address(address, who, contact, notes)
     links = []
     for url in values(info.findall("gmd:onlineResource/gmd:CI_OnlineResource/gmd:linkage", NS)):
-        if _HTTP.fullmatch(url):
-            # WCMP2's contact link is a URI (format uri): an IRI's other characters escaped
-            href = quote(url, safe=_URI_CHARACTERS)
+        # WCMP2's contact link is a URI (format uri): an IRI's other characters escaped
+        href = quote(url, safe=_URI_CHARACTERS)
+        if _HTTP.fullmatch(url) and validate_rfc3986(href, rule="URI"):
             links.append({"href": href, "rel": "about", "type": "text/html"})
         else:
             notes.dropped.append(f"contact {who}: link {url!r}, not an http(s) URL")

@@ -71,9 +71,9 @@ def moment(text: str) -> datetime | str | None:
     if _DATE_TIME.fullmatch(text):
         try:
             parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
-        except ValueError:
+            return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+        except (ValueError, OverflowError):  # 0001-01-01T00:00:00+01:00 is before year 1
             return None
-        return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
     date = _DATE.fullmatch(text)
     if date:
         text = date.group(1)
@@ -87,4 +87,5 @@ def moment(text: str) -> datetime | str | None:
 
 def stamp(when: datetime) -> str:
     """A UTC date-time as WCMP2 writes it (RFC 3339, whole seconds, ``Z``)."""
-    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    # not strftime("%Y"), which writes the year 999 as "999", not "0999"
+    return when.astimezone(UTC).replace(microsecond=0, tzinfo=None).isoformat() + "Z"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.nodes import Node, NodeFactory
-from tests.support.wcmp2_suite import SCHEMA, Suite, failures
+from tests.support.wcmp2_suite import SCHEMA, Suite, failures, session_suite
 from wiscat.shared.generator import generate_record, identifier_for
 from wiscat.shared.wcmp2.identifiers import from_wcmp2_id
 
@@ -33,14 +33,19 @@ async def node(make_node: NodeFactory, tmp_path: Path) -> Node:
     return made
 
 
-async def test_a_record_rendered_and_valid(node: Node, tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def suite(tmp_path_factory: pytest.TempPathFactory) -> Suite:
+    return session_suite(tmp_path_factory)
+
+
+async def test_a_record_rendered_and_valid(node: Node, suite: Suite) -> None:
     code, out, err = await node.wiscat(
         "wis2", "render", identifier_for(1), "--schema", str(SCHEMA), check=False
     )
     assert code == 0, err
     record = json.loads(out)
     assert from_wcmp2_id(record["id"]) == ("de-dwd", identifier_for(1))
-    assert failures(Suite(tmp_path / "home").run(record)) == []
+    assert failures(suite.run(record)) == []
     assert [link["href"] for link in record["links"]][-1].startswith(
         f"{node.oai}?verb=GetRecord&metadataPrefix=iso19139&identifier=urn%3Ax-wmo"
     )

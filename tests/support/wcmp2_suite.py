@@ -17,6 +17,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = ROOT.parent / "shared" / "reference" / "wis2"
 SCHEMA = REFERENCE / "wcmp2" / "wcmp2-bundled.json"
@@ -72,6 +74,17 @@ class Suite:
             report: dict[str, Any] = suite.run_tests()
             report["validation"] = suite.test_requirement_validation()
         return report
+
+
+# pywcmp fixes its files' folder as it is first imported: one suite a test process
+_SUITES: list[Suite] = []
+
+
+def session_suite(factory: pytest.TempPathFactory) -> Suite:
+    """The process's suite, on a HOME that lasts the test session."""
+    if not _SUITES:
+        _SUITES.append(Suite(factory.mktemp("pywcmp-home")))
+    return _SUITES[0]
 
 
 def failures(report: dict[str, Any]) -> list[str]:

@@ -13,7 +13,7 @@ import pytest
 from jsonschema.protocols import Validator
 from lxml import etree
 
-from tests.support.wcmp2_suite import SCHEMA, Suite, failures
+from tests.support.wcmp2_suite import SCHEMA, Suite, failures, session_suite
 from wiscat.shared.generator import generate_record, identifier_for
 from wiscat.shared.iso19139 import GCO, GMD, GML, RecordError, record_from_element
 from wiscat.shared.oaipmh.pages import PageReader, RecordItem
@@ -34,7 +34,7 @@ NS = {"gmd": GMD, "gco": GCO, "gml": GML}
 
 @pytest.fixture(scope="module")
 def suite(tmp_path_factory: pytest.TempPathFactory) -> Suite:
-    return Suite(tmp_path_factory.mktemp("home"))
+    return session_suite(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
