@@ -20,7 +20,7 @@ from yarl import URL
 
 from tests.support import wis2_rows
 from tests.support.servers import RunningProvider, running_provider
-from tests.support.wcmp2_suite import SCHEMA
+from tests.support.wcmp2_suite import SCHEMA, failures, session_suite
 from wiscat.shared.wcmp2.urls import collection_url, item_url
 from wiscat.shared.wcmp2.validation import load_schema, schema_errors
 
@@ -163,8 +163,15 @@ async def test_hostile_ids_in_urls(
 
 
 async def test_paging_walks_every_item_once(
-    provider: RunningProvider, db: asyncpg.Pool, client: aiohttp.ClientSession
+    provider: RunningProvider,
+    db: asyncpg.Pool,
+    client: aiohttp.ClientSession,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
+    """Every record once, in id order, each as stored and, as served, valid by the WCMP2
+    schema and pywcmp's suite (12 of 12)."""
+    schema = load_schema(SCHEMA)
+    suite = session_suite(tmp_path_factory)
     rows = {}
     for n in range(23):
         row = await wis2_rows.store(db, wis2_rows.rendered(n))
@@ -186,6 +193,8 @@ async def test_paging_walks_every_item_once(
         for feature in page["features"]:
             seen.append(feature["id"])
             assert rows[feature["id"]].content in body
+            assert schema_errors(feature, schema) == []
+            assert failures(suite.run(feature)) == [], feature["id"]
         links = _links(page)
         assert links["self"] == url if "offset" in url else links["self"].endswith("offset=0")
         if pages:
