@@ -1,3 +1,6 @@
+-- The WIS 2.0 bridge: the WCMP2 records this node announces, their revisions, the records that
+-- cannot be made valid, the durable outbox of notification messages, and the renderer's cursor.
+
 -- The WCMP2 form of each record this node announces (own set, a centre it speaks for).
 create table wis2_records (
     wcmp2_id     text primary key,            -- urn:wmo:md:{centre}:{local}
@@ -43,3 +46,15 @@ create table wis2_outbox (
 create index on wis2_outbox (created_at) where sent_at is null;
 -- Where the renderer has read up to (commit-safe datestamps, as OAI-PMH lists).
 create table wis2_cursor (one boolean primary key default true check (one), datestamp timestamptz);
+
+-- Added by the outbox beyond the shared tables:
+-- the identifier of the last record read at wis2_cursor.datestamp, so that a page may end
+-- between two records of one datestamp (the cursor is the keyset (datestamp, identifier));
+alter table wis2_cursor add column identifier text not null default '';
+-- when the record was last queued for announcement (the daily re-announcement's clock);
+alter table wis2_records add column announced_at timestamptz not null default now();
+create index on wis2_records (announced_at) where not deleted;
+-- when an unsent message may be tried again (backoff after a refusal or a broker down).
+alter table wis2_outbox add column retry_at timestamptz;
+create index on wis2_outbox (wcmp2_id, created_at);
+insert into wis2_cursor default values;

@@ -290,6 +290,7 @@ CREATE TABLE public.sets (
 CREATE TABLE public.wis2_cursor (
     one boolean DEFAULT true NOT NULL,
     datestamp timestamp with time zone,
+    identifier text DEFAULT ''::text NOT NULL,
     CONSTRAINT wis2_cursor_one_check CHECK (one)
 );
 
@@ -313,6 +314,7 @@ CREATE TABLE public.wis2_outbox (
     sent_at timestamp with time zone,
     attempts integer DEFAULT 0 NOT NULL,
     last_error text,
+    retry_at timestamp with time zone,
     CONSTRAINT wis2_outbox_relation_check CHECK ((relation = ANY (ARRAY['canonical'::text, 'update'::text, 'deletion'::text])))
 );
 
@@ -324,7 +326,8 @@ CREATE TABLE public.wis2_records (
     content bytea,
     deleted boolean DEFAULT false NOT NULL,
     source_datestamp timestamp with time zone NOT NULL,
-    rendered_at timestamp with time zone DEFAULT now() NOT NULL
+    rendered_at timestamp with time zone DEFAULT now() NOT NULL,
+    announced_at timestamp with time zone DEFAULT now() NOT NULL
 );
 
 CREATE TABLE public.wis2_revisions (
@@ -442,6 +445,10 @@ CREATE INDEX set_members_identifier ON public.set_members USING btree (identifie
 CREATE INDEX set_members_keyset ON public.set_members USING btree (set_spec, datestamp, identifier);
 
 CREATE INDEX wis2_outbox_created_at_idx ON public.wis2_outbox USING btree (created_at) WHERE (sent_at IS NULL);
+
+CREATE INDEX wis2_outbox_wcmp2_id_created_at_idx ON public.wis2_outbox USING btree (wcmp2_id, created_at);
+
+CREATE INDEX wis2_records_announced_at_idx ON public.wis2_records USING btree (announced_at) WHERE (NOT deleted);
 
 CREATE INDEX wis2_records_identifier_idx ON public.wis2_records USING btree (identifier);
 
