@@ -18,9 +18,13 @@ import pytest
 from multidict import CIMultiDict
 from yarl import URL
 
-from tests.support import wis2_rows
+from tests.support import factories, wis2_rows
 from tests.support.servers import RunningProvider, running_provider
 from tests.support.wcmp2_suite import SCHEMA, failures, session_suite
+from wiscat.shared.db import wis2
+from wiscat.shared.generator import identifier_for
+from wiscat.shared.wcmp2 import messages
+from wiscat.shared.wcmp2.centres import parse_rules
 from wiscat.shared.wcmp2.urls import collection_url, item_url
 from wiscat.shared.wcmp2.validation import load_schema, schema_errors
 
@@ -286,3 +290,38 @@ async def test_switched_off_the_collection_is_404(
 
 def _links(page: dict[str, Any]) -> dict[str, str]:
     return {link["rel"]: link["href"] for link in page["links"]}
+
+
+async def test_every_message_link_answers_the_bytes_its_integrity_names(
+    provider: RunningProvider, db: asyncpg.Pool, client: aiohttp.ClientSession
+) -> None:
+    """End to end with the renderer (wiscat.shared.db.wis2): records of the own set rendered,
+    their messages built; a GET of each message's link answers the bytes its integrity and
+    length name; a deletion's link answers 410."""
+    how = wis2.Rendering(
+        provider.settings.own_set,
+        parse_rules("de-dwd;de-dwd=licence:https://www.dwd.de/terms"),
+        provider.settings.base_url,
+    )
+    collection = base(provider)
+    await factories.load_records(db, provider.settings.own_set, range(6))
+    await wis2.render(db, how)
+    first = [messages.message(row, collection) for row in await wis2.pending(db, 100)]
+    await wis2.mark_sent(db, [m["id"] for m in first])
+    await factories.load_records(db, provider.settings.own_set, [2], version=1)
+    await factories.delete(db, provider.settings.own_set, [identifier_for(3)])
+    await wis2.render(db, how)
+    later = [messages.message(row, collection) for row in await wis2.pending(db, 100)]
+    assert sorted(m["links"][0]["rel"] for m in first) == ["canonical"] * 6
+    assert sorted(m["links"][0]["rel"] for m in later) == ["deletion", "update"]
+    for sent in first + later:
+        [link] = sent["links"]
+        status, headers, body = await get(client, link["href"], **{"Accept-Encoding": "gzip"})
+        if link["rel"] == "deletion":
+            assert status == 410, link
+            continue
+        assert (status, headers["Content-Type"]) == (200, "application/geo+json"), link
+        assert len(body) == link["length"]
+        digest = base64.b64encode(hashlib.sha512(body).digest()).decode()
+        assert digest == sent["properties"]["integrity"]["value"]
+        assert json.loads(body)["id"] == sent["properties"]["metadata_id"]
