@@ -70,7 +70,11 @@ def message(row: Announcement, collection: str, *, now: datetime | None = None) 
     }
     geometry = None
     if row.relation == "deletion":
-        link = {"rel": "deletion", "href": item_url(collection, row.wcmp2_id), "type": MEDIA_TYPE}
+        link: dict[str, Any] = {
+            "rel": "deletion",
+            "href": item_url(collection, row.wcmp2_id),
+            "type": MEDIA_TYPE,
+        }
     else:
         if row.content is None or row.revision is None or row.sha512 is None:
             raise ValueError(f"{row.wcmp2_id}: a {row.relation} message without its revision")
