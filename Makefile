@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 
 # A plain `make` lists the targets: it neither runs the whole suite nor installs anything.
 .DEFAULT_GOAL := help
-.PHONY: all help venv lock run test test-unit test-integration test-containers base-images soak fuzz mutants mutants-sample lint format bench schema settings-doc demo chromium promtool pgbouncer postgresql opentracker podman clean
+.PHONY: all help venv lock run test test-unit test-integration test-containers base-images soak fuzz mutants mutants-sample lint format bench schema settings-doc demo chromium promtool pgbouncer postgresql opentracker mosquitto podman clean
 
 all: lint test ## lint, then the whole test suite
 
@@ -56,7 +56,7 @@ run: $(RUN_STAMP) ## start a node (embedded PostgreSQL unless WISCAT_DATABASE_UR
 # and servers, so two workers on two cores take about two thirds of the time of one.
 TEST_WORKERS ?= 2
 
-test: $(STAMP) chromium promtool pgbouncer opentracker ## the whole suite on a real PostgreSQL (WISCAT_TEST_DATABASE_URL or embedded)
+test: $(STAMP) chromium promtool pgbouncer opentracker mosquitto ## the whole suite on a real PostgreSQL (WISCAT_TEST_DATABASE_URL or embedded)
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadscope
 
 chromium: ## install Debian's chromium when missing (the dashboard's browser test drives it)
@@ -88,6 +88,12 @@ opentracker: ## install Debian's opentracker when missing (the registry's tracke
 		echo "installing Debian's opentracker for the registry's tracker tests"; \
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq --no-install-recommends opentracker; }
+
+mosquitto: ## install Debian's mosquitto when missing (the WIS 2.0 announcement tests run one)
+	@command -v mosquitto >/dev/null 2>&1 || test -x /usr/sbin/mosquitto || { \
+		echo "installing Debian's mosquitto for the WIS 2.0 announcement tests"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq --no-install-recommends mosquitto; }
 
 # Podman from Debian's packages, rootful, with runc and netavark (its network); debootstrap builds
 # the base images where no container registry is reached (docs/deploy.md).

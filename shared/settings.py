@@ -7,7 +7,6 @@ reads them at import time. Each field's description is its row in docs/settings.
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import re
 from collections.abc import Iterable
@@ -30,7 +29,7 @@ from wiscat.shared import tls
 from wiscat.shared.oaipmh.arguments import SET_LEVEL
 from wiscat.shared.proxy import Proxy, proxy_url_problem
 from wiscat.shared.text import NOT_XML
-from wiscat.shared.urls import http_url, url_host
+from wiscat.shared.urls import every_address, http_url, local_endpoint
 from wiscat.shared.wcmp2.centres import CentreRule, parse_rules
 
 UNION_SET = "WIS-CATALOGUE"
@@ -39,22 +38,6 @@ _DAY = 86400.0  # the longest wait or timeout a setting in seconds may give
 # OAI-PMH.xsd's emailType
 _EMAIL = re.compile(r"\S+@(\S+\.)+\S+")
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
-
-
-def _every_address(host: str) -> bool:
-    """Whether a provider on ``host`` listens on every address (0.0.0.0, ::)."""
-    try:
-        return not host or ipaddress.ip_address(host).is_unspecified
-    except ValueError:  # a name
-        return False
-
-
-def _local_endpoint(host: str, port: int) -> str:
-    """The /oai URL of a provider listening on ``host`` and ``port``: on every address (0.0.0.0,
-    ::), this machine's loopback one."""
-    if _every_address(host):
-        host = "127.0.0.1"
-    return f"http://{url_host(host)}:{port}/oai"
 
 
 class Settings(BaseSettings):
@@ -376,6 +359,12 @@ class Settings(BaseSettings):
         "fileIdentifier), de-dwd=originator:NAME (by a contact's organisation), de-dwd (all), "
         "de-dwd=licence:URL",
     )
+    wis2_records: bool | None = Field(
+        default=None,
+        description="serve the WCMP2 records at /collections/wis2-discovery-metadata (an OGC "
+        "API - Records collection, docs/wis2.md); false: 404",
+        json_schema_extra={"documented_default": "true when `WISCAT_WIS2_CENTRES` is set"},
+    )
     progress_seconds: float = Field(
         default=5.0,
         ge=0,
@@ -466,7 +455,7 @@ class Settings(BaseSettings):
             raise ValueError("the harvester's http(s) root URL, e.g. http://harvester:8081")
         return value.rstrip("/")
 
-    @field_validator("proxy_url", "ca_file", mode="before")
+    @field_validator("proxy_url", "ca_file", "wis2_records", mode="before")
     @classmethod
     def _unset_when_empty(cls, value: object) -> object:
         return None if value == "" else value
@@ -534,7 +523,7 @@ class Settings(BaseSettings):
         """Derive the base URL from the provider's host and port when none is set."""
         if not self.base_url:
             self._derived_base_url = True
-            self.base_url = _local_endpoint(self.provider_host, self.provider_port)
+            self.base_url = local_endpoint(self.provider_host, self.provider_port)
 
     def listening_on(self, host: str | None, port: int | None) -> Settings:
         """These settings with the provider on ``host`` and ``port`` where given (the command
@@ -548,7 +537,7 @@ class Settings(BaseSettings):
             return self
         moved = self.model_copy(update=changed)
         if self._derived_base_url:
-            moved.base_url = _local_endpoint(moved.provider_host, moved.provider_port)
+            moved.base_url = local_endpoint(moved.provider_host, moved.provider_port)
         return moved
 
     @property
@@ -560,7 +549,7 @@ class Settings(BaseSettings):
     def base_url_unreachable(self) -> bool:
         """Whether peers are told a URL they cannot reach: BASE_URL unset, and the provider on
         every address, so that Identify and every response name 127.0.0.1."""
-        return self._derived_base_url and _every_address(self.provider_host)
+        return self._derived_base_url and every_address(self.provider_host)
 
     def session_url(self, url: str) -> str:
         """The URL for what needs a database session of its own (a session-level advisory
@@ -576,6 +565,12 @@ class Settings(BaseSettings):
         if self.proxy_url is None:
             return None
         return Proxy.from_setting(self.proxy_url.get_secret_value(), self.no_proxy)
+
+    @property
+    def wis2_records_on(self) -> bool:
+        """Whether the provider serves the WCMP2 collection: WIS2_RECORDS, unset: whether
+        WIS2_CENTRES names a centre."""
+        return bool(self.wis2_centres) if self.wis2_records is None else self.wis2_records
 
     @property
     def own_set(self) -> str:

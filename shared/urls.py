@@ -3,6 +3,7 @@ password (a link's base URL may carry ``user:password@`` for a peer behind basic
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from urllib.parse import SplitResult, urlsplit
 
@@ -41,3 +42,19 @@ def safe_url(url: str) -> str:
 def url_host(host: str) -> str:
     """``host`` as it stands in a URL (an IPv6 address in brackets)."""
     return f"[{host}]" if ":" in host else host
+
+
+def every_address(host: str) -> bool:
+    """Whether a provider on ``host`` listens on every address (0.0.0.0, ::)."""
+    try:
+        return not host or ipaddress.ip_address(host).is_unspecified
+    except ValueError:  # a name
+        return False
+
+
+def local_endpoint(host: str, port: int) -> str:
+    """The /oai URL of a provider listening on ``host`` and ``port``: on every address (0.0.0.0,
+    ::), this machine's loopback one."""
+    if every_address(host):
+        host = "127.0.0.1"
+    return f"http://{url_host(host)}:{port}/oai"

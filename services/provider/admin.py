@@ -22,6 +22,7 @@ from wiscat.shared import ingest
 from wiscat.shared.db import checks as check_store
 from wiscat.shared.db import links as link_store
 from wiscat.shared.db import refusals as refusal_store
+from wiscat.shared.db import wis2_serving as wis2_store
 from wiscat.shared.durations import format_duration, parse_duration
 from wiscat.shared.iso19139 import RecordError, parse_record
 from wiscat.shared.linkspec import (
@@ -304,6 +305,20 @@ async def harvest_now(
         raise HTTPException(409, f"link {name} is disabled: enable it first")
     log.info("admin requested a %s harvest of %s", mode, name)
     return JSONResponse({"link": name, "requested": mode}, status_code=202)
+
+
+@router.get(
+    "/wis2/invalid",
+    summary="List the records that cannot be made WCMP2, and why",
+    response_model=list[models.WCMP2InvalidAnswer],
+)
+async def wis2_invalid(
+    limit: int = 1000, state: ProviderState = Depends(require_admin)
+) -> JSONResponse:
+    """The records the WIS2 renderer found cannot be valid WCMP2 records (never announced),
+    newest first, with their reasons and conversion reports."""
+    rows = await wis2_store.invalid_records(state.pool, min(max(limit, 1), 10_000))
+    return JSONResponse(jsonable_encoder(rows))
 
 
 @router.get("/runs", summary="List the latest harvest runs", response_model=list[models.RunAnswer])

@@ -169,3 +169,13 @@ class ReportAnswer(BaseModel):
     finished_at: datetime
     outcome: CheckOutcome
     report: dict[str, Any]
+
+
+class WCMP2InvalidAnswer(BaseModel):
+    """A record that cannot be made a valid WCMP2 record (never announced), and why."""
+
+    identifier: str = Field(description="its OAI identifier (fileIdentifier)")
+    reasons: Any = Field(description="why it cannot be valid, as the WIS2 renderer wrote them")
+    report: Any = Field(description="its conversion report (guessed, dropped, invalid)")
+    source_datestamp: datetime = Field(description="the datestamp of the record rendered")
+    noted_at: datetime

@@ -1,7 +1,7 @@
 """The provider's FastAPI application, assembled: its middleware (the body caps, HEAD as GET,
-the request deadline), its routers (/oai, /admin, the registry, /wis/monitor.json, the
-dashboard, /healthz, /readyz, /metrics), its error handlers and its lifespan
-(:mod:`wiscat.provider.lifespan`)."""
+the request deadline), its routers (/oai, /admin, the registry, /wis/monitor.json, the WCMP2
+records at /collections, the dashboard, /healthz, /readyz, /metrics), its error handlers and
+its lifespan (:mod:`wiscat.provider.lifespan`)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from fastapi_offline import FastAPIOffline
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from wiscat.provider import admin, health, oai, registry, wis_monitor
+from wiscat.provider import admin, health, oai, records_api, registry, wis_monitor
 from wiscat.provider.dashboard import routes as dashboard
 from wiscat.provider.lifespan import lifespan
 from wiscat.provider.limits import BodyCap, BodyLimit
@@ -174,6 +174,11 @@ TAGS = [
         "when this node is in no registry network.",
     },
     {"name": "WIS monitoring", "description": "The GISC monitoring document of WIS."},
+    {
+        "name": "WIS2 records",
+        "description": "The node's WCMP2 records, an OGC API - Records collection (WIS 2.0); "
+        "404 when WISCAT_WIS2_RECORDS is off.",
+    },
     {"name": "dashboard", "description": "The operator's pages (HTML)."},
     {"name": "health", "description": "Liveness, readiness and Prometheus metrics."},
 ]
@@ -206,6 +211,7 @@ def create_app(settings: Settings, database_url: str) -> FastAPI:
     app.include_router(admin.router)
     app.include_router(registry.router)
     app.include_router(wis_monitor.router)
+    app.include_router(records_api.router)
     app.include_router(dashboard.router)
     app.include_router(health.router)
 

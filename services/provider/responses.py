@@ -132,6 +132,13 @@ def _compressor() -> Any:
     return isal_zlib.compressobj(1, isal_zlib.DEFLATED, 31)
 
 
+def gzipped(body: bytes) -> bytes:
+    """``body`` compressed as gzip (what an answer to a client that takes it carries)."""
+    compressor = _compressor()
+    packed: bytes = compressor.compress(body) + compressor.flush()
+    return packed
+
+
 # Every answer of /oai depends on Accept-Encoding, so every one says so to caches (RFC 9110 §12.5.5)
 _VARY = {"Vary": "Accept-Encoding"}
 _GZIP_HEADERS = {"Content-Encoding": "gzip", **_VARY}

@@ -287,6 +287,56 @@ CREATE TABLE public.sets (
     CONSTRAINT sets_kind_check CHECK ((kind = ANY (ARRAY['own'::text, 'remote'::text, 'shared'::text, 'other'::text])))
 );
 
+CREATE TABLE public.wis2_cursor (
+    one boolean DEFAULT true NOT NULL,
+    datestamp timestamp with time zone,
+    identifier text DEFAULT ''::text NOT NULL,
+    CONSTRAINT wis2_cursor_one_check CHECK (one)
+);
+
+CREATE TABLE public.wis2_invalid (
+    identifier text NOT NULL,
+    reasons jsonb NOT NULL,
+    report jsonb NOT NULL,
+    source_datestamp timestamp with time zone NOT NULL,
+    noted_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+CREATE TABLE public.wis2_outbox (
+    message_id uuid NOT NULL,
+    wcmp2_id text NOT NULL,
+    centre_id text NOT NULL,
+    relation text NOT NULL,
+    revision text,
+    length bigint,
+    sha512 text,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    sent_at timestamp with time zone,
+    attempts integer DEFAULT 0 NOT NULL,
+    last_error text,
+    retry_at timestamp with time zone,
+    CONSTRAINT wis2_outbox_relation_check CHECK ((relation = ANY (ARRAY['canonical'::text, 'update'::text, 'deletion'::text])))
+);
+
+CREATE TABLE public.wis2_records (
+    wcmp2_id text NOT NULL,
+    identifier text NOT NULL,
+    centre_id text NOT NULL,
+    revision text NOT NULL,
+    content bytea,
+    deleted boolean DEFAULT false NOT NULL,
+    source_datestamp timestamp with time zone NOT NULL,
+    rendered_at timestamp with time zone DEFAULT now() NOT NULL,
+    announced_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+CREATE TABLE public.wis2_revisions (
+    wcmp2_id text NOT NULL,
+    revision text NOT NULL,
+    content bytea NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
 ALTER TABLE ONLY public.check_reports ALTER COLUMN id SET DEFAULT nextval('public.check_reports_id_seq'::regclass);
 
 ALTER TABLE ONLY public.harvest_runs ALTER COLUMN id SET DEFAULT nextval('public.harvest_runs_id_seq'::regclass);
@@ -347,6 +397,21 @@ ALTER TABLE ONLY public.set_members
 ALTER TABLE ONLY public.sets
     ADD CONSTRAINT sets_pkey PRIMARY KEY (spec);
 
+ALTER TABLE ONLY public.wis2_cursor
+    ADD CONSTRAINT wis2_cursor_pkey PRIMARY KEY (one);
+
+ALTER TABLE ONLY public.wis2_invalid
+    ADD CONSTRAINT wis2_invalid_pkey PRIMARY KEY (identifier);
+
+ALTER TABLE ONLY public.wis2_outbox
+    ADD CONSTRAINT wis2_outbox_pkey PRIMARY KEY (message_id);
+
+ALTER TABLE ONLY public.wis2_records
+    ADD CONSTRAINT wis2_records_pkey PRIMARY KEY (wcmp2_id);
+
+ALTER TABLE ONLY public.wis2_revisions
+    ADD CONSTRAINT wis2_revisions_pkey PRIMARY KEY (wcmp2_id, revision);
+
 CREATE INDEX check_reports_finished ON public.check_reports USING btree (finished_at DESC);
 
 CREATE INDEX check_reports_name ON public.check_reports USING btree (check_name, finished_at DESC);
@@ -378,6 +443,14 @@ CREATE INDEX registry_transactions_tx ON public.registry_transactions USING btre
 CREATE INDEX set_members_identifier ON public.set_members USING btree (identifier);
 
 CREATE INDEX set_members_keyset ON public.set_members USING btree (set_spec, datestamp, identifier);
+
+CREATE INDEX wis2_outbox_created_at_idx ON public.wis2_outbox USING btree (created_at) WHERE (sent_at IS NULL);
+
+CREATE INDEX wis2_outbox_wcmp2_id_created_at_idx ON public.wis2_outbox USING btree (wcmp2_id, created_at);
+
+CREATE INDEX wis2_records_announced_at_idx ON public.wis2_records USING btree (announced_at) WHERE (NOT deleted);
+
+CREATE INDEX wis2_records_identifier_idx ON public.wis2_records USING btree (identifier);
 
 CREATE TRIGGER records_write_stamp BEFORE INSERT OR UPDATE ON public.records FOR EACH ROW EXECUTE FUNCTION public.wiscat_stamp_write();
 

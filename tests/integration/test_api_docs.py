@@ -64,12 +64,12 @@ def test_schema_declares_the_admin_bearer_token() -> None:
         for method, operation in operations.items()
     }
     admin = {name: said for name, said in secured.items() if " /admin/" in name}
-    assert len(admin) == 17
+    assert len(admin) == 18
     assert set(map(str, admin.values())) == {str([{"adminToken": []}])}
     assert [name for name, said in secured.items() if said and name not in admin] == []
 
 
-TAGS = ["OAI-PMH", "admin", "registry", "WIS monitoring", "dashboard", "health"]
+TAGS = ["OAI-PMH", "admin", "registry", "WIS monitoring", "WIS2 records", "dashboard", "health"]
 
 
 def test_every_operation_is_under_a_tag_with_a_summary_of_its_own() -> None:
@@ -96,6 +96,7 @@ def test_every_operation_is_under_a_tag_with_a_summary_of_its_own() -> None:
     assert all(by_tag.values())  # no tag without an operation
     assert by_tag["OAI-PMH"] == ["GET /oai", "POST /oai"]
     assert by_tag["health"] == ["GET /healthz", "GET /readyz", "GET /metrics"]
+    assert all(name.startswith("GET /collections") for name in by_tag["WIS2 records"])
     assert all(
         name.startswith(
             ("GET /admin/", "PUT /admin/", "POST /admin/", "PATCH /admin/", "DELETE /admin/")
@@ -134,6 +135,7 @@ def test_every_admin_json_answer_has_its_model() -> None:
         "DELETE /admin/links/{name} 200 application/json": "Removed",
         "POST /admin/links/{name}/harvest 202 application/json": "HarvestRequested",
         "GET /admin/runs 200 application/json": "RunAnswer[]",
+        "GET /admin/wis2/invalid 200 application/json": "WCMP2InvalidAnswer[]",
         "GET /admin/quarantine 200 application/json": "QuarantineAnswer[]",
         "GET /admin/quarantine/{quarantine_id} 200 application/octet-stream": None,
         "GET /admin/checks 200 application/json": "CheckListed[]",

@@ -1,4 +1,5 @@
-"""RELIABILITY F05: Schemathesis against the OAI-PMH endpoint, the admin API and the registry, as
+"""RELIABILITY F05: Schemathesis against the OAI-PMH endpoint, the admin API, the registry and the
+WCMP2 records collection (/collections, a few records stored, one deleted), as
 the provider's own OpenAPI schema (``/openapi.json``) describes them.
 
 A real provider on loopback, on a real PostgreSQL, in a registry network of one member (so the
@@ -116,8 +117,16 @@ def test_f05_the_schema_documents_400_where_fastapi_would_say_422() -> None:
     assert "400" in documented["GET /admin/runs"]
     assert "400" in documented["GET /registry/announce"]
     admin = {name: codes for name, codes in documented.items() if " /admin/" in name}
-    assert len(admin) == 17
+    assert len(admin) == 18
     assert [name for name, codes in admin.items() if not {"401", "403"} <= codes] == []
+    collection = "/collections/wis2-discovery-metadata"
+    records = {name: codes for name, codes in documented.items() if " /collections" in name}
+    assert len(records) == 5
+    assert [name for name, codes in records.items() if not {"200", "404", "503"} <= codes] == []
+    assert "400" in documented[f"GET {collection}/items"]
+    assert {"304", "410"} <= documented[f"GET {collection}/items/{{wcmp2_id}}"]
+    item = paths[f"{collection}/items/{{wcmp2_id}}/revisions/{{revision}}"]["get"]["responses"]
+    assert set(item["200"]["content"]) == {"application/geo+json"}
     blocks = paths["/registry/blocks"]["get"]["responses"]
     assert set(blocks["200"]["content"]) == {"application/xml"}
     assert set(blocks["404"]["content"]) == {"text/plain"}

@@ -24,9 +24,11 @@ import os
 import sys
 from pathlib import Path
 
+from tests.support import wis2_rows
 from tests.support.netns import interfaces, loopback_up
 from tests.support.registry_network import canary, make_network, node_overrides
 from tests.support.servers import running_provider
+from wiscat.shared.db.pool import connect
 
 EXAMPLES = int(os.environ.get("WISCAT_SCHEMATHESIS_EXAMPLES", "5"))
 SEED = os.environ.get("WISCAT_SCHEMATHESIS_SEED", "1")
@@ -72,8 +74,22 @@ def schemathesis(root: str, token: str, selection: tuple[str, ...], examples: in
     ]
 
 
+async def wcmp2_records(database_url: str) -> None:
+    """A few WCMP2 records for the collection's routes to serve (one of them deleted, one under
+    an id with a "/" and a "%"), as the WIS2 renderer stores them."""
+    conn = await connect(database_url)
+    try:
+        for n in range(4):
+            await wis2_rows.store(conn, wis2_rows.rendered(n))
+        await wis2_rows.store(conn, wis2_rows.rendered(4), wcmp2_id="urn:wmo:md:de-dwd:a/b%")
+        await wis2_rows.delete(conn, wis2_rows.rendered(3).wcmp2_id)
+    finally:
+        await conn.close()
+
+
 async def main(database_url: str, folder: Path) -> None:
     loopback_up()
+    await wcmp2_records(database_url)
     result: dict[str, object] = {"interfaces": interfaces()}
     net = make_network(folder, 1)
     async with canary() as listening:
@@ -83,6 +99,7 @@ async def main(database_url: str, folder: Path) -> None:
             allow_private_fetch=False,  # a node's default: the refusals S01 to S08 test
             registry_fetch_ports=(80, 443, 8080, 8443, listening.port),
             registry_rate_limit_per_minute=1000,  # the most a node allows
+            wis2_records=True,
         )
         async with running_provider(database_url, **overrides) as provider:
             token = provider.settings.admin_token.get_secret_value()
@@ -95,7 +112,13 @@ async def main(database_url: str, folder: Path) -> None:
             }
             statuses = []
             for selection, examples in (
-                (("--include-path-regex", "^/(oai|urls)$|^/(admin|urls|registry)/"), EXAMPLES),
+                (
+                    (
+                        "--include-path-regex",
+                        "^/(oai|urls|collections)$|^/(admin|registry|collections)/",
+                    ),
+                    EXAMPLES,
+                ),
                 (("--include-name", "POST /urls"), URL_EXAMPLES),
             ):
                 process = await asyncio.create_subprocess_exec(

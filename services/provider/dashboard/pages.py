@@ -20,8 +20,10 @@ from wiscat.provider.dashboard.markup import (
 )
 from wiscat.provider.dashboard.plots import Key, bar_plot, duration, e, line_plot, when
 from wiscat.provider.dashboard.view import DashboardView, LinkView, RegistryView
+from wiscat.shared.db.wis2_serving import Counts
 from wiscat.shared.settings import Settings
 from wiscat.shared.version import VERSION
+from wiscat.shared.wcmp2.urls import collection_url
 
 NBSP = "\u00a0"
 
@@ -314,6 +316,34 @@ def registry_section(registry: RegistryView) -> str:
     return f"<h2>Registry</h2>\n{summary}{peers}{urls}\n"
 
 
+def wis2_section(settings: Settings, counts: Counts) -> str:
+    """The WIS 2.0 bridge: the WCMP2 records served, those that cannot be made valid (their
+    reasons at /admin/wis2/invalid), and the announcements not yet sent."""
+    served = (
+        f'<a href="{e(collection_url(settings.base_url))}/items">served</a>'
+        if settings.wis2_records_on
+        else "not served (<code>WISCAT_WIS2_RECORDS</code>)"
+    )
+    rows = [
+        [td("WCMP2 records"), num(counts.served), f"<td>{served}</td>"],
+        [
+            td("cannot be made valid"),
+            num(counts.invalid),
+            '<td>never announced; why: <a href="/admin/wis2/invalid">/admin/wis2/invalid</a> '
+            "(with the admin token)</td>",
+        ],
+        [td("announcements pending"), num(counts.pending), td("in the outbox, not yet sent")],
+        [
+            td("announcements failing"),
+            num(counts.failed),
+            td("pending, a send failed at least once", "err" if counts.failed else ""),
+        ],
+    ]
+    return f"""<h2>WIS 2.0</h2>
+{table(["", "count", ""], rows, "")}
+"""
+
+
 # -- the pages -----------------------------------------------------------------------------------
 
 
@@ -338,6 +368,7 @@ def dashboard_page(
 {quarantine_section(view.quarantine)}
 {reports_section(view)}
 {registry_section(view.registry)}
+{wis2_section(settings, view.wis2)}
 {script}
 </body></html>"""
 

@@ -14,6 +14,7 @@ from wiscat.shared.db import checks as check_store
 from wiscat.shared.db import links as link_store
 from wiscat.shared.db import overview
 from wiscat.shared.db import registry as registry_store
+from wiscat.shared.db import wis2_serving as wis2_store
 from wiscat.shared.db.pool import Pool
 from wiscat.shared.urls import safe_url
 
@@ -94,6 +95,7 @@ class DashboardView:
     failed: dict[str, set[datetime]]
     keys: dict[str, Key]  # each link's colour, in the table and the plots
     registry: RegistryView
+    wis2: wis2_store.Counts  # the WIS 2.0 bridge's records and outbox
 
     @property
     def failing(self) -> list[str]:
@@ -206,4 +208,5 @@ async def load(pool: Pool, network: str | None, now: datetime) -> DashboardView:
         failed=failed,
         keys=link_keys([link.name for link in links], [*durations, *lags]),
         registry=await registry_view(pool, network),
+        wis2=await wis2_store.counts(pool),
     )

@@ -1,0 +1,228 @@
+"""The WIS 2.0 outbox: records rendered as WCMP2, and the messages that announce them.
+
+:func:`render` reads the records changed since ``wis2_cursor``, up to the bound an OAI-PMH
+list would stop at (commit-safe datestamps, invariant 2), a page at a time; each page is one
+transaction: the WCMP2 records and revisions, the notes of records that cannot be made valid,
+one ``wis2_outbox`` row per record whose content changed, and the cursor moved past the page.
+Killed at any moment, a page is all done or not at all. Only records of the own set whose
+centre-id this node speaks for are announced; a deletion only ever names a record this node
+announced itself (a Global Discovery Catalogue deletes by ``metadata_id``, whoever sends it).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import asyncpg
+
+from wiscat.shared.db import records as store
+from wiscat.shared.db.queries import load
+from wiscat.shared.iso19139 import RecordError
+from wiscat.shared.wcmp2 import messages
+from wiscat.shared.wcmp2.centres import CentreRule
+from wiscat.shared.wcmp2.convert import Conversion, convert
+from wiscat.shared.wcmp2.messages import Announcement
+
+_SQL = load("wis2.sql")
+_START = datetime(1, 1, 1, tzinfo=UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class Rendering:
+    """What the renderer reads with: the own set, the centre rules, this node's ``/oai`` URL,
+    the settle window of lists and the page size."""
+
+    own_set: str
+    rules: tuple[CentreRule, ...]
+    oai_base_url: str | None
+    settle_seconds: float = 0.0
+    page_size: int = 200
+
+
+@dataclass(slots=True)
+class Rendered:
+    """What :func:`render` did: pages committed and messages queued by relation."""
+
+    pages: int = 0
+    records: int = 0
+    canonical: int = 0
+    update: int = 0
+    deletion: int = 0
+    invalid: int = 0
+
+
+async def render(pool: asyncpg.Pool, how: Rendering, *, max_pages: int | None = None) -> Rendered:
+    """Render every page changed since the cursor, up to the list bound now."""
+    horizon = await store.list_horizon(pool)
+    bound = horizon.at - timedelta(seconds=how.settle_seconds)
+    done = Rendered()
+    while max_pages is None or done.pages < max_pages:
+        if not await _page(pool, how, bound, done):
+            break
+    return done
+
+
+async def _page(pool: asyncpg.Pool, how: Rendering, bound: datetime, done: Rendered) -> bool:
+    async with pool.acquire() as conn, conn.transaction():
+        cursor = await conn.fetchrow(_SQL["cursor"])
+        assert cursor is not None  # migration 0012 inserts its one row
+        after = (cursor["datestamp"] or _START, cursor["identifier"])
+        rows = await conn.fetch(_SQL["changed_records"], *after, bound, how.page_size)
+        if not rows:
+            return False
+        for row in rows:
+            await _one(conn, how, row, done)
+        await conn.execute(_SQL["move_cursor"], rows[-1]["datestamp"], rows[-1]["identifier"])
+    done.pages += 1
+    done.records += len(rows)
+    return True
+
+
+def _conversion(how: Rendering, row: asyncpg.Record) -> Conversion | str | None:
+    """The record's conversion, the reason it has none (no ISO 19139 record), or None when it
+    is not this node's to announce (deleted, not in the own set, no centre-id of its own)."""
+    if row["deleted"] or how.own_set not in row["set_specs"] or row["xml"] is None:
+        return None
+    try:
+        conversion = convert(row["xml"], how.rules, oai_base_url=how.oai_base_url)
+    except RecordError as exc:
+        return f"no ISO 19139 record: {exc}"
+    if conversion.record.get("id") is None:
+        return None
+    return conversion
+
+
+async def _one(conn: Any, how: Rendering, row: asyncpg.Record, done: Rendered) -> None:
+    identifier, datestamp = row["identifier"], row["datestamp"]
+    conversion = _conversion(how, row)
+    announced = await conn.fetch(_SQL["announced_of"], identifier)
+    keep: str | None = None
+    if isinstance(conversion, str) or (conversion is not None and not conversion.valid):
+        # never announced; what was announced before stays as it was
+        reasons = [conversion] if isinstance(conversion, str) else list(conversion.invalid)
+        report = {"invalid": reasons} if isinstance(conversion, str) else conversion.report()
+        await conn.execute(
+            _SQL["note_invalid"], identifier, json.dumps(reasons), json.dumps(report), datestamp
+        )
+        done.invalid += 1
+        return
+    await conn.execute(_SQL["clear_invalid"], identifier)
+    if conversion is not None:
+        keep = conversion.record["id"]
+        await _put(conn, conversion, identifier, datestamp, announced, done)
+    for old in announced:
+        if old["wcmp2_id"] != keep and not old["deleted"]:
+            await conn.execute(_SQL["delete_record"], old["wcmp2_id"], datestamp)
+            await _queue(conn, old["wcmp2_id"], old["centre_id"], "deletion", None)
+            done.deletion += 1
+
+
+async def _put(
+    conn: Any,
+    conversion: Conversion,
+    identifier: str,
+    datestamp: datetime,
+    announced: Sequence[asyncpg.Record],
+    done: Rendered,
+) -> None:
+    wcmp2_id: str = conversion.record["id"]
+    centre_id = wcmp2_id.removeprefix("urn:wmo:md:").partition(":")[0]
+    content = conversion.content()
+    revision = messages.revision(content)
+    before = next((old for old in announced if old["wcmp2_id"] == wcmp2_id), None)
+    if before is None or before["deleted"]:
+        relation = "canonical"
+    elif before["revision"] != revision:
+        relation = "update"
+    else:
+        relation = None
+    await conn.execute(_SQL["put_revision"], wcmp2_id, revision, content)
+    await conn.execute(
+        _SQL["put_record"],
+        wcmp2_id,
+        identifier,
+        centre_id,
+        revision,
+        content,
+        datestamp,
+        relation is not None,
+    )
+    if relation is not None:
+        await _queue(conn, wcmp2_id, centre_id, relation, content)
+        setattr(done, relation, getattr(done, relation) + 1)
+
+
+async def _queue(
+    conn: Any, wcmp2_id: str, centre_id: str, relation: str, content: bytes | None
+) -> None:
+    await conn.execute(
+        _SQL["queue"],
+        uuid.uuid4(),
+        wcmp2_id,
+        centre_id,
+        relation,
+        None if content is None else messages.revision(content),
+        None if content is None else len(content),
+        None if content is None else messages.integrity(content),
+    )
+
+
+async def pending(db: Any, limit: int) -> list[Announcement]:
+    """Unsent messages due now, oldest first, at most one per record."""
+    rows = await db.fetch(_SQL["pending"], limit)
+    return [
+        Announcement(
+            r["message_id"],
+            r["wcmp2_id"],
+            r["centre_id"],
+            r["relation"],
+            r["revision"],
+            r["length"],
+            r["sha512"],
+            None if r["content"] is None else bytes(r["content"]),
+        )
+        for r in rows
+    ]
+
+
+async def mark_sent(db: Any, message_ids: Sequence[str]) -> None:
+    """The messages the broker acknowledged."""
+    if message_ids:
+        await db.execute(_SQL["mark_sent"], list(message_ids))
+
+
+async def mark_failed(db: Any, message_id: str, error: str) -> None:
+    """A message not sent: its error, retried later with the same id."""
+    await db.execute(_SQL["mark_failed"], message_id, error[:1000])
+
+
+async def queue_updates(
+    pool: asyncpg.Pool, *, daily: bool, limit: int, only: Sequence[str] | None = None
+) -> int:
+    """Queue an ``update`` of records announced: those due for the daily re-announcement
+    (``daily``, at most ``limit``), or every live one (``only``: those identifiers or ids)."""
+    async with pool.acquire() as conn, conn.transaction():
+        if daily:
+            rows = await conn.fetch(_SQL["due_daily"], limit)
+        else:
+            rows = await conn.fetch(_SQL["live_records"], list(only) if only else None)
+        for r in rows:
+            await _queue(conn, r["wcmp2_id"], r["centre_id"], "update", bytes(r["content"]))
+        await conn.execute(_SQL["touch"], [r["wcmp2_id"] for r in rows])
+    return len(rows)
+
+
+async def status(db: Any, limit: int = 20) -> dict[str, Any]:
+    """Counts, the failing messages and the invalid records, for ``wiscat wis2 status``."""
+    counts = dict(await db.fetchrow(_SQL["status"]))
+    failing = [dict(r) for r in await db.fetch(_SQL["failing"], limit)]
+    invalid = [
+        {**dict(r), "reasons": json.loads(r["reasons"])}
+        for r in await db.fetch(_SQL["invalid"], limit)
+    ]
+    return {**counts, "failing_messages": failing, "invalid_records": invalid}

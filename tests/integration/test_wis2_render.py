@@ -1,0 +1,130 @@
+"""The WIS 2.0 renderer: records of the own set whose centre this node speaks for become WCMP2
+records and outbox rows (canonical, then update, then deletion), one transaction a page, from
+the same commit-safe datestamps as OAI-PMH lists; another GISC's copy is never announced, nor a
+deletion of a record this node did not announce."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+
+import asyncpg
+
+from tests.support import factories
+from wiscat.shared.db import wis2
+from wiscat.shared.generator import identifier_for
+from wiscat.shared.wcmp2.centres import parse_rules
+from wiscat.shared.wcmp2.identifiers import wcmp2_id
+
+OWN = "WIS-GISC-HOME"
+OTHER = "WIS-GISC-AWAY"
+LICENCE = ";de-dwd=licence:https://www.dwd.de/terms"
+HOW = wis2.Rendering(OWN, parse_rules("de-dwd" + LICENCE), "https://node.example/oai", page_size=7)
+
+
+async def outbox(db: asyncpg.Pool) -> list[tuple[str, str]]:
+    rows = await db.fetch(
+        "select wcmp2_id, relation from wis2_outbox order by created_at, wcmp2_id"
+    )
+    return [(r["wcmp2_id"], r["relation"]) for r in rows]
+
+
+def wid(n: int) -> str:
+    return wcmp2_id("de-dwd", identifier_for(n))
+
+
+async def test_canonical_then_update_then_deletion(db: asyncpg.Pool) -> None:
+    await factories.load_records(db, OWN, range(10))
+    first = await wis2.render(db, HOW)
+    assert (first.pages, first.canonical, first.invalid) == (2, 10, 0)
+    assert sorted(await outbox(db)) == sorted((wid(n), "canonical") for n in range(10))
+    # nothing changed: nothing queued
+    assert (await wis2.render(db, HOW)).records == 0
+    await factories.load_records(db, OWN, [3], version=1)
+    await factories.delete(db, OWN, [identifier_for(4)])
+    second = await wis2.render(db, HOW)
+    assert (second.update, second.deletion, second.canonical) == (1, 1, 0)
+    assert (await outbox(db))[10:] == sorted([(wid(3), "update"), (wid(4), "deletion")])
+    row = await db.fetchrow("select * from wis2_records where wcmp2_id = $1", wid(4))
+    assert row["deleted"] and row["content"] is None
+    # integrity and length name the revision row's bytes
+    for r in await db.fetch(
+        "select o.sha512, o.length, v.content from wis2_outbox o join wis2_revisions v "
+        "using (wcmp2_id, revision)"
+    ):
+        content = bytes(r["content"])
+        assert r["length"] == len(content)
+        assert r["sha512"] == base64.b64encode(hashlib.sha512(content).digest()).decode()
+    # re-created: canonical again
+    await factories.load_records(db, OWN, [4], version=2)
+    assert (await wis2.render(db, HOW)).canonical == 1
+
+
+async def test_another_gisc_copy_is_never_announced(db: asyncpg.Pool) -> None:
+    await factories.load_records(db, OTHER, range(5), kind="remote")
+    await factories.load_records(db, OWN, [7])
+    await wis2.render(db, HOW)
+    assert await outbox(db) == [(wid(7), "canonical")]
+    await factories.delete(db, OTHER, [identifier_for(1)])
+    await wis2.render(db, HOW)
+    assert await outbox(db) == [(wid(7), "canonical")]
+
+
+async def test_leaving_the_own_set_or_the_centre_is_a_deletion_of_its_own_only(
+    db: asyncpg.Pool,
+) -> None:
+    await factories.load_records(db, OWN, [1, 2])
+    await factories.load_records(db, OTHER, [1], kind="remote")
+    await wis2.render(db, HOW)
+    await factories.delete(db, OWN, [identifier_for(1)])  # still held as the other GISC's copy
+    await wis2.render(db, HOW)
+    assert (await outbox(db))[-1] == (wid(1), "deletion")
+    # the centre rules change: record 2 is no longer de-dwd's, and a deletion follows it
+    narrower = wis2.Rendering(OWN, parse_rules("de-dwd=prefix:urn:nothing" + LICENCE), None)
+    await factories.load_records(db, OWN, [2], version=1)
+    await factories.load_records(db, OWN, [5])
+    await wis2.render(db, narrower)
+    assert (await outbox(db))[-1] == (wid(2), "deletion")
+    assert [w for w, _ in await outbox(db)].count(wid(5)) == 0
+
+
+async def test_delete_then_recreate_in_one_page(db: asyncpg.Pool) -> None:
+    await factories.load_records(db, OWN, [1])
+    await wis2.render(db, HOW)
+    await factories.delete(db, OWN, [identifier_for(1)])
+    await factories.load_records(db, OWN, [1], version=1)
+    done = await wis2.render(db, HOW)
+    assert (done.records, done.update, done.deletion) == (1, 1, 0)
+    row = await db.fetchrow(
+        "select deleted, revision from wis2_records where wcmp2_id = $1", wid(1)
+    )
+    last = await db.fetchrow("select revision from wis2_outbox order by created_at desc limit 1")
+    assert not row["deleted"] and row["revision"] == last["revision"]
+
+
+async def test_an_invalid_record_is_noted_never_announced(db: asyncpg.Pool) -> None:
+    await factories.load_records(db, OWN, [1])
+    await db.execute(
+        "update records set xml = replace(xml, 'gmd:title', 'gmd:alternateTitle') "
+        "where identifier = $1",
+        identifier_for(1),
+    )
+    done = await wis2.render(db, HOW)
+    assert done.invalid == 1 and await outbox(db) == []
+    [note] = await db.fetch("select identifier, reasons from wis2_invalid")
+    assert note["identifier"] == identifier_for(1) and note["reasons"] != "[]"
+    await factories.load_records(db, OWN, [1], version=1)
+    assert (await wis2.render(db, HOW)).canonical == 1
+    assert await db.fetchval("select count(*) from wis2_invalid") == 0
+
+
+async def test_a_page_stops_at_the_list_bound(db: asyncpg.Pool) -> None:
+    await factories.load_records(db, OWN, [1])
+    async with db.acquire() as writer:
+        tx = writer.transaction()
+        await tx.start()
+        await writer.execute("select txid_current()")  # a write transaction in progress
+        await factories.load_records(db, OWN, [2])
+        assert (await wis2.render(db, HOW)).records == 1
+        await tx.rollback()
+    assert (await wis2.render(db, HOW)).records == 1
