@@ -154,7 +154,7 @@ async def serve_harvester(
         checks = asyncio.create_task(run_due_checks(ctx, stop), name="checks")
         tasks = [checks]
         if settings.wis2_broker_url and settings.wis2_centres:
-            counts = wis2.Counts()
+            counts = wis2.Counts(metrics=ctx.metrics)
             tasks.append(
                 asyncio.create_task(wis2.run_wis2(ctx.pool, settings, stop, counts), name="wis2")
             )

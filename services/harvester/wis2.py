@@ -28,6 +28,7 @@ from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
 
+from wiscat.harvester.metrics import HarvesterMetrics
 from wiscat.shared import tls
 from wiscat.shared.db import wis2 as store
 from wiscat.shared.settings import Settings
@@ -139,11 +140,29 @@ class Broker:
 
 @dataclass
 class Counts:
-    """What the publisher did, for metrics and tests."""
+    """What the publisher did, for tests, and the harvester's metrics when given."""
 
     published: dict[str, int] = field(default_factory=dict)
     refused: int = 0
     invalid: int = 0
+    metrics: HarvesterMetrics | None = None
+
+    def sent(self, relation: str) -> None:
+        self.published[relation] = self.published.get(relation, 0) + 1
+        if self.metrics is not None:
+            self.metrics.wis2_published.labels(relation).inc()
+
+    def refusal(self) -> None:
+        self.refused += 1
+        if self.metrics is not None:
+            self.metrics.wis2_refused.inc()
+
+    async def observe(self, pool: asyncpg.Pool, broker: Broker) -> None:
+        if self.metrics is not None:
+            backlog, oldest = await store.backlog(pool)
+            self.metrics.wis2_backlog.set(backlog)
+            self.metrics.wis2_oldest.set(oldest)
+            self.metrics.wis2_connected.set(broker.connected.is_set() and not broker.dead)
 
 
 async def publish_once(
@@ -171,10 +190,10 @@ async def publish_once(
             error = "no acknowledgement from the broker within 10 s"
         if error is None:
             sent.append(row.message_id)
-            counts.published[row.relation] = counts.published.get(row.relation, 0) + 1
+            counts.sent(row.relation)
         else:
             if error.startswith("refused"):
-                counts.refused += 1
+                counts.refusal()
                 log.warning("%s %s of %s: %s", row.relation, row.message_id, row.wcmp2_id, error)
             await store.mark_failed(pool, row.message_id, error)
     await store.mark_sent(pool, sent)
@@ -226,6 +245,7 @@ async def run_wis2(
                 await store.queue_updates(pool, daily=True, limit=daily_limit)
                 while await publish_once(pool, broker, collection, counts) == BATCH:
                     pass
+                await counts.observe(pool, broker)
             except (OSError, asyncpg.PostgresError) as exc:
                 log.warning("WIS 2.0 announcement: %s; trying again in %.0f s", exc, every)
             with contextlib.suppress(TimeoutError):

@@ -216,6 +216,12 @@ async def queue_updates(
     return len(rows)
 
 
+async def backlog(db: Any) -> tuple[int, float]:
+    """Messages not yet sent, and the age in seconds of the oldest (0: none)."""
+    row = await db.fetchrow(_SQL["backlog"])
+    return int(row["pending"]), float(row["oldest"] or 0)
+
+
 async def status(db: Any, limit: int = 20) -> dict[str, Any]:
     """Counts, the failing messages and the invalid records, for ``wiscat wis2 status``."""
     counts = dict(await db.fetchrow(_SQL["status"]))

@@ -9,6 +9,9 @@ import asyncio
 import base64
 import hashlib
 import json
+import os
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +23,7 @@ from jsonschema import Draft202012Validator
 from tests.support import factories
 from tests.support.mosquitto import PUBLISHER, Mosquitto, Subscriber, running_mosquitto
 from wiscat.harvester import wis2 as announcer
+from wiscat.harvester.metrics import HarvesterMetrics
 from wiscat.shared.db import wis2 as store
 from wiscat.shared.generator import identifier_for
 from wiscat.shared.settings import Settings
@@ -75,7 +79,7 @@ class Running:
 
 async def start(db: asyncpg.Pool, settings: Settings) -> tuple[Running, asyncio.Task[None]]:
     stop = asyncio.Event()
-    running = Running(announcer.Counts(), stop)
+    running = Running(announcer.Counts(metrics=HarvesterMetrics()), stop)
     task = asyncio.create_task(announcer.run_wis2(db, settings, stop, running.counts))
     return running, task
 
@@ -148,7 +152,7 @@ async def test_messages_are_valid_and_name_their_bytes(
 
 
 async def test_a_refused_publish_is_an_error_not_a_success(
-    db: asyncpg.Pool, broker: Mosquitto, subscriber: Subscriber
+    db: asyncpg.Pool, database_url: str, broker: Mosquitto, subscriber: Subscriber
 ) -> None:
     # the ACL lets wiscat write de-dwd's topic, not xx-other's
     settings = settings_for(
@@ -173,6 +177,25 @@ async def test_a_refused_publish_is_an_error_not_a_success(
     assert running.counts.refused >= 1
     status = await store.status(db)
     assert status["failing"] == 1 and "0x87" in status["failing_messages"][0]["last_error"]
+    assert running.counts.metrics is not None
+    registry = running.counts.metrics.registry
+    assert registry.get_sample_value("wiscat_wis2_refused_messages_total") >= 1
+    assert registry.get_sample_value("wiscat_wis2_outbox_backlog") == 1
+    assert (
+        registry.get_sample_value("wiscat_wis2_published_messages_total", {"relation": "canonical"})
+        == 1
+    )
+    # the operator sees it: wiscat wis2 status exits 1 and shows the refusal
+    shown = subprocess.run(
+        [sys.executable, "-m", "wiscat", "wis2", "status"],
+        env={**os.environ, "WISCAT_DATABASE_URL": database_url, "WISCAT_GISC_NAME": GISC},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert shown.returncode == 1, shown.stderr
+    assert "failing:    1 messages" in shown.stdout
+    assert "not authorized" in shown.stdout.lower() and "0x87" in shown.stdout, shown.stdout
 
 
 async def _failing(db: asyncpg.Pool) -> bool:
