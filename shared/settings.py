@@ -14,7 +14,6 @@ from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Literal
-from urllib.parse import urlsplit
 
 from pydantic import (
     BeforeValidator,
@@ -33,6 +32,7 @@ from wiscat.shared.proxy import Proxy, proxy_url_problem
 from wiscat.shared.text import NOT_XML
 from wiscat.shared.urls import http_url, url_host
 from wiscat.shared.wcmp2.centres import CentreRule, parse_rules
+from wiscat.shared.wis2_settings import Wis2BrokerSettings
 
 UNION_SET = "WIS-CATALOGUE"
 _DAY = 86400.0  # the longest wait or timeout a setting in seconds may give
@@ -58,7 +58,7 @@ def _local_endpoint(host: str, port: int) -> str:
     return f"http://{url_host(host)}:{port}/oai"
 
 
-class Settings(BaseSettings):
+class Settings(Wis2BrokerSettings, BaseSettings):
     """Everything a node reads from its environment."""
 
     model_config = SettingsConfigDict(env_prefix="WISCAT_", env_file=".env", extra="ignore")
@@ -377,35 +377,6 @@ class Settings(BaseSettings):
         "fileIdentifier), de-dwd=originator:NAME (by a contact's organisation), de-dwd (all), "
         "de-dwd=licence:URL",
     )
-    wis2_broker_url: str | None = Field(
-        default=None,
-        description="mqtt://host:port or mqtts://host:port of the MQTT broker WIS 2.0 "
-        "notification messages are published to (docs/wis2.md); unset: none are (with "
-        "WIS2_CENTRES set, the harvester renders and announces when it is set)",
-    )
-    wis2_broker_user: str | None = Field(
-        default=None, description="user name of the WIS 2.0 broker; unset: none"
-    )
-    wis2_broker_password: SecretStr | None = Field(
-        default=None, description="password of WIS2_BROKER_USER (a secret: never logged)"
-    )
-    wis2_broker_ca_file: Path | None = Field(
-        default=None,
-        description="PEM certificates trusted for an mqtts:// broker besides the system's",
-    )
-    wis2_poll_seconds: float = Field(
-        default=2.0,
-        gt=0,
-        le=3600,
-        description="how often the harvester renders changed records and sends queued WIS 2.0 "
-        "messages",
-    )
-    wis2_republish_rate: float = Field(
-        default=10.0,
-        gt=0,
-        le=10_000,
-        description="messages a second the daily re-announcement of every record queues, at most",
-    )
     progress_seconds: float = Field(
         default=5.0,
         ge=0,
@@ -495,29 +466,6 @@ class Settings(BaseSettings):
         if parts is None or parts.path.strip("/") or parts.query or parts.fragment:
             raise ValueError("the harvester's http(s) root URL, e.g. http://harvester:8081")
         return value.rstrip("/")
-
-    @field_validator(
-        "wis2_broker_url",
-        "wis2_broker_user",
-        "wis2_broker_password",
-        "wis2_broker_ca_file",
-        mode="before",
-    )
-    @classmethod
-    def _wis2_unset_when_empty(cls, value: object) -> object:
-        return None if value == "" else value
-
-    @field_validator("wis2_broker_url")
-    @classmethod
-    def _wis2_broker_is_mqtt(cls, value: str | None) -> str | None:
-        if value is not None:
-            parts = urlsplit(value)
-            if parts.scheme not in ("mqtt", "mqtts") or not parts.hostname or parts.path.strip("/"):
-                raise ValueError("mqtt://host:port or mqtts://host:port, e.g. mqtt://broker:1883")
-            if parts.username or parts.password:
-                raise ValueError("the user and password go in WIS2_BROKER_USER and _PASSWORD")
-            parts.port  # noqa: B018 (raises ValueError for a port out of range)
-        return value
 
     @field_validator("proxy_url", "ca_file", mode="before")
     @classmethod

@@ -17,12 +17,10 @@ import json
 import logging
 import threading
 import uuid
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-import asyncpg
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.properties import Properties
@@ -31,6 +29,8 @@ from paho.mqtt.reasoncodes import ReasonCode
 from wiscat.harvester.metrics import HarvesterMetrics
 from wiscat.shared import tls
 from wiscat.shared.db import wis2 as store
+from wiscat.shared.db.errors import DatabaseError
+from wiscat.shared.db.pool import Pool
 from wiscat.shared.settings import Settings
 from wiscat.shared.wcmp2 import messages
 from wiscat.shared.wcmp2.urls import collection_url
@@ -157,7 +157,7 @@ class Counts:
         if self.metrics is not None:
             self.metrics.wis2_refused.inc()
 
-    async def observe(self, pool: asyncpg.Pool, broker: Broker) -> None:
+    async def observe(self, pool: Pool, broker: Broker) -> None:
         if self.metrics is not None:
             backlog, oldest = await store.backlog(pool)
             self.metrics.wis2_backlog.set(backlog)
@@ -166,7 +166,7 @@ class Counts:
 
 
 async def publish_once(
-    pool: asyncpg.Pool, broker: Broker, collection: str, counts: Counts, *, batch: int = BATCH
+    pool: Pool, broker: Broker, collection: str, counts: Counts, *, batch: int = BATCH
 ) -> int:
     """Send the due messages of the outbox, oldest first; how many the broker acknowledged."""
     if broker.dead or not broker.connected.is_set():
@@ -223,7 +223,7 @@ def broker_of(settings: Settings) -> Broker:
 
 
 async def run_wis2(
-    pool: asyncpg.Pool, settings: Settings, stop: asyncio.Event, counts: Counts | None = None
+    pool: Pool, settings: Settings, stop: asyncio.Event, counts: Counts | None = None
 ) -> None:
     """Render, queue the daily re-announcement and publish, every WIS2_POLL_SECONDS, until
     ``stop``."""
@@ -246,15 +246,9 @@ async def run_wis2(
                 while await publish_once(pool, broker, collection, counts) == BATCH:
                     pass
                 await counts.observe(pool, broker)
-            except (OSError, asyncpg.PostgresError) as exc:
+            except (OSError, DatabaseError) as exc:
                 log.warning("WIS 2.0 announcement: %s; trying again in %.0f s", exc, every)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), every)
     finally:
         broker.stop()
-
-
-async def republish(pool: asyncpg.Pool, settings: Settings, only: Sequence[str]) -> int:
-    """Render what changed, then queue an update of every live record (or of ``only``)."""
-    await store.render(pool, rendering(settings))
-    return await store.queue_updates(pool, daily=False, limit=0, only=only or None)

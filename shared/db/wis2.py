@@ -70,6 +70,7 @@ async def render(pool: asyncpg.Pool, how: Rendering, *, max_pages: int | None = 
 async def _page(pool: asyncpg.Pool, how: Rendering, bound: datetime, done: Rendered) -> bool:
     async with pool.acquire() as conn, conn.transaction():
         cursor = await conn.fetchrow(_SQL["cursor"])
+        assert cursor is not None  # migration 0012 inserts the one row
         after = (cursor["datestamp"] or _START, cursor["identifier"])
         rows = await conn.fetch(_SQL["changed_records"], *after, bound, how.page_size)
         if not rows:

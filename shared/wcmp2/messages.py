@@ -70,6 +70,7 @@ def message(row: Announcement, collection: str, *, now: datetime | None = None) 
         "datetime": pubtime,
     }
     geometry = None
+    link: dict[str, Any]
     if row.relation == "deletion":
         link = {"rel": "deletion", "href": item_url(collection, row.wcmp2_id), "type": MEDIA_TYPE}
     else:

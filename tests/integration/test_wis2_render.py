@@ -145,7 +145,8 @@ async def test_the_daily_reannouncement_is_bounded_and_skips_deleted(db: asyncpg
     assert await wis2.queue_updates(db, daily=True, limit=3) == 2  # 0 is deleted
     assert await wis2.queue_updates(db, daily=True, limit=3) == 0
     rows = await db.fetch(
-        "select wcmp2_id, relation, revision from wis2_outbox where created_at > (select min(created_at) from wis2_outbox where relation = 'update')"
+        "select wcmp2_id, relation, revision from wis2_outbox where created_at > "
+        "(select min(created_at) from wis2_outbox where relation = 'update')"
     )
     assert {r["relation"] for r in rows} == {"update"} and wid(0) not in {
         r["wcmp2_id"] for r in rows
