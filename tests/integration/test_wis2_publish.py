@@ -15,6 +15,7 @@ import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import asyncpg
 import pytest
@@ -22,6 +23,7 @@ from jsonschema import Draft202012Validator
 
 from tests.support import factories
 from tests.support.mosquitto import PUBLISHER, Mosquitto, Subscriber, running_mosquitto
+from tests.support.wcmp2_suite import SCHEMA as WCMP2_SCHEMA
 from wiscat.harvester import wis2 as announcer
 from wiscat.harvester.metrics import HarvesterMetrics
 from wiscat.shared.db import wis2 as store
@@ -200,3 +202,75 @@ async def test_a_refused_publish_is_an_error_not_a_success(
 
 async def _failing(db: asyncpg.Pool) -> bool:
     return bool(await db.fetchval("select count(*) from wis2_outbox where last_error is not null"))
+
+
+class Catalogue:
+    """A GDC's rules on the messages it receives: skip an id already seen; delete by
+    metadata_id; else fetch the link (here: the revision's stored bytes, by the link's path),
+    check its hash and length, validate it, and refuse a record whose centre-id is not the
+    topic's."""
+
+    def __init__(self, db: asyncpg.Pool) -> None:
+        self.db = db
+        self.seen: set[str] = set()
+        self.records: dict[str, bytes] = {}
+        self.refused: list[str] = []
+        self.schema = Draft202012Validator(json.loads(WCMP2_SCHEMA.read_text()))
+
+    async def apply(self, topic: str, message: dict[str, Any]) -> None:
+        if message["id"] in self.seen:
+            return
+        self.seen.add(message["id"])
+        metadata_id = message["properties"]["metadata_id"]
+        [link] = message["links"]
+        if link["rel"] == "deletion":
+            self.records.pop(metadata_id, None)
+            return
+        revision = unquote(link["href"].rsplit("/", 1)[1])
+        stored = await self.db.fetchval(
+            "select content from wis2_revisions where wcmp2_id = $1 and revision = $2",
+            unquote(link["href"].split("/items/")[1].split("/")[0]),
+            revision,
+        )
+        content = bytes(stored)
+        digest = base64.b64encode(hashlib.sha512(content).digest()).decode()
+        assert digest == message["properties"]["integrity"]["value"]
+        assert len(content) == link["length"]
+        record = json.loads(content)
+        assert not list(self.schema.iter_errors(record))
+        if topic.split("/")[3] != record["id"].split(":")[3]:
+            self.refused.append(record["id"])
+            return
+        self.records[record["id"]] = content
+
+
+async def test_a_gdc_ends_holding_exactly_the_announced_records(
+    db: asyncpg.Pool, announcing: tuple[Running, Settings], subscriber: Subscriber
+) -> None:
+    await factories.load_records(db, OWN, range(8))
+    await factories.load_records(db, "WIS-GISC-AWAY", [4, 20, 21], kind="remote")
+    await wait_until(lambda: _all_sent(db, 8))
+    await factories.load_records(db, OWN, [1], version=1)  # update
+    await factories.delete(db, OWN, [identifier_for(2)])  # deletion
+    await factories.delete(db, OWN, [identifier_for(3)])  # delete then re-create
+    await factories.load_records(db, OWN, [3], version=1)
+    await factories.delete(db, OWN, [identifier_for(4)])  # leaves the own set: AWAY's copy
+    await wait_until(lambda: _all_sent(db, 11))
+    await asyncio.sleep(0.5)
+    gdc = Catalogue(db)
+    for topic, message, _ in subscriber.messages():
+        await gdc.apply(topic, message)
+        await gdc.apply(topic, message)  # a duplicate is skipped
+    live = {
+        r["wcmp2_id"]: bytes(r["content"])
+        for r in await db.fetch("select wcmp2_id, content from wis2_records where not deleted")
+    }
+    assert gdc.refused == []
+    assert gdc.records == live
+    assert sorted(live) == sorted(wcmp2_id("de-dwd", identifier_for(n)) for n in (0, 1, 3, 5, 6, 7))
+
+
+async def _all_sent(db: asyncpg.Pool, count: int) -> bool:
+    sent = await db.fetchval("select count(*) from wis2_outbox where sent_at is not null")
+    unsent = await db.fetchval("select count(*) from wis2_outbox where sent_at is null")
+    return bool(sent >= count and unsent == 0)
