@@ -248,6 +248,8 @@ async def run_wis2(
                 await counts.observe(pool, broker)
             except (OSError, DatabaseError) as exc:
                 log.warning("WIS 2.0 announcement: %s; trying again in %.0f s", exc, every)
+            except Exception:  # a bug of ours must not stop the announcements for good
+                log.exception("WIS 2.0 announcement failed; trying again in %.0f s", every)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), every)
     finally:

@@ -92,6 +92,8 @@ def _conversion(how: Rendering, row: asyncpg.Record) -> Conversion | str | None:
         conversion = convert(row["xml"], how.rules, oai_base_url=how.oai_base_url)
     except RecordError as exc:
         return f"no ISO 19139 record: {exc}"
+    except Exception as exc:  # a bug of the mapping must not hold every later record back
+        return f"the conversion failed: {type(exc).__name__}: {exc}"
     if conversion.record.get("id") is None:
         return None
     return conversion

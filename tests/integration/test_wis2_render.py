@@ -151,3 +151,13 @@ async def test_the_daily_reannouncement_is_bounded_and_skips_deleted(db: asyncpg
     assert {r["relation"] for r in rows} == {"update"} and wid(0) not in {
         r["wcmp2_id"] for r in rows
     }
+
+
+async def test_a_record_the_mapping_fails_on_is_noted_and_passed(db: asyncpg.Pool) -> None:
+    await factories.load_records(db, OWN, [1, 2])
+    await db.execute("update records set xml = '<a/>' where identifier = $1", identifier_for(1))
+    broken = wis2.Rendering(OWN, HOW.rules, "https://node.example/oai", page_size=1)
+    done = await wis2.render(db, broken)
+    assert (done.invalid, done.canonical) == (1, 1)
+    [reasons] = await db.fetch("select reasons from wis2_invalid")
+    assert "ISO 19139" in reasons["reasons"]
