@@ -31,6 +31,7 @@ from wiscat.shared.proxy import Proxy, proxy_url_problem
 from wiscat.shared.text import NOT_XML
 from wiscat.shared.urls import every_address, http_url, local_endpoint
 from wiscat.shared.wcmp2.centres import CentreRule, parse_rules
+from wiscat.shared.wis2_settings import Wis2BrokerSettings
 
 UNION_SET = "WIS-CATALOGUE"
 _DAY = 86400.0  # the longest wait or timeout a setting in seconds may give
@@ -40,7 +41,7 @@ _EMAIL = re.compile(r"\S+@(\S+\.)+\S+")
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
-class Settings(BaseSettings):
+class Settings(Wis2BrokerSettings, BaseSettings):
     """Everything a node reads from its environment."""
 
     model_config = SettingsConfigDict(env_prefix="WISCAT_", env_file=".env", extra="ignore")

@@ -13,6 +13,7 @@ from typing import Any
 from wiscat.cli.arguments import command, group
 from wiscat.cli.database import migrated_pool
 from wiscat.shared.db import records as records_store
+from wiscat.shared.db import wis2 as outbox
 from wiscat.shared.iso19139 import RecordError
 from wiscat.shared.settings import Settings
 from wiscat.shared.wcmp2.convert import convert
@@ -54,6 +55,30 @@ def add_parsers(sub: Any) -> None:
         "`pywcmp bundle sync` puts it, when it is there",
     )
     p.add_argument("--json", action="store_true", help="one JSON object: record and report")
+    p = command(
+        wis2,
+        "status",
+        help="what is announced, pending, refused, and the records that cannot be made valid",
+        handler=cmd_wis2_status,
+        examples=["wiscat wis2 status", "wiscat wis2 status --json | jq .failing_messages"],
+        exits={0: "nothing refused or failing", 1: "messages are failing (their errors shown)"},
+    )
+    p.add_argument("--json", action="store_true", help="one JSON object")
+    p.add_argument(
+        "--limit", type=int, default=20, help="failing messages and invalid records shown"
+    )
+    p = command(
+        wis2,
+        "republish",
+        help="render what changed, then queue an update message of every announced record (or "
+        "of those named); the harvester sends them",
+        handler=cmd_wis2_republish,
+        examples=["wiscat wis2 republish", "wiscat wis2 republish urn:wmo:md:de-dwd:synop.0"],
+        exits={0: "queued", 2: "an ID names no announced record, or WIS2_CENTRES is unset"},
+    )
+    p.add_argument(
+        "ids", nargs="*", metavar="ID", help="a fileIdentifier or WCMP2 id (none: every record)"
+    )
 
 
 async def cmd_wis2_render(settings: Settings, args: argparse.Namespace) -> int:
@@ -92,6 +117,55 @@ async def cmd_wis2_render(settings: Settings, args: argparse.Namespace) -> int:
     for line in _report_lines(report):
         print(line, file=sys.stderr)
     return 0 if report["valid"] else 1
+
+
+async def cmd_wis2_status(settings: Settings, args: argparse.Namespace) -> int:
+    """``wiscat wis2 status``: counts, failing messages with their errors, invalid records."""
+    async with migrated_pool(settings, max_size=1) as pool:
+        status = await outbox.status(pool, args.limit)
+    if args.json:
+        print(json.dumps(status, indent=2, default=str))
+        return 1 if status["failing"] else 0
+    print(f"broker:     {settings.wis2_broker_url or '(unset: nothing is announced)'}")
+    print(f"centres:    {'; '.join(str(r) for r in settings.wis2_centres) or '(unset)'}")
+    print(f"announced:  {status['announced']} records ({status['deleted']} deleted)")
+    print(f"pending:    {status['pending']} messages, oldest {status['oldest_pending'] or '-'}")
+    print(f"failing:    {status['failing']} messages")
+    print(f"invalid:    {status['invalid']} records (never announced)")
+    print(f"last sent:  {status['last_sent'] or 'never'}")
+    print(f"rendered up to: {status['cursor'] or 'nothing yet'}")
+    for row in status["failing_messages"]:
+        print(
+            f"  failing {row['relation']} {row['wcmp2_id']} ({row['attempts']} attempts): "
+            f"{row['last_error']}"
+        )
+    for row in status["invalid_records"]:
+        print(f"  invalid {row['identifier']}: {'; '.join(row['reasons'])}")
+    return 1 if status["failing"] else 0
+
+
+async def cmd_wis2_republish(settings: Settings, args: argparse.Namespace) -> int:
+    """``wiscat wis2 republish``: render, then queue updates of the records named (or all)."""
+    if not settings.wis2_centres:
+        print("wiscat: WISCAT_WIS2_CENTRES is unset: this node announces nothing", file=sys.stderr)
+        return 2
+    how = outbox.Rendering(
+        settings.own_set,
+        settings.wis2_centres,
+        settings.base_url,
+        settle_seconds=settings.settle_seconds,
+    )
+    async with migrated_pool(settings, max_size=2) as pool:
+        await outbox.render(pool, how)
+        queued = await outbox.queue_updates(pool, daily=False, limit=0, only=args.ids or None)
+    if args.ids and queued < len(args.ids):
+        print(
+            f"wiscat: queued {queued} of {len(args.ids)}: the others name no announced record",
+            file=sys.stderr,
+        )
+        return 2
+    print(f"queued {queued} update messages; the harvester sends them")
+    return 0
 
 
 def _report_lines(report: dict[str, Any]) -> list[str]:

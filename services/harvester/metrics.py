@@ -130,3 +130,29 @@ class HarvesterMetrics(ServiceMetrics):
             buckets=(1, 5, 15, 60, 300, 900, 3600, 14400),
             registry=self.registry,
         )
+        self.wis2_published = Counter(
+            "wiscat_wis2_published_messages",
+            "WIS 2.0 notification messages the broker acknowledged, by relation",
+            ["relation"],
+            registry=self.registry,
+        )
+        self.wis2_refused = Counter(
+            "wiscat_wis2_refused_messages",
+            "WIS 2.0 publishes the broker refused (a PUBACK reason code of 0x80 or more)",
+            registry=self.registry,
+        )
+        self.wis2_backlog = Gauge(
+            "wiscat_wis2_outbox_backlog",
+            "WIS 2.0 messages queued and not yet acknowledged by the broker",
+            registry=self.registry,
+        )
+        self.wis2_oldest = Gauge(
+            "wiscat_wis2_outbox_oldest_seconds",
+            "Age of the oldest WIS 2.0 message not yet acknowledged (0: none)",
+            registry=self.registry,
+        )
+        self.wis2_connected = Gauge(
+            "wiscat_wis2_broker_connected",
+            "1 while the harvester is connected to the WIS 2.0 broker",
+            registry=self.registry,
+        )

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from wiscat.harvester import wis2
 from wiscat.harvester.client import ClientSettings, OAIClient
 from wiscat.harvester.context import HarvestContext
 from wiscat.harvester.page_workers import PageReaders
@@ -151,10 +152,17 @@ async def serve_harvester(
         scheduler = Scheduler(ctx)
         ctx.metrics.running.set_function(lambda: len(scheduler.running))
         checks = asyncio.create_task(run_due_checks(ctx, stop), name="checks")
+        tasks = [checks]
+        if settings.wis2_broker_url and settings.wis2_centres:
+            counts = wis2.Counts(metrics=ctx.metrics)
+            tasks.append(
+                asyncio.create_task(wis2.run_wis2(ctx.pool, settings, stop, counts), name="wis2")
+            )
         try:
             await scheduler.run(stop)
         finally:
-            checks.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await checks
+            for task in tasks:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
             await runner.cleanup()

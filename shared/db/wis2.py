@@ -92,6 +92,8 @@ def _conversion(how: Rendering, row: asyncpg.Record) -> Conversion | str | None:
         conversion = convert(row["xml"], how.rules, oai_base_url=how.oai_base_url)
     except RecordError as exc:
         return f"no ISO 19139 record: {exc}"
+    except Exception as exc:  # a bug of the mapping must not hold every later record back
+        return f"the conversion failed: {type(exc).__name__}: {exc}"
     if conversion.record.get("id") is None:
         return None
     return conversion
@@ -215,6 +217,12 @@ async def queue_updates(
             await _queue(conn, r["wcmp2_id"], r["centre_id"], "update", bytes(r["content"]))
         await conn.execute(_SQL["touch"], [r["wcmp2_id"] for r in rows])
     return len(rows)
+
+
+async def backlog(db: Any) -> tuple[int, float]:
+    """Messages not yet sent, and the age in seconds of the oldest (0: none)."""
+    row = await db.fetchrow(_SQL["backlog"])
+    return int(row["pending"]), float(row["oldest"] or 0)
 
 
 async def status(db: Any, limit: int = 20) -> dict[str, Any]:

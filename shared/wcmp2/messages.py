@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -69,8 +70,9 @@ def message(row: Announcement, collection: str, *, now: datetime | None = None) 
         "datetime": pubtime,
     }
     geometry = None
+    link: dict[str, Any]
     if row.relation == "deletion":
-        link: dict[str, Any] = {
+        link = {
             "rel": "deletion",
             "href": item_url(collection, row.wcmp2_id),
             "type": MEDIA_TYPE,
@@ -102,3 +104,44 @@ def _geometry(record: dict[str, Any]) -> dict[str, Any] | None:
     if isinstance(geometry, dict) and geometry.get("type") in ("Point", "Polygon"):
         return geometry
     return None
+
+
+def message_errors(message: dict[str, Any]) -> list[str]:
+    """Why ``message`` breaks what WNM 1.3.0 and the 1.4.0 draft require, or what wiscat's own
+    rules ask of a metadata message (one link, of one of the three relations; integrity and
+    length on canonical and update; the record's centre-id that of the topic's data_id)."""
+    errors = []
+    try:
+        uuid.UUID(str(message.get("id")))
+    except ValueError:
+        errors.append("id is no UUID")
+    if CONFORMANCE not in (message.get("conformsTo") or []):
+        errors.append(f"conformsTo lacks {CONFORMANCE}")
+    if message.get("type") != "Feature":
+        errors.append("type is not Feature")
+    geometry = message.get("geometry")
+    if geometry is not None and geometry.get("type") not in ("Point", "Polygon"):
+        errors.append("geometry is neither null, a Point nor a Polygon")
+    properties = message.get("properties") or {}
+    for key in ("pubtime", "data_id", "metadata_id", "datetime"):
+        if not isinstance(properties.get(key), str) or not properties[key]:
+            errors.append(f"properties.{key} is missing")
+    metadata_id = str(properties.get("metadata_id", ""))
+    centre = metadata_id.removeprefix(WCMP2_PREFIX).partition(":")[0]
+    if not metadata_id.startswith(WCMP2_PREFIX) or not str(
+        properties.get("data_id", "")
+    ).startswith(f"{centre}/metadata/"):
+        errors.append("metadata_id and data_id name different centres")
+    links = message.get("links") or []
+    if len(links) != 1:
+        return [*errors, f"{len(links)} links, not exactly one"]
+    [link] = links
+    if link.get("rel") not in ("canonical", "update", "deletion") or not link.get("href"):
+        errors.append("the link is not canonical, update or deletion, with an href")
+    if link.get("rel") != "deletion":
+        check = properties.get("integrity") or {}
+        if check.get("method") != "sha512" or not check.get("value"):
+            errors.append("no sha512 integrity")
+        if not isinstance(link.get("length"), int):
+            errors.append("the link has no length")
+    return errors

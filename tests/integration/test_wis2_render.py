@@ -128,3 +128,36 @@ async def test_a_page_stops_at_the_list_bound(db: asyncpg.Pool) -> None:
         assert (await wis2.render(db, HOW)).records == 1
         await tx.rollback()
     assert (await wis2.render(db, HOW)).records == 1
+
+
+async def test_the_daily_reannouncement_is_bounded_and_skips_deleted(db: asyncpg.Pool) -> None:
+    await factories.load_records(db, OWN, range(6))
+    await wis2.render(db, HOW)
+    await factories.delete(db, OWN, [identifier_for(0)])
+    await wis2.render(db, HOW)
+    assert await wis2.queue_updates(db, daily=True, limit=3) == 0  # announced today
+    await db.execute("update wis2_records set announced_at = now() - interval '25 hours'")
+    # records with a message still unsent wait for it
+    assert await wis2.queue_updates(db, daily=True, limit=3) == 0
+    await db.execute("update wis2_outbox set sent_at = now()")
+    assert await wis2.queue_updates(db, daily=True, limit=3) == 3
+    await db.execute("update wis2_outbox set sent_at = now()")
+    assert await wis2.queue_updates(db, daily=True, limit=3) == 2  # 0 is deleted
+    assert await wis2.queue_updates(db, daily=True, limit=3) == 0
+    rows = await db.fetch(
+        "select wcmp2_id, relation, revision from wis2_outbox where created_at > "
+        "(select min(created_at) from wis2_outbox where relation = 'update')"
+    )
+    assert {r["relation"] for r in rows} == {"update"} and wid(0) not in {
+        r["wcmp2_id"] for r in rows
+    }
+
+
+async def test_a_record_the_mapping_fails_on_is_noted_and_passed(db: asyncpg.Pool) -> None:
+    await factories.load_records(db, OWN, [1, 2])
+    await db.execute("update records set xml = '<a/>' where identifier = $1", identifier_for(1))
+    broken = wis2.Rendering(OWN, HOW.rules, "https://node.example/oai", page_size=1)
+    done = await wis2.render(db, broken)
+    assert (done.invalid, done.canonical) == (1, 1)
+    [reasons] = await db.fetch("select reasons from wis2_invalid")
+    assert "ISO 19139" in reasons["reasons"]

@@ -15,7 +15,7 @@ from wiscat.provider.metrics import ProviderMetrics
 ROOT = Path(__file__).resolve().parents[2]
 TYPE_LINE = re.compile(r"^# TYPE (\S+) (\S+)$", re.MULTILINE)
 HELP_LINE = re.compile(r"^# HELP (\S+) (.*)$", re.MULTILINE)
-DOCUMENTED_NAME = re.compile(r"\bwiscat_[a-z_]*[a-z]\b")
+DOCUMENTED_NAME = re.compile(r"\bwiscat_[a-z0-9_]*[a-z]\b")
 # prometheus_client's ProcessCollector, PlatformCollector and GCCollector
 STANDARD = {
     "process_virtual_memory_bytes",

@@ -116,3 +116,8 @@ order by created_at limit $1
 
 -- name: invalid --
 select identifier, reasons, noted_at from wis2_invalid order by identifier limit $1
+
+-- name: backlog --
+select count(*) as pending,
+       extract(epoch from now() - min(created_at)) as oldest
+from wis2_outbox where sent_at is null
