@@ -26,6 +26,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from wiscat.shared import tls
+from wiscat.shared.hint_settings import HintSettings
 from wiscat.shared.oaipmh.arguments import SET_LEVEL
 from wiscat.shared.proxy import Proxy, proxy_url_problem
 from wiscat.shared.text import NOT_XML
@@ -55,7 +56,7 @@ def _local_endpoint(host: str, port: int) -> str:
     return f"http://{url_host(host)}:{port}/oai"
 
 
-class Settings(BaseSettings):
+class Settings(HintSettings, BaseSettings):
     """Everything a node reads from its environment."""
 
     model_config = SettingsConfigDict(env_prefix="WISCAT_", env_file=".env", extra="ignore")
@@ -389,7 +390,9 @@ class Settings(BaseSettings):
             )
         return value
 
-    @field_validator("database_url", "database_session_url", "database_read_url")
+    @field_validator(
+        "database_url", "database_session_url", "database_read_url", "listen_database_url"
+    )
     @classmethod
     def _database_url_is_libpq(cls, value: str | None) -> str | None:
         if not value:
