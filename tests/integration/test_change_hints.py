@@ -182,6 +182,13 @@ async def test_stream_bounds_and_bad_requests(database_url: str) -> None:
             async with http.get(url + "?" + query) as bad:
                 assert bad.status == 400, query
                 assert reason in await bad.text()
+    async with (
+        running_provider(database_url, hints_max_streams=2) as provider,
+        aiohttp.ClientSession() as http,
+    ):
+        url = provider.oai + "/changes"
+        async with open_stream(url), open_stream(url), http.get(url) as refused:
+            assert refused.status == 503  # the process's bound, whoever asks
 
 
 async def test_shutdown_does_not_wait_for_open_streams(database_url: str) -> None:
