@@ -164,6 +164,7 @@ class Hints:
         self.awaiting: datetime | None = None
         self.due = asyncio.Event()
         self.listening = asyncio.Event()  # the listening session is up
+        self.listen_pid: int | None = None  # its server process (pg_stat_activity.pid)
         self.tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
@@ -247,6 +248,10 @@ class Hints:
             stamp = datetime.fromisoformat(str(payload))
         except ValueError:  # a write that kept its datestamps (a backup's): look now
             stamp = None
+        self._await(stamp)
+
+    def _await(self, stamp: datetime | None) -> None:
+        """Look for changes now, and until lists show ``stamp`` (a database time)."""
         if stamp is not None and (self.awaiting is None or stamp > self.awaiting):
             self.awaiting = stamp
         self.due.set()
@@ -264,12 +269,13 @@ class Hints:
                 lost = asyncio.Event()
                 conn.add_termination_listener(lambda _, lost=lost: lost.set())
                 await conn.add_listener(CHANNEL, self._notified)
+                # whatever committed before now, while no one listened, is looked for until
+                # lists show it, as a notified write would be
+                self._await(await conn.fetchval("select clock_timestamp()"))
+                self.listen_pid = conn.get_server_pid()
                 self.listening.set()
                 if failed:
                     self._tell_catch_up("the provider's change listener reconnected")
-                # what committed while no one listened (the changes since start-up, the first
-                # time) is found by the range read
-                self.due.set()
                 delay = RECONNECT_FIRST
                 while not lost.is_set():
                     with contextlib.suppress(TimeoutError):
