@@ -26,6 +26,7 @@ from wiscat.provider.responses import (
     log_unavailable,
     unavailable_json,
 )
+from wiscat.provider.serving import HEAD
 from wiscat.shared.db.errors import DatabaseUnavailable, NoAnswer, UnstorableText
 from wiscat.shared.iso19139 import MAX_RECORD_BYTES
 from wiscat.shared.settings import Settings
@@ -56,7 +57,7 @@ class HeadAsGet:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "HEAD":
-            scope = {**scope, "method": "GET"}
+            scope = {**scope, "method": "GET", HEAD: True}
         await self.app(scope, receive, send)
 
 

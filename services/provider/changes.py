@@ -20,7 +20,7 @@ from starlette.types import Receive, Scope, Send
 
 from wiscat.provider.hints import Hints, Stream, TooManyStreams
 from wiscat.provider.limits import client_key
-from wiscat.provider.serving import AT_SHUTDOWN
+from wiscat.provider.serving import AT_SHUTDOWN, HEAD
 from wiscat.provider.state import State
 from wiscat.shared.oaipmh.arguments import SET_SPEC
 
@@ -85,6 +85,8 @@ async def changes(request: Request, state: State) -> Response:
         last_event_id = request.headers.get("last-event-id", last_event_id)
     except BadStreamRequest as exc:
         return PlainTextResponse(f"{exc}\n", status_code=400)
+    if request.scope.get(HEAD):  # the head alone: a stream would never end
+        return Response(media_type="text/event-stream", headers=EventStream.HEADERS)
     host = request.client.host if request.client else "unknown"
     try:
         stream = hints.open(wanted, client_key(host))
@@ -108,12 +110,10 @@ class EventStream(StreamingResponse):
     """A stream's events as they come, a heartbeat comment when none came for ``heartbeat``
     seconds; it ends when the client goes, or at shutdown."""
 
+    HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
     def __init__(self, hints: Hints, stream: Stream, heartbeat: float) -> None:
-        super().__init__(
-            iter(()),
-            media_type="text/event-stream",
-            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-        )
+        super().__init__(iter(()), media_type="text/event-stream", headers=self.HEADERS)
         self.hints = hints
         self.stream = stream
         self.heartbeat = heartbeat

@@ -30,6 +30,10 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 # wiscat.provider.changes) is told to end there, or a graceful shutdown would wait for it.
 AT_SHUTDOWN = "wiscat.at_shutdown"
 
+# Set in the scope of a GET that was a HEAD (wiscat.provider.app.HeadAsGet): a route that never
+# ends its body (the change hints) answers it with its head alone.
+HEAD = "wiscat.head"
+
 # bytes of request target read: a resumptionToken or identifier of hundreds of kilobytes still
 # gets its OAI-PMH answer
 MAX_REQUEST_TARGET = 1024 * 1024

@@ -170,6 +170,9 @@ async def test_stream_bounds_and_bad_requests(database_url: str) -> None:
         async with open_stream(url), open_stream(url, sets=(OWN,)), http.get(url) as refused:
             assert refused.status == 503
             assert refused.headers["Retry-After"] == "7"
+            async with asyncio.timeout(3), http.head(url) as head:  # no stream: the head alone
+                assert head.status == 200
+                assert head.headers["Content-Type"] == "text/event-stream; charset=utf-8"
         await asyncio.sleep(0.3)  # the two streams are closed: room again
         async with open_stream(url):
             pass
