@@ -26,6 +26,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from wiscat.shared import tls
+from wiscat.shared.hint_settings import HintSettings
 from wiscat.shared.oaipmh.arguments import SET_LEVEL
 from wiscat.shared.proxy import Proxy, proxy_url_problem
 from wiscat.shared.text import NOT_XML
@@ -41,7 +42,7 @@ _EMAIL = re.compile(r"\S+@(\S+\.)+\S+")
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
-class Settings(Wis2BrokerSettings, BaseSettings):
+class Settings(HintSettings, Wis2BrokerSettings, BaseSettings):
     """Everything a node reads from its environment."""
 
     model_config = SettingsConfigDict(env_prefix="WISCAT_", env_file=".env", extra="ignore")
@@ -148,11 +149,12 @@ class Settings(Wis2BrokerSettings, BaseSettings):
         "link's last run and each check's latest report always); 0: forever",
     )
     settle_seconds: float = Field(
-        default=5.0,
+        default=0.5,
         ge=0,
         le=3600,
         description="a fresh write stays out of lists this long and until its whole second has "
-        "passed; the same value in every process of a node, 0 for tests only",
+        "passed: a margin for the database clock stepping back (docs/design.md); the same "
+        "value in every process of a node, 0 for tests only",
     )
     provider_host: str = Field(
         default="127.0.0.1",
@@ -388,7 +390,9 @@ class Settings(Wis2BrokerSettings, BaseSettings):
             )
         return value
 
-    @field_validator("database_url", "database_session_url", "database_read_url")
+    @field_validator(
+        "database_url", "database_session_url", "database_read_url", "listen_database_url"
+    )
     @classmethod
     def _database_url_is_libpq(cls, value: str | None) -> str | None:
         if not value:
@@ -588,5 +592,6 @@ class Settings(Wis2BrokerSettings, BaseSettings):
     def write_timeout_seconds(self) -> float:
         """Bound on one harvester write statement: a page held up (on a lock held elsewhere)
         fails its run, retried at the next, rather than hold every list back (a list stops
-        before the oldest write transaction in progress, invariant 2)."""
-        return max(self.settle_seconds / 2, 0.5)
+        before the oldest write transaction in progress, invariant 2); at least 2.5 s, which a
+        page of 1000 records may take on a busy node."""
+        return max(self.settle_seconds / 2, 2.5)

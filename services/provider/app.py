@@ -15,7 +15,7 @@ from fastapi_offline import FastAPIOffline
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from wiscat.provider import admin, health, oai, records_api, registry, wis_monitor
+from wiscat.provider import admin, changes, health, oai, records_api, registry, wis_monitor
 from wiscat.provider.dashboard import routes as dashboard
 from wiscat.provider.lifespan import lifespan
 from wiscat.provider.limits import BodyCap, BodyLimit
@@ -26,6 +26,7 @@ from wiscat.provider.responses import (
     log_unavailable,
     unavailable_json,
 )
+from wiscat.provider.serving import HEAD
 from wiscat.shared.db.errors import DatabaseUnavailable, NoAnswer, UnstorableText
 from wiscat.shared.iso19139 import MAX_RECORD_BYTES
 from wiscat.shared.settings import Settings
@@ -56,7 +57,7 @@ class HeadAsGet:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "HEAD":
-            scope = {**scope, "method": "GET"}
+            scope = {**scope, "method": "GET", HEAD: True}
         await self.app(scope, receive, send)
 
 
@@ -208,6 +209,7 @@ def create_app(settings: Settings, database_url: str) -> FastAPI:
     # outermost: a body past its cap is refused before anything else sees it
     app.add_middleware(BodyLimit, caps=BODY_CAPS, default=DEFAULT_BODY_CAP)
     app.include_router(oai.router)
+    app.include_router(changes.router)
     app.include_router(admin.router)
     app.include_router(registry.router)
     app.include_router(wis_monitor.router)
