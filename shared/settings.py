@@ -58,7 +58,10 @@ def _local_endpoint(host: str, port: int) -> str:
 class Settings(BaseSettings):
     """Everything a node reads from its environment."""
 
-    model_config = SettingsConfigDict(env_prefix="WISCAT_", env_file=".env", extra="ignore")
+    # populate_by_name: a setting with a variable of its own (variable_of) is given by its name
+    model_config = SettingsConfigDict(
+        env_prefix="WISCAT_", env_file=".env", extra="ignore", populate_by_name=True
+    )
 
     database_url: str | None = Field(
         default=None,
@@ -167,6 +170,12 @@ class Settings(BaseSettings):
         le=3600,
         description="a fresh write stays out of lists this long and until its whole second has "
         "passed; the same value in every process of a node, 0 for tests only",
+    )
+    hints_enabled: bool = Field(
+        default=True,
+        validation_alias="WISCAT_HINTS",
+        description="change hints between nodes (docs/links.md): the provider's stream and the "
+        "harvester's subscriptions; off: links run on their schedule alone",
     )
     provider_host: str = Field(
         default="127.0.0.1",

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from pydantic.fields import FieldInfo
 
+from wiscat.shared.setting_errors import variable_of
 from wiscat.shared.settings import Settings
 
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "settings.md"
@@ -83,7 +84,7 @@ def render() -> str:
         if not description.endswith("."):
             description += "."
         rows.append(
-            f"| `WISCAT_{name.upper()}` | {_cell(documented_default(field))} "
+            f"| `{variable_of(name)}` | {_cell(documented_default(field))} "
             f"| {_cell(description)} |\n"
         )
     return HEAD + "".join(rows) + TAIL

@@ -13,6 +13,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from wiscat.harvester.client import ClientSettings, OAIClient
 from wiscat.harvester.context import HarvestContext
+from wiscat.harvester.hints import Hints
 from wiscat.harvester.page_workers import PageReaders
 from wiscat.harvester.scheduled_checks import export_check_metrics, run_due_checks
 from wiscat.harvester.scheduler import Scheduler
@@ -151,10 +152,14 @@ async def serve_harvester(
         scheduler = Scheduler(ctx)
         ctx.metrics.running.set_function(lambda: len(scheduler.running))
         checks = asyncio.create_task(run_due_checks(ctx, stop), name="checks")
+        hints = asyncio.create_task(Hints(ctx, scheduler.wake).run(stop), name="hints")
         try:
             await scheduler.run(stop)
         finally:
             checks.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await checks
+            hints.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await hints
             await runner.cleanup()

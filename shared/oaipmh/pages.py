@@ -156,6 +156,8 @@ class IdentifyInfo:
     compression: tuple[str, ...]
     # the peer's lists show a datestamp second only once all of it is visible (a wiscat provider)
     whole_seconds: bool = False
+    # the absolute URL of the peer's stream of change hints, where it advertises one
+    changes_url: str | None = None
 
     @property
     def day_granularity(self) -> bool:
@@ -511,5 +513,13 @@ def read_identify(body: bytes) -> IdentifyInfo:
         whole_seconds=any(
             guarantee.get("datestamps") == "whole-seconds"
             for guarantee in identify.iterfind(f"{OAI_TAG}description/{{{WISCAT_NS}}}listGuarantee")
+        ),
+        changes_url=next(
+            (
+                url.strip()
+                for changes in identify.iterfind(f"{OAI_TAG}description/{{{WISCAT_NS}}}changes")
+                if (url := changes.get("url"))
+            ),
+            None,
         ),
     )
