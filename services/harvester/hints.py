@@ -177,6 +177,7 @@ class Subscription:
         self.shown = safe_url(peer.base_url)
         self.last_id: str | None = None
         self.held = False  # whether this worker holds the peer's stream now
+        self.reader = EventReader(limits.event_cap)  # the connection's, once connected
 
     async def hold(self) -> None:
         """Take the peer's stream when no other worker holds it, and follow it while held."""
@@ -330,7 +331,8 @@ class Subscription:
                 connected=True,
             )
         except aiohttp.ClientPayloadError as exc:
-            return Ended(f"the stream broke: {exc}", connected=connected)
+            where = " in the middle of an event" if self.reader.in_event else ""
+            return Ended(f"the stream broke{where}: {exc}", connected=connected)
         except aiohttp.ClientError as exc:
             what = "the stream's connection was lost" if connected else f"cannot reach {shown}"
             return Ended(f"{what}: {exc}", connected=connected)
@@ -359,7 +361,7 @@ class Subscription:
         return None
 
     async def _events(self, response: aiohttp.ClientResponse) -> Ended:
-        reader = EventReader(self.limits.event_cap)
+        reader = self.reader = EventReader(self.limits.event_cap)
         while True:
             chunk = await response.content.readany()
             if not chunk:

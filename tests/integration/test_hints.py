@@ -6,6 +6,7 @@ and moves neither the high-water mark nor the schedule."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -16,9 +17,11 @@ from aiohttp import web
 
 from tests.support import factories
 from tests.support.harvest_pair import SOURCE_SET, Pair, link_to
-from tests.support.hint_peers import HintPeer, harvesting, hint_peer, now
+from tests.support.hint_peers import HintPeer, harvesting, hint_peer, now, open_stream
 from wiscat.harvester.context import HarvestContext
+from wiscat.harvester.service import harvest_context
 from wiscat.shared.db import hints as stream_store
+from wiscat.shared.db import links as link_store
 from wiscat.shared.db.pool import Pool
 
 SINK_SET = SOURCE_SET  # a GISC link keeps the set's name
@@ -167,3 +170,169 @@ async def test_a_hint_never_moves_the_high_water_mark(pair: Pair, peer: HintPeer
         assert after["high_water_mark"] <= now()
         assert after["high_water_mark"] <= before["high_water_mark"] + timedelta(seconds=5)
         assert after["next_run_at"] == before["next_run_at"]
+
+
+# Streams that fail, each in its own way, and how the stored error names it.
+
+
+async def refused(request: web.Request, peer: HintPeer) -> web.StreamResponse:
+    return web.Response(status=503, text="too many streams")
+
+
+async def reset_every_2s(request: web.Request, peer: HintPeer) -> web.StreamResponse:
+    response = await open_stream(request)
+    await response.write(b'id: E1\nevent: catch-up\ndata: {"reason": "test"}\n\n')
+    for _ in range(4):  # heartbeats, within the read timeout
+        await asyncio.sleep(0.5)
+        await response.write(b": heartbeat\n\n")
+    assert request.transport is not None
+    request.transport.abort()
+    return response
+
+
+async def stalled(request: web.Request, peer: HintPeer) -> web.StreamResponse:
+    response = await open_stream(request)
+    await asyncio.sleep(3600)
+    return response
+
+
+async def cut_mid_event(request: web.Request, peer: HintPeer) -> web.StreamResponse:
+    response = await open_stream(request)
+    await response.write(b'id: E2\nevent: change\ndata: {"sets": ["WIS-')
+    await asyncio.sleep(0.1)
+    assert request.transport is not None
+    request.transport.abort()
+    return response
+
+
+FAULTS = {
+    # fault: (how the stream answers, how long one connection lasts, what the error says)
+    "refused": (refused, 0.0, "answered HTTP 503"),
+    "reset every 2 s": (reset_every_2s, 2.0, "the stream broke"),
+    "stalled after its headers": (stalled, 2.0, "nothing received for 2 s"),
+    "cut in the middle of an event": (cut_mid_event, 0.1, "in the middle of an event"),
+}
+
+
+@pytest.mark.parametrize("fault", list(FAULTS))
+async def test_hints_lost_every_way_records_come_by_the_schedule(
+    pair: Pair, peer: HintPeer, fault: str
+) -> None:
+    stream, lasts, error = FAULTS[fault]
+    peer.stream = stream
+    await link_to(pair.ctx, peer.url, every=timedelta(seconds=4), window_slices=0)
+    async with harvesting(fast(pair.ctx)):
+        await until(lambda: finished_runs_are(pair.sink, 1), 10, "the first run")
+        new = await factories.load_records(pair.source, SOURCE_SET, range(10, 15))
+        peer.change([SOURCE_SET], now())  # lost: no good stream is open
+        for identifier in new:  # the schedule brings them all the same
+            await until(lambda i=identifier: held(pair.sink, i), 10, "a record by the schedule")
+        await until(lambda: asked_at_least(peer, 5), 20, "five stream requests")
+        stored = await stream_store.stream_of(pair.sink, peer.url)
+        assert stored is not None and stored.last_error is not None
+        assert error in stored.last_error, stored.last_error
+        # reconnection waits 0.2 to 1 s (FAST), drawn at random, after each connection's end
+        gaps = [b[0] - a[0] - lasts for a, b in zip(peer.asked, peer.asked[1:], strict=False)]
+        assert all(0.15 <= gap <= 1.5 for gap in gaps), gaps
+        assert max(gaps) - min(gaps) > 0.02, f"not jittered: {gaps}"
+        if fault == "reset every 2 s":  # it resumes from the last hint received
+            assert peer.asked[-1][2] == "E1"
+        # the fault ends: the stream comes back, and a hint is served at once again
+        peer.stream = None
+        await until(lambda: stream_open(peer), 5, "the stream back")
+        await until(lambda: given_back(pair.sink), 5, "the connection's catch-up run")
+        [later] = await factories.load_records(pair.source, SOURCE_SET, [20])
+        peer.change([SOURCE_SET], now())
+        took = await until(lambda: held(pair.sink, later), 5, "a hinted record")
+        assert took < 1.5
+
+
+async def asked_at_least(peer: HintPeer, count: int) -> bool:
+    return len(peer.asked) >= count
+
+
+async def stream_open(peer: HintPeer) -> bool:
+    return peer.open_streams == 1
+
+
+async def test_an_event_over_the_cap_closes_the_stream_with_its_reason(
+    pair: Pair, peer: HintPeer
+) -> None:
+    async def oversize(request: web.Request, peer: HintPeer) -> web.StreamResponse:
+        response = await open_stream(request)
+        await response.write(b"event: change\ndata: " + b"x" * 5000 + b"\n\n")
+        await asyncio.sleep(3600)
+        return response
+
+    peer.stream = oversize
+    await link_to(pair.ctx, peer.url)
+    async with harvesting(fast(pair.ctx)):
+        await until(lambda: asked_at_least(peer, 2), 10, "a second stream request")
+        stored = await stream_store.stream_of(pair.sink, peer.url)
+        assert stored is not None and stored.last_error is not None
+        assert "an event longer than 4096 bytes: the stream was closed" in stored.last_error
+
+
+async def test_a_peer_without_the_description_is_polled_as_before(
+    pair: Pair, peer: HintPeer
+) -> None:
+    peer.advertise = False
+    await link_to(pair.ctx, peer.url, every=timedelta(seconds=2), window_slices=0)
+    async with harvesting(fast(pair.ctx)):
+        await until(lambda: finished_runs_are(pair.sink, 1), 10, "the first run")
+        [new] = await factories.load_records(pair.source, SOURCE_SET, [10])
+        await until(lambda: held(pair.sink, new), 10, "the record by the schedule")
+        await asyncio.sleep(1.0)
+    assert peer.asked == [], "a stream was asked of a peer that advertises none"
+    stored = await stream_store.stream_of(pair.sink, peer.url)
+    assert stored is not None and stored.url is None  # shown as "not advertised"
+
+
+async def test_two_workers_hold_one_stream_and_the_other_takes_it_over(
+    pair: Pair, peer: HintPeer
+) -> None:
+    await link_to(pair.ctx, peer.url)
+    ctx = fast(pair.ctx)
+    async with harvest_context(ctx.settings, ctx.database_url) as opened:
+        other = fast(opened)
+        async with contextlib.AsyncExitStack() as first:
+            await first.enter_async_context(harvesting(ctx, worker="worker-a"))
+            await until(lambda: held_by(pair.sink, peer, "worker-a"), 10, "a's stream")
+            async with harvesting(other, worker="worker-b"):
+                await asyncio.sleep(2.0)  # b tries, and finds the stream held
+                assert peer.open_streams == 1 and len(peer.asked) == 1
+                await first.aclose()  # a stops: its session, and the stream, go with it
+                await until(lambda: held_by(pair.sink, peer, "worker-b"), 10, "b's stream")
+                assert peer.open_streams == 1 and len(peer.asked) == 2
+
+
+async def held_by(pool: Pool, peer: HintPeer, worker: str) -> bool:
+    stored = await stream_store.stream_of(pool, peer.url)
+    return (
+        stored is not None
+        and stored.holder == worker
+        and stored.connected_since is not None
+        and peer.open_streams == 1
+    )
+
+
+async def test_hints_off_for_a_link_and_for_the_node(pair: Pair, peer: HintPeer) -> None:
+    await link_to(pair.ctx, peer.url, hints=False)
+    async with harvesting(fast(pair.ctx)):
+        await until(lambda: finished_runs_are(pair.sink, 1), 10, "the first run")
+        await asyncio.sleep(1.5)
+        assert peer.asked == [], "a stream for a link with --no-hints"
+        # switched on at runtime: the next look at the links subscribes
+        await link_store.set_hints(pair.sink, "test", True)
+        await until(lambda: stream_open(peer), 5, "the stream of a link switched on")
+        await link_store.set_enabled(pair.sink, "test", False)  # disabled: the stream goes
+        await until(lambda: stream_closed(peer), 5, "the stream of a disabled link closed")
+    await link_store.set_enabled(pair.sink, "test", True)
+    asked = len(peer.asked)
+    async with harvesting(fast(pair.ctx, hints_enabled=False)):  # WISCAT_HINTS=false
+        await asyncio.sleep(2.0)
+    assert len(peer.asked) == asked, "a stream with WISCAT_HINTS=false"
+
+
+async def stream_closed(peer: HintPeer) -> bool:
+    return peer.open_streams == 0
