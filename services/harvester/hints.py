@@ -29,7 +29,6 @@ from datetime import datetime
 from urllib.parse import urlsplit
 
 import aiohttp
-import asyncpg
 
 from wiscat.harvester.context import HarvestContext
 from wiscat.harvester.errors import HarvestError
@@ -38,7 +37,6 @@ from wiscat.harvester.harvest import IDENTIFY_MAX_AGE_SECONDS
 from wiscat.harvester.transport import global_addresses_only, guarded, retry_after
 from wiscat.shared.db import hints as stream_store
 from wiscat.shared.db import links as link_store
-from wiscat.shared.db.pool import connect
 from wiscat.shared.linkspec import REGISTRY_LINK_PREFIX
 from wiscat.shared.model import Link
 from wiscat.shared.text import clipped
@@ -181,32 +179,27 @@ class Subscription:
 
     async def hold(self) -> None:
         """Take the peer's stream when no other worker holds it, and follow it while held."""
-        conn: asyncpg.Connection | None = None
+        session = stream_store.StreamSession(self.ctx.database_url)
         poll = self.ctx.settings.harvest_poll_seconds
         try:
             while True:
                 try:
-                    if conn is None or conn.is_closed():
-                        conn = await connect(self.ctx.database_url)
-                    self.held = await stream_store.hold_peer(conn, self.peer.base_url)
+                    self.held = await session.hold(self.peer.base_url)
                 except Exception as exc:  # the database may be restarting
                     log.warning("hints of %s: cannot take the stream: %s", self.shown, exc)
                     self.held = False
                 if not self.held:
                     await asyncio.sleep(poll)
                     continue
-                assert conn is not None
-                await self._while_held(conn)
+                await self._while_held(session)
                 self.held = False
         finally:
             self.held = False
             with contextlib.suppress(Exception):
                 await stream_store.let_go(self.ctx.pool, self.peer.base_url, self.ctx.worker)
-            if conn is not None:
-                with contextlib.suppress(Exception):
-                    await conn.close(timeout=5)
+            await session.close()
 
-    async def _while_held(self, conn: asyncpg.Connection) -> None:
+    async def _while_held(self, session: stream_store.StreamSession) -> None:
         """Follow the stream until the session that holds it is lost."""
         following = asyncio.create_task(self._follow())
         try:
@@ -215,7 +208,7 @@ class Subscription:
                 if following.done():
                     break
                 try:
-                    await asyncio.wait_for(conn.fetchval("select 1"), self.limits.lock_check)
+                    await asyncio.wait_for(session.alive(), self.limits.lock_check)
                 except Exception as exc:
                     log.warning("hints of %s: lost the stream's session: %s", self.shown, exc)
                     return

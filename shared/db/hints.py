@@ -9,9 +9,11 @@ from typing import Any
 
 import asyncpg
 
+from wiscat.shared.db.errors import DatabaseError
 from wiscat.shared.db.links import Executor
+from wiscat.shared.db.pool import connect
 from wiscat.shared.db.queries import load
-from wiscat.shared.model import fields_as_json
+from wiscat.shared.model import Link, fields_as_json
 from wiscat.shared.urls import safe_url
 
 _SQL = load("hints.sql")
@@ -44,9 +46,34 @@ def _stream(row: asyncpg.Record) -> HintStream:
     return HintStream(**{name: row[name] for name in _FIELDS})
 
 
-async def hold_peer(conn: asyncpg.Connection, peer: str) -> bool:
-    """Take ``peer``'s stream on ``conn``'s session if nobody holds it: whether it holds it."""
-    return bool(await conn.fetchval(_SQL["hold_peer"], peer))
+class StreamSession:
+    """A database session of its own, on which a worker holds peers' streams: PostgreSQL frees
+    them when the session ends, however it ends (a worker killed, its machine gone)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.conn: asyncpg.Connection | None = None
+
+    async def hold(self, peer: str) -> bool:
+        """Take ``peer``'s stream if nobody holds it (opening the session where it is not
+        open, or was lost): whether this session holds it."""
+        if self.conn is None or self.conn.is_closed():
+            self.conn = await connect(self.url)
+        return bool(await self.conn.fetchval(_SQL["hold_peer"], peer))
+
+    async def alive(self) -> None:
+        """Raise when the session is lost (its streams with it)."""
+        if self.conn is None:
+            raise DatabaseError("the stream's session is not open")
+        await self.conn.fetchval("select 1")
+
+    async def close(self) -> None:
+        """End the session, and with it every stream it holds."""
+        if self.conn is not None and not self.conn.is_closed():
+            try:
+                await self.conn.close(timeout=5)
+            except Exception:  # a connection that cannot close cleanly is dropped
+                self.conn.terminate()
 
 
 async def advertised(db: Executor, peer: str, url: str | None, holder: str) -> None:
@@ -89,3 +116,39 @@ async def stream_of(db: Executor, peer: str) -> HintStream | None:
     """``peer``'s stream, or None if no worker has looked at it yet."""
     row = await db.fetchrow(_SQL["stream_of"], peer)
     return _stream(row) if row else None
+
+
+def hint_state(hints_on: bool, link: tuple[bool, bool], stream: tuple[bool, bool, bool]) -> str:
+    """A link's subscription in a word or three: ``hints_on`` (WISCAT_HINTS), ``link`` (whether
+    it takes hints, whether it is enabled), ``stream`` (whether a worker looked at its peer,
+    whether the peer advertises a stream, whether it is connected)."""
+    takes, enabled = link
+    known, advertised, up = stream
+    if not hints_on:
+        return "off"
+    if not takes:
+        return "off for this link"
+    if not enabled:
+        return "link disabled"
+    if not known:
+        return "not yet looked at"
+    if not advertised:
+        return "not advertised"
+    return "connected" if up else "down"
+
+
+def subscription(link: Link, stream: HintStream | None, hints_on: bool) -> dict[str, Any]:
+    """Whether ``link`` is subscribed to its peer's hints, for the operator: ``state`` (one of
+    ``connected``, ``down``, ``not advertised``, ``not yet looked at``, ``off`` with
+    WISCAT_HINTS=false, ``off for this link``, ``link disabled``) and, where its peer has a
+    stream, that stream's URL, connected since, last hint and last error with its time."""
+    known = stream is not None
+    advertised = stream is not None and stream.url is not None
+    up = stream is not None and stream.connected_since is not None
+    state = hint_state(hints_on, (link.hints, link.enabled), (known, advertised, up))
+    shown: dict[str, Any] = {"state": state}
+    if stream is not None and stream.url is not None:
+        as_json = stream.as_json()
+        for name in ("url", "connected_since", "last_hint_at", "last_error", "last_error_at"):
+            shown[name] = as_json[name]
+    return shown

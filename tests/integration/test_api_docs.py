@@ -64,7 +64,7 @@ def test_schema_declares_the_admin_bearer_token() -> None:
         for method, operation in operations.items()
     }
     admin = {name: said for name, said in secured.items() if " /admin/" in name}
-    assert len(admin) == 17
+    assert len(admin) == 18
     assert set(map(str, admin.values())) == {str([{"adminToken": []}])}
     assert [name for name, said in secured.items() if said and name not in admin] == []
 
@@ -128,6 +128,7 @@ def test_every_admin_json_answer_has_its_model() -> None:
         "PUT /admin/records/{identifier} 201 application/json": "RecordAnswer",
         "DELETE /admin/records/{identifier} 200 application/json": "RecordAnswer",
         "GET /admin/links 200 application/json": "LinkAnswer[]",
+        "GET /admin/links/{name} 200 application/json": "LinkShown",
         "GET /admin/links/{name}/refused 200 application/json": "RefusedAnswer[]",
         "POST /admin/links 201 application/json": "LinkAnswer",
         "PATCH /admin/links/{name} 200 application/json": "LinkChanged",

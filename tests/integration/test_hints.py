@@ -8,18 +8,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
+from typing import Any
 
+import aiohttp
 import pytest
 from aiohttp import web
 
+from tests.e2e.nodes import run_wiscat
 from tests.support import factories
 from tests.support.harvest_pair import SOURCE_SET, Pair, link_to
 from tests.support.hint_peers import HintPeer, harvesting, hint_peer, now, open_stream
+from tests.support.servers import running_provider, serving_app
 from wiscat.harvester.context import HarvestContext
-from wiscat.harvester.service import harvest_context
+from wiscat.harvester.service import harvest_context, health_app
 from wiscat.shared.db import hints as stream_store
 from wiscat.shared.db import links as link_store
 from wiscat.shared.db.pool import Pool
@@ -336,3 +341,66 @@ async def test_hints_off_for_a_link_and_for_the_node(pair: Pair, peer: HintPeer)
 
 async def stream_closed(peer: HintPeer) -> bool:
     return peer.open_streams == 0
+
+
+async def test_the_operator_sees_the_stream_and_its_last_error(pair: Pair, peer: HintPeer) -> None:
+    await link_to(pair.ctx, peer.url)
+    sink_url = pair.ctx.database_url
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WISCAT_")}
+    env |= {"WISCAT_DATABASE_URL": sink_url, "WISCAT_GISC_NAME": "SINK"}
+    async with (
+        running_provider(sink_url, gisc_name="SINK") as sink_provider,
+        serving_app(health_app(pair.ctx)) as harvester,
+        aiohttp.ClientSession() as http,
+    ):
+
+        async def looked() -> tuple[str, dict[str, Any], str, str]:
+            code, out, err = await run_wiscat(env, "link", "show", "test")
+            assert code == 0, err
+            auth = {"Authorization": "Bearer test-admin-token"}
+            async with http.get(sink_provider.root + "/admin/links/test", headers=auth) as got:
+                assert got.status == 200
+                shown = await got.json()
+            async with http.get(sink_provider.root + "/") as page:
+                dashboard = await page.text()
+            async with http.get(harvester + "/metrics") as scraped:
+                metrics = await scraped.text()
+            return out, shown["subscription"], dashboard, metrics
+
+        async with harvesting(fast(pair.ctx)):
+            await connected(pair, peer)
+            peer.change([SOURCE_SET], now())
+            await until(lambda: hinted(pair.sink, peer), 5, "the hint recorded")
+            out, subscription, dashboard, metrics = await looked()
+            assert "hints       connected since" in out and "last hint" in out, out
+            assert subscription["state"] == "connected"
+            assert subscription["url"] == peer.changes and subscription["last_hint_at"]
+            assert "connected since" in dashboard
+            assert 'wiscat_link_hint_stream_connected{link="test"} 1.0' in metrics
+            assert "wiscat_hint_streams_open 1.0" in metrics
+            assert 'wiscat_hint_runs_total{link="test"}' in metrics
+            assert 'wiscat_hint_latency_seconds_count{link="test"}' in metrics
+            peer.stream = refused
+            for queue in list(peer.queues):  # the open stream ends: the peer restarts, say
+                queue.put_nowait(b"")
+            await until(lambda: refused_seen(pair.sink, peer), 10, "the refusal stored")
+            out, subscription, dashboard, metrics = await looked()
+        assert "hints       down, last hint" in out and "answered HTTP 503" in out, out
+        assert subscription["state"] == "down"
+        assert "answered HTTP 503" in subscription["last_error"]
+        assert "answered HTTP 503" in dashboard
+        assert 'wiscat_link_hint_stream_connected{link="test"} 0.0' in metrics
+
+
+async def hinted(pool: Pool, peer: HintPeer) -> bool:
+    stream = await stream_store.stream_of(pool, peer.url)
+    return stream is not None and stream.last_hint_at is not None
+
+
+async def refused_seen(pool: Pool, peer: HintPeer) -> bool:
+    stream = await stream_store.stream_of(pool, peer.url)
+    return (
+        stream is not None
+        and stream.connected_since is None
+        and "answered HTTP 503" in (stream.last_error or "")
+    )

@@ -66,6 +66,8 @@ class HintPeer:
                     text = await asyncio.wait_for(queue.get(), 1.0)
                 except TimeoutError:
                     text = b": heartbeat\n\n"
+                if not text:  # the stream ends
+                    return response
                 await response.write(text)
         finally:
             self.queues.remove(queue)
