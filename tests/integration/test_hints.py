@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
 import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -404,3 +405,23 @@ async def refused_seen(pool: Pool, peer: HintPeer) -> bool:
         and stream.connected_since is None
         and "answered HTTP 503" in (stream.last_error or "")
     )
+
+
+async def test_link_add_and_set_switch_a_links_hints(database_url: str) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WISCAT_")}
+    env |= {"WISCAT_DATABASE_URL": database_url, "WISCAT_GISC_NAME": "SINK"}
+    url = "http://127.0.0.1:9/oai"
+    code, out, err = await run_wiscat(
+        env, "link", "add", "tokyo", "--url", url, "--set", SOURCE_SET, "--no-hints"
+    )
+    assert code == 0, err
+    code, out, err = await run_wiscat(env, "link", "show", "tokyo")
+    assert "hints       off for this link" in out, out
+    code, out, err = await run_wiscat(env, "link", "set", "tokyo", "--hints")
+    assert code == 0 and "link tokyo takes its peer's change hints" in out, out + err
+    code, out, err = await run_wiscat(env, "link", "list")
+    assert "not yet looked at" in out, out  # no harvester has read the peer's Identify
+    env["WISCAT_HINTS"] = "false"
+    code, out, err = await run_wiscat(env, "link", "show", "tokyo", "--json")
+    shown = json.loads(out)
+    assert shown["hints"] is True and shown["subscription"] == {"state": "off"}
