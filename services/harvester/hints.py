@@ -288,6 +288,8 @@ class Subscription:
             headers["Last-Event-ID"] = self.last_id
         proxy = None if self.ctx.settings.proxy is None or guarded() else self.ctx.settings.proxy
         proxy_url = proxy.for_url(url) if proxy else None
+        if proxy and proxy_url and url[:5].lower() == "http:":
+            headers.update(proxy.headers)  # as a harvest's request carries them (client.fetch)
         timeout = aiohttp.ClientTimeout(
             total=None, sock_connect=limits.connect_timeout, sock_read=limits.read_timeout
         )

@@ -198,7 +198,7 @@ async def reset_every_2s(request: web.Request, peer: HintPeer) -> web.StreamResp
 
 async def stalled(request: web.Request, peer: HintPeer) -> web.StreamResponse:
     response = await open_stream(request)
-    await asyncio.sleep(3600)
+    await idle(request)
     return response
 
 
@@ -209,6 +209,12 @@ async def cut_mid_event(request: web.Request, peer: HintPeer) -> web.StreamRespo
     assert request.transport is not None
     request.transport.abort()
     return response
+
+
+async def idle(request: web.Request) -> None:
+    """Send nothing until the harvester goes (the server's end would wait a minute for it)."""
+    while request.transport is not None and not request.transport.is_closing():
+        await asyncio.sleep(0.1)
 
 
 FAULTS = {
@@ -267,7 +273,7 @@ async def test_an_event_over_the_cap_closes_the_stream_with_its_reason(
     async def oversize(request: web.Request, peer: HintPeer) -> web.StreamResponse:
         response = await open_stream(request)
         await response.write(b"event: change\ndata: " + b"x" * 5000 + b"\n\n")
-        await asyncio.sleep(3600)
+        await idle(request)
         return response
 
     peer.stream = oversize
