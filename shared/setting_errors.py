@@ -13,12 +13,6 @@ from pydantic import SecretStr, ValidationError
 from wiscat.shared.settings import Settings
 
 
-def variable_of(name: str) -> str:
-    """Setting ``name``'s variable: WISCAT_NAME, or its own (``hints_enabled``: WISCAT_HINTS)."""
-    alias = Settings.model_fields[name].validation_alias
-    return alias if isinstance(alias, str) else f"WISCAT_{name.upper()}"
-
-
 def explain(error: ValidationError) -> list[str]:
     """One line per bad setting, named as the operator sets it (``WISCAT_...``).
 
@@ -34,9 +28,7 @@ def explain(error: ValidationError) -> list[str]:
         name = str(problem["loc"][0]) if problem["loc"] else ""
         reason = problem["msg"].removeprefix("Value error, ")
         shown = "" if name in secret else f"={problem['input']!r}"
-        # an error names a setting by its field, or by its variable where it has its own
-        variable = variable_of(name) if name in Settings.model_fields else name
-        lines.append(f"{variable}{shown}: {reason}")
+        lines.append(f"WISCAT_{name.upper()}{shown}: {reason}")
     return lines
 
 
@@ -47,7 +39,7 @@ _NOT_SETTINGS = {"WISCAT_TEST_DATABASE_URL", "WISCAT_BENCH_DATABASE_URL"}
 def unknown(environ: Mapping[str, str], env_file: Path = Path(".env")) -> list[str]:
     """A line for each ``WISCAT_`` variable, in ``environ`` or ``env_file``, that is no setting
     (a typo is otherwise ignored without a word), with the setting it may have meant."""
-    names = {variable_of(name) for name in Settings.model_fields}
+    names = {f"WISCAT_{name.upper()}" for name in Settings.model_fields}
     given = {key.upper() for key in environ if key.upper().startswith("WISCAT_")}
     if env_file.is_file():
         given |= {

@@ -26,6 +26,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from wiscat.shared import tls
+from wiscat.shared.hint_settings import HintSettings
 from wiscat.shared.oaipmh.arguments import SET_LEVEL
 from wiscat.shared.proxy import Proxy, proxy_url_problem
 from wiscat.shared.text import NOT_XML
@@ -55,13 +56,10 @@ def _local_endpoint(host: str, port: int) -> str:
     return f"http://{url_host(host)}:{port}/oai"
 
 
-class Settings(BaseSettings):
+class Settings(HintSettings, BaseSettings):
     """Everything a node reads from its environment."""
 
-    # populate_by_name: a setting with a variable of its own (variable_of) is given by its name
-    model_config = SettingsConfigDict(
-        env_prefix="WISCAT_", env_file=".env", extra="ignore", populate_by_name=True
-    )
+    model_config = SettingsConfigDict(env_prefix="WISCAT_", env_file=".env", extra="ignore")
 
     database_url: str | None = Field(
         default=None,
@@ -170,12 +168,6 @@ class Settings(BaseSettings):
         le=3600,
         description="a fresh write stays out of lists this long and until its whole second has "
         "passed; the same value in every process of a node, 0 for tests only",
-    )
-    hints_enabled: bool = Field(
-        default=True,
-        validation_alias="WISCAT_HINTS",
-        description="change hints between nodes (docs/links.md): the provider's stream and the "
-        "harvester's subscriptions; off: links run on their schedule alone",
     )
     provider_host: str = Field(
         default="127.0.0.1",
@@ -398,7 +390,9 @@ class Settings(BaseSettings):
             )
         return value
 
-    @field_validator("database_url", "database_session_url", "database_read_url")
+    @field_validator(
+        "database_url", "database_session_url", "database_read_url", "listen_database_url"
+    )
     @classmethod
     def _database_url_is_libpq(cls, value: str | None) -> str | None:
         if not value:

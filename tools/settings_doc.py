@@ -14,7 +14,6 @@ from pathlib import Path
 
 from pydantic.fields import FieldInfo
 
-from wiscat.shared.setting_errors import variable_of
 from wiscat.shared.settings import Settings
 
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "settings.md"
@@ -57,7 +56,7 @@ def documented_default(field: FieldInfo) -> str:
     value = field.default
     if value is None:
         return "unset"
-    if value == "":
+    if value == "" or value == ():
         return "empty"
     if isinstance(value, bool):
         return f"`{str(value).lower()}`"
@@ -84,7 +83,7 @@ def render() -> str:
         if not description.endswith("."):
             description += "."
         rows.append(
-            f"| `{variable_of(name)}` | {_cell(documented_default(field))} "
+            f"| `WISCAT_{name.upper()}` | {_cell(documented_default(field))} "
             f"| {_cell(description)} |\n"
         )
     return HEAD + "".join(rows) + TAIL

@@ -69,7 +69,7 @@ async def cmd_link_show(settings: Settings, args: argparse.Namespace) -> int:
             print(f"wiscat: no link named {args.name!r}", file=sys.stderr)
             return NO_SUCH_LINK
         stream = await hint_store.stream_of(pool, link.base_url)
-    subscription = hint_store.subscription(link, stream, settings.hints_enabled)
+    subscription = hint_store.subscription(link, stream, settings.hints)
     if args.json:
         print(json.dumps({**link.as_json(), "subscription": subscription}, indent=2))
     else:

@@ -298,7 +298,7 @@ async def cmd_link_list(settings: Settings, args: argparse.Namespace) -> int:
         found = await link_store.all_links(pool)
         streams = await hint_store.all_streams(pool)
     hinted = {
-        link.name: hint_store.subscription(link, streams.get(link.base_url), settings.hints_enabled)
+        link.name: hint_store.subscription(link, streams.get(link.base_url), settings.hints)
         for link in found
     }
     if args.json:

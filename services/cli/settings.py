@@ -20,7 +20,6 @@ from pydantic import SecretStr
 
 from wiscat.cli.arguments import command
 from wiscat.cli.output import table
-from wiscat.shared.setting_errors import variable_of
 from wiscat.shared.settings import Settings
 from wiscat.shared.urls import safe_url
 
@@ -68,7 +67,7 @@ def settings_rows(
     in_file = {key.upper() for key in dotenv_values(env_file)} if env_file.is_file() else set()
     rows = []
     for name in Settings.model_fields:
-        variable = variable_of(name)
+        variable = f"WISCAT_{name.upper()}"
         source = (
             "environment" if variable in given else ".env" if variable in in_file else "default"
         )

@@ -131,7 +131,7 @@ class Hints:
                     log.warning("hints: cannot read the links: %s", exc)
                 else:
                     settings = self.ctx.settings
-                    on = settings.hints_enabled  # WISCAT_HINTS=false: every link on its schedule
+                    on = settings.hints  # WISCAT_HINTS=false: every link on its schedule
                     self.follow(peers_of(links, settings.allow_private_fetch) if on else {})
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), self.ctx.settings.harvest_poll_seconds)

@@ -87,8 +87,8 @@ class HarvesterMetrics(ServiceMetrics):
             registry=self.registry,
         )
         self.hint_streams = Gauge(
-            "wiscat_hint_streams_open",
-            "Streams of change hints this process holds open, one per peer",
+            "wiscat_hint_subscriptions_open",
+            "Peers' streams of change hints this harvester process holds open, one per peer",
             registry=self.registry,
         )
         self.hints = Counter(

@@ -114,7 +114,7 @@ def health_app(ctx: HarvestContext) -> web.Application:
                 ctx.metrics.interval.labels(link.name).set(link.every.total_seconds())
                 ctx.metrics.enabled.labels(link.name).set(link.enabled)
                 ctx.metrics.created.labels(link.name).set(link.created_at.timestamp())
-                hinted = subscription(link, streams.get(link.base_url), ctx.settings.hints_enabled)
+                hinted = subscription(link, streams.get(link.base_url), ctx.settings.hints)
                 if hinted["state"] in ("connected", "down"):  # its peer advertises a stream
                     up = hinted["state"] == "connected"
                     ctx.metrics.hint_stream_up.labels(link.name).set(up)

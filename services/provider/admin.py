@@ -164,7 +164,7 @@ async def show_link(name: str, state: ProviderState = Depends(require_admin)) ->
     if link is None:
         raise HTTPException(404, f"no link named {name!r}")
     stream = await hint_store.stream_of(state.pool, link.base_url)
-    hinted = hint_store.subscription(link, stream, state.settings.hints_enabled)
+    hinted = hint_store.subscription(link, stream, state.settings.hints)
     return JSONResponse({**link.as_json(), "subscription": hinted})
 
 

@@ -15,7 +15,7 @@ from fastapi_offline import FastAPIOffline
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from wiscat.provider import admin, health, oai, registry, wis_monitor
+from wiscat.provider import admin, changes, health, oai, registry, wis_monitor
 from wiscat.provider.dashboard import routes as dashboard
 from wiscat.provider.lifespan import lifespan
 from wiscat.provider.limits import BodyCap, BodyLimit
@@ -203,6 +203,7 @@ def create_app(settings: Settings, database_url: str) -> FastAPI:
     # outermost: a body past its cap is refused before anything else sees it
     app.add_middleware(BodyLimit, caps=BODY_CAPS, default=DEFAULT_BODY_CAP)
     app.include_router(oai.router)
+    app.include_router(changes.router)
     app.include_router(admin.router)
     app.include_router(registry.router)
     app.include_router(wis_monitor.router)

@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 from fastapi import FastAPI
 
 from wiscat.provider import registry
+from wiscat.provider.hints import Hints
 from wiscat.provider.metrics import ProviderMetrics
 from wiscat.provider.state import ProviderState
 from wiscat.shared.db import checks as check_store
@@ -143,6 +144,9 @@ def lifespan(settings: Settings, database_url: str) -> Lifespan:
             state = ProviderState(settings, pool, codec, ProviderMetrics(), read_pool)
             app.state.provider = state
             await registry.start(app, state)
+            if settings.hints:
+                state.hints = Hints(settings, state.lists, database_url, state.metrics)
+                await state.hints.start()
             purge = (
                 asyncio.create_task(_purge_loop(state))
                 if settings.deleted_retention_days > 0 or settings.history_retention_days > 0
@@ -157,6 +161,8 @@ def lifespan(settings: Settings, database_url: str) -> Lifespan:
             warn_placeholder_secrets(settings)
             yield
             await registry.stop(app)
+            if state.hints is not None:
+                await state.hints.close()
             await state.lists.close()
             if purge:
                 purge.cancel()

@@ -84,6 +84,27 @@ class ProviderMetrics(ServiceMetrics):
             ["status"],
             registry=self.registry,
         )
+        self.hint_streams = Gauge(
+            "wiscat_hint_streams_open",
+            "Change-hint streams (/oai/changes) open in this provider process",
+            registry=self.registry,
+        )
+        self.hints_sent = Counter(
+            "wiscat_hints_sent",
+            "Change-hint events sent, by kind: change, or catch-up (the client is to run its "
+            "incremental harvest: a Last-Event-ID it cannot resume from, or a reconnected "
+            "listener)",
+            ["kind"],
+            registry=self.registry,
+        )
+        for kind in ("change", "catch-up"):
+            self.hints_sent.labels(kind)
+        self.hint_listener_failures = Counter(
+            "wiscat_hint_listener_failures",
+            "Times the database session that LISTENs for changes failed (it reconnects with "
+            "backoff; the open streams are told to catch up)",
+            registry=self.registry,
+        )
         self.tombstones_purged = Counter(
             "wiscat_tombstones_purged",
             "Tombstones dropped after the retention period",

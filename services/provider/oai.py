@@ -156,6 +156,7 @@ async def identify(state: ProviderState, req: OAIRequest, response_date: datetim
         deleted_record="persistent" if settings.deleted_retention_days == 0 else "transient",
         compression=["gzip"],
         whole_seconds=settings.settle_seconds > 0,
+        changes_url=settings.base_url.rstrip("/") + "/changes" if settings.hints else None,
     )
     return _document(response_date, state, req, inner)
 

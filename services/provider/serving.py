@@ -25,6 +25,11 @@ from typing import Any
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+# The key, in a request's scope["state"], of what the app would have done when the server shuts
+# down while the request is answered: a stream that never ends (the change hints,
+# wiscat.provider.changes) is told to end there, or a graceful shutdown would wait for it.
+AT_SHUTDOWN = "wiscat.at_shutdown"
+
 # bytes of request target read: a resumptionToken or identifier of hundreds of kilobytes still
 # gets its OAI-PMH answer
 MAX_REQUEST_TARGET = 1024 * 1024
@@ -58,6 +63,15 @@ class TargetAsSent(HttpToolsProtocol):
             b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (len(text), text.encode("ascii"))
         )
         self.transport.close()
+
+    def shutdown(self) -> None:
+        cycle = self.cycle
+        answering = cycle is not None and not cycle.response_complete
+        scope = getattr(self, "scope", None) or {}
+        at_shutdown = (scope.get("state") or {}).get(AT_SHUTDOWN) if answering else None
+        super().shutdown()
+        if at_shutdown is not None:
+            at_shutdown()
 
     def on_headers_complete(self) -> None:
         target = self.url

@@ -12,6 +12,7 @@ from typing import Annotated, cast
 
 from fastapi import Depends, Request
 
+from wiscat.provider.hints import Hints
 from wiscat.provider.lists import Lists
 from wiscat.provider.metrics import ProviderMetrics
 from wiscat.shared.db.pool import Pool
@@ -31,6 +32,8 @@ class ProviderState:
     # where lists and GetRecord read: a hot standby's pool (DATABASE_READ_URL), else ``pool``
     read_pool: Pool | None = None
     lists: Lists = dataclasses.field(init=False)
+    # the change hints (None: WISCAT_HINTS=false), set by the lifespan
+    hints: Hints | None = None
 
     def __post_init__(self) -> None:
         self.lists = Lists(self.settings, self.pool, self.metrics, self.read_pool)

@@ -294,6 +294,15 @@ class ListHorizon(NamedTuple):
     oldest_pid: int | None
 
 
+async def changed_sets(
+    db: Executor, after: datetime, through: datetime, union_set: str
+) -> frozenset[str]:
+    """The sets in which a record or membership's datestamp lies after ``after`` and at or
+    before ``through``, ``union_set`` among them when a record's does (a change hint)."""
+    rows = await db.fetch(_SQL["changed_sets"], after, through, union_set)
+    return frozenset(row["spec"] for row in rows)
+
+
 async def list_horizon(db: Executor) -> ListHorizon:
     """The :class:`ListHorizon` of a list beginning now.
 

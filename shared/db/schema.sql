@@ -21,6 +21,15 @@ begin
 end
 $$;
 
+CREATE FUNCTION public.wiscat_notify_change() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+begin
+    perform pg_notify('wiscat_changes', coalesce(current_setting('wiscat.write_stamp', true), ''));
+    return null;
+end
+$$;
+
 CREATE FUNCTION public.wiscat_stamp_write() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
@@ -397,9 +406,17 @@ CREATE INDEX set_members_identifier ON public.set_members USING btree (identifie
 
 CREATE INDEX set_members_keyset ON public.set_members USING btree (set_spec, datestamp, identifier);
 
+CREATE TRIGGER records_notify_insert AFTER INSERT ON public.records FOR EACH ROW EXECUTE FUNCTION public.wiscat_notify_change();
+
+CREATE TRIGGER records_notify_update AFTER UPDATE ON public.records FOR EACH ROW WHEN ((new.datestamp IS DISTINCT FROM old.datestamp)) EXECUTE FUNCTION public.wiscat_notify_change();
+
 CREATE TRIGGER records_write_stamp BEFORE INSERT OR UPDATE ON public.records FOR EACH ROW EXECUTE FUNCTION public.wiscat_stamp_write();
 
 CREATE TRIGGER records_xml_mend BEFORE INSERT OR UPDATE ON public.records FOR EACH ROW EXECUTE FUNCTION public.records_xml_mend();
+
+CREATE TRIGGER set_members_notify_insert AFTER INSERT ON public.set_members FOR EACH ROW EXECUTE FUNCTION public.wiscat_notify_change();
+
+CREATE TRIGGER set_members_notify_update AFTER UPDATE ON public.set_members FOR EACH ROW WHEN ((new.datestamp IS DISTINCT FROM old.datestamp)) EXECUTE FUNCTION public.wiscat_notify_change();
 
 CREATE TRIGGER set_members_write_stamp BEFORE INSERT OR UPDATE ON public.set_members FOR EACH ROW EXECUTE FUNCTION public.wiscat_stamp_write();
 

@@ -28,6 +28,7 @@ from wiscat.shared.oaipmh.dates import shifted
 from wiscat.shared.oaipmh.errors import OAIError, error_for_code
 from wiscat.shared.oaipmh.namespaces import OAI_TAG, WISCAT_NS
 from wiscat.shared.text import clipped
+from wiscat.shared.urls import http_url
 
 log = logging.getLogger("wiscat.harvester.pages")
 
@@ -156,7 +157,7 @@ class IdentifyInfo:
     compression: tuple[str, ...]
     # the peer's lists show a datestamp second only once all of it is visible (a wiscat provider)
     whole_seconds: bool = False
-    # the absolute URL of the peer's stream of change hints, where it advertises one
+    # the URL of the peer's stream of change hints (docs/links.md#change-hints), if it has one
     changes_url: str | None = None
 
     @property
@@ -514,12 +515,18 @@ def read_identify(body: bytes) -> IdentifyInfo:
             guarantee.get("datestamps") == "whole-seconds"
             for guarantee in identify.iterfind(f"{OAI_TAG}description/{{{WISCAT_NS}}}listGuarantee")
         ),
-        changes_url=next(
-            (
-                url.strip()
-                for changes in identify.iterfind(f"{OAI_TAG}description/{{{WISCAT_NS}}}changes")
-                if (url := changes.get("url"))
-            ),
-            None,
-        ),
+        changes_url=_changes_url(identify),
     )
+
+
+def _changes_url(identify: etree._Element) -> str | None:
+    """The absolute http(s) URL of the first ``wiscat:changes`` description; None without one
+    (or with one that is not such a URL: the peer is polled as any other)."""
+    for stream in identify.iterfind(f"{OAI_TAG}description/{{{WISCAT_NS}}}changes"):
+        url = (stream.get("url") or "").strip()
+        if http_url(url) is not None:
+            return url
+        log.warning(
+            "Identify gives a change-hint stream that is no http(s) URL: %r", clipped(url, 200)
+        )
+    return None

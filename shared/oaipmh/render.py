@@ -342,6 +342,7 @@ def identify(
     deleted_record: str,
     compression: Sequence[str] = (),
     whole_seconds: bool = False,
+    changes_url: str | None = None,
 ) -> bytes:
     """The content of ``<Identify>``, in the order §4.2 and the schema require.
 
@@ -350,8 +351,9 @@ def identify(
     modifications, or deletions in the repository"), deletedRecord (``no``, ``transient`` or
     ``persistent``), granularity ``YYYY-MM-DDThh:mm:ssZ``, and the compression encodings offered
     besides identity. With ``whole_seconds`` a description says the lists' datestamp guarantee
-    (:data:`WISCAT_NS`). Raises ValueError without an admin email or for another deletedRecord
-    value.
+    (:data:`WISCAT_NS`); with ``changes_url`` another gives the URL of the stream of change
+    hints (docs/links.md#change-hints). Raises ValueError without an admin email or for another
+    deletedRecord value.
     """
     if not admin_emails:
         raise ValueError("Identify needs at least one adminEmail (§4.2)")
@@ -374,6 +376,12 @@ def identify(
             description, f"{{{WISCAT_NS}}}listGuarantee", nsmap={"wiscat": WISCAT_NS}
         )
         guarantee.set("datestamps", "whole-seconds")
+    if changes_url is not None:
+        description = etree.SubElement(holder, OAI_TAG + "description")
+        stream = etree.SubElement(
+            description, f"{{{WISCAT_NS}}}changes", nsmap={"wiscat": WISCAT_NS}
+        )
+        stream.set("url", changes_url)
     return _content(holder)
 
 

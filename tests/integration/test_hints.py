@@ -341,7 +341,7 @@ async def test_hints_off_for_a_link_and_for_the_node(pair: Pair, peer: HintPeer)
         await until(lambda: stream_closed(peer), 5, "the stream of a disabled link closed")
     await link_store.set_enabled(pair.sink, "test", True)
     asked = len(peer.asked)
-    async with harvesting(fast(pair.ctx, hints_enabled=False)):  # WISCAT_HINTS=false
+    async with harvesting(fast(pair.ctx, hints=False)):  # WISCAT_HINTS=false
         await asyncio.sleep(2.0)
     assert len(peer.asked) == asked, "a stream with WISCAT_HINTS=false"
 
@@ -384,7 +384,7 @@ async def test_the_operator_sees_the_stream_and_its_last_error(pair: Pair, peer:
             assert subscription["url"] == peer.changes and subscription["last_hint_at"]
             assert "connected since" in dashboard
             assert 'wiscat_link_hint_stream_connected{link="test"} 1.0' in metrics
-            assert "wiscat_hint_streams_open 1.0" in metrics
+            assert "wiscat_hint_subscriptions_open 1.0" in metrics
             assert 'wiscat_hint_runs_total{link="test"}' in metrics
             assert 'wiscat_hint_latency_seconds_count{link="test"}' in metrics
             peer.stream = refused

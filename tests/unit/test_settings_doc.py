@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from tools import settings_doc
-from wiscat.shared.setting_errors import variable_of
 from wiscat.shared.settings import Settings
 
 
@@ -18,4 +17,4 @@ def test_every_setting_has_a_row_of_one_or_two_sentences() -> None:
     for name, field in Settings.model_fields.items():
         assert field.description, f"{name} has no description in shared/settings.py"
         assert len(field.description) <= 300, f"{name}: a row of at most two sentences"
-        assert f"| `{variable_of(name)}` |" in page
+        assert f"| `WISCAT_{name.upper()}` |" in page

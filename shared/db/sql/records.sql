@@ -521,3 +521,19 @@ where lead.datestamp >= $2::timestamptz and lead.datestamp < $3::timestamptz
 -- writer ($1 'on': lxml wrote them, so they hold no character XML 1.0 does not allow) or are to
 -- be checked as they are written ('off'): migration 0009's trigger reads it.
 select set_config('wiscat.xml_checked', $1, true)
+
+-- name: changed_sets --
+-- The sets in which a datestamp lies after $1 and at or before $2 (a change hint's range), and
+-- the union set $3 when a record's does: one index probe a set (set_members_keyset), one for
+-- the records (records_keyset).
+select s.spec
+from sets s
+where exists (
+    select 1 from set_members m
+    where m.set_spec = s.spec and m.datestamp > $1::timestamptz and m.datestamp <= $2::timestamptz
+)
+union all
+select $3::text
+where exists (
+    select 1 from records r where r.datestamp > $1::timestamptz and r.datestamp <= $2::timestamptz
+)
