@@ -56,7 +56,7 @@ def documented_default(field: FieldInfo) -> str:
     value = field.default
     if value is None:
         return "unset"
-    if value == "" or value == ():
+    if value == "":
         return "empty"
     if isinstance(value, bool):
         return f"`{str(value).lower()}`"
