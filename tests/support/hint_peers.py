@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import dataclasses
 import json
+import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
@@ -83,7 +84,16 @@ async def open_stream(request: web.Request) -> web.StreamResponse:
     return response
 
 
-def with_changes(identify: bytes, url: str) -> bytes:
+def with_changes(identify: bytes, url: str | None) -> bytes:
+    """``identify`` advertising the stream ``url`` (None: none), instead of the provider's own."""
+    identify = re.sub(
+        rb"<description>(?:(?!</description>).)*:changes .*?</description>",
+        b"",
+        identify,
+        flags=re.S,
+    )
+    if url is None:
+        return identify
     description = (
         f'<description><wiscat:changes xmlns:wiscat="{WISCAT_NS}" url="{url}"/></description>'
     ).encode()
@@ -105,8 +115,8 @@ async def hint_peer(target: str) -> AsyncIterator[HintPeer]:
                         return answered
             async with http.get(target, params=request.query) as response:
                 body = await response.read()
-            if request.query.get("verb") == "Identify" and peer.advertise:
-                body = with_changes(body, peer.changes)
+            if request.query.get("verb") == "Identify":
+                body = with_changes(body, peer.changes if peer.advertise else None)
             return web.Response(body=body, content_type="text/xml")
 
         async def changes(request: web.Request) -> web.StreamResponse:
