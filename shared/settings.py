@@ -163,11 +163,12 @@ class Settings(HintSettings, BaseSettings):
         "link's last run and each check's latest report always); 0: forever",
     )
     settle_seconds: float = Field(
-        default=5.0,
+        default=0.5,
         ge=0,
         le=3600,
         description="a fresh write stays out of lists this long and until its whole second has "
-        "passed; the same value in every process of a node, 0 for tests only",
+        "passed: a margin for the database clock stepping back (docs/design.md); the same "
+        "value in every process of a node, 0 for tests only",
     )
     provider_host: str = Field(
         default="127.0.0.1",
@@ -586,5 +587,6 @@ class Settings(HintSettings, BaseSettings):
     def write_timeout_seconds(self) -> float:
         """Bound on one harvester write statement: a page held up (on a lock held elsewhere)
         fails its run, retried at the next, rather than hold every list back (a list stops
-        before the oldest write transaction in progress, invariant 2)."""
-        return max(self.settle_seconds / 2, 0.5)
+        before the oldest write transaction in progress, invariant 2); at least 2.5 s, which a
+        page of 1000 records may take on a busy node."""
+        return max(self.settle_seconds / 2, 2.5)

@@ -299,6 +299,7 @@ class Hints:
 
     async def _check_loop(self) -> None:
         wait: float | None = None
+        failing = False  # logged once a streak of failures, and once at its end
         while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.due.wait(), wait)
@@ -308,8 +309,19 @@ class Hints:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                log.warning("change hints: cannot look for changes: %s: %s", kind_of(exc), exc)
+                if not failing:
+                    log.warning(
+                        "change hints: cannot look for changes (tried again every %g s): %s: %s",
+                        FAILED_RETRY,
+                        kind_of(exc),
+                        exc,
+                    )
+                failing = True
                 wait = FAILED_RETRY
+            else:
+                if failing:
+                    log.info("change hints: looking for changes again")
+                failing = False
 
     async def _check(self) -> float | None:
         """Tell the streams of the changes lists show now that were not looked for yet; how

@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 from tests.e2e.nodes import Node
 from tests.e2e.test_harvester_killed import content
 from tests.support import factories
+from tests.support.events import open_stream
 from tests.support.harvest_pair import sink_settings
 from tests.support.oai_client import NS, oai_get
 from tests.support.pg import clone_template, drop_database, with_database
@@ -148,3 +149,26 @@ async def test_a_provider_and_a_harvester_work_through_pgbouncer(
             await source.stop()
         await sink.close()
         await drop_database(template_ready, sink_url)
+
+
+async def test_hints_arrive_from_a_provider_behind_pgbouncer(
+    database_url: str, template_ready: str
+) -> None:
+    """A ``wiscat provider`` behind PgBouncer in transaction mode LISTENs over
+    WISCAT_DATABASE_SESSION_URL (LISTEN through the pooler receives nothing): a write made
+    through PgBouncer is hinted."""
+    async with running_pgbouncer(template_ready) as bouncer:
+        pooled = with_database(bouncer, name_of(database_url))
+        writer = await create_pool(pooled, max_size=2, statement_cache=0)
+        source = Node("TEST", pooled, extra=POOLED | {"WISCAT_DATABASE_SESSION_URL": database_url})
+        try:
+            await source.start("provider", f"http://127.0.0.1:{source.provider_port}/readyz")
+            async with open_stream(source.oai + "/changes", sets=(SOURCE_SET,)) as events:
+                await asyncio.sleep(1)  # the provider's listener is up
+                for n in range(3):
+                    await factories.load_records(writer, SOURCE_SET, [n])
+                    event = await events.next(5)
+                    assert (event.kind, event.json["sets"]) == ("change", [SOURCE_SET])
+        finally:
+            await source.stop()
+            await writer.close()

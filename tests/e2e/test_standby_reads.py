@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from tests.support import factories
+from tests.support.events import open_stream
 from tests.support.harvest_pair import SOURCE_SET, content, link_to, sink_settings
 from tests.support.oai_client import oai_get
 from tests.support.pg import clone_template, drop_database
@@ -184,3 +185,42 @@ async def test_a_url_whose_hosts_hold_no_primary_is_refused_with_the_reason(
         "cannot connect to the database: None of the hosts match the target attribute "
         "requirement <SessionAttribute.read_write: 'read-write'>"
     )
+
+
+async def test_a_change_hint_waits_until_the_standby_lists_the_change(
+    servers: tuple[Server, Server],
+) -> None:
+    """The provider LISTENs on the primary (a standby refuses LISTEN) and hints a change only
+    once the standby its lists are read from has replayed it (docs/links.md#change-hints)."""
+    primary, standby = servers
+    source = await create_pool(primary.url(DATABASE), max_size=4)
+    hinted = "WIS-GISC-HINTED"
+    try:
+        async with (
+            running_provider(
+                primary.url(DATABASE),
+                database_read_url=standby.url(DATABASE),
+                read_replay_wait_seconds=0.3,
+            ) as provider,
+            open_stream(provider.oai + "/changes", sets=(hinted,)) as events,
+        ):
+            await asyncio.wait_for(provider.app.state.provider.hints.listening.wait(), 5)
+            await caught_up(primary, standby, DATABASE)
+            await pause_replay(standby, DATABASE)
+            try:
+                [identifier] = await factories.load_records(source, hinted, [3000])
+                await events.none_within(3)  # committed, but not on the standby
+            finally:
+                await resume_replay(standby, DATABASE)
+            event = await events.next(5)
+            assert (event.kind, event.json["sets"]) == ("change", [hinted])
+            answer = await oai_get(
+                provider.oai,
+                verb="ListIdentifiers",
+                metadataPrefix="iso19139",
+                set=hinted,
+                until=event.json["until"],
+            )
+            assert identifier in answer.body.decode()
+    finally:
+        await source.close()

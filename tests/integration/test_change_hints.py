@@ -18,6 +18,7 @@ from tests.support.oai_validation import validate_oai
 from tests.support.servers import running_provider
 from wiscat.shared.db.pool import Pool
 from wiscat.shared.oaipmh.pages import read_identify
+from wiscat.shared.settings import Settings
 
 OWN = "WIS-GISC-TEST"
 OTHER = "WIS-GISC-OTHER"
@@ -118,7 +119,7 @@ async def test_last_event_id_resumes_or_tells_to_catch_up(db: Pool, database_url
             event = await events.next(1)
             assert event.kind == "change"
             assert set(event.json["sets"]) == {OWN, OTHER, "WIS-CATALOGUE"}
-        for garbage in ("42", "2026-13-45T99:00:00Z", "2026-11-28", "x" * 40):
+        for garbage in ("42", "2026-13-45T99:00:00Z", "2026-11-28", "x" * 4000):
             async with open_stream(url, headers={"Last-Event-ID": garbage}) as events:
                 event = await events.next(1)
                 assert event.kind == "catch-up", garbage
@@ -181,6 +182,13 @@ async def test_stream_bounds_and_bad_requests(database_url: str) -> None:
             async with http.get(url + "?" + query) as bad:
                 assert bad.status == 400, query
                 assert reason in await bad.text()
+    async with (
+        running_provider(database_url, hints_max_streams=2) as provider,
+        aiohttp.ClientSession() as http,
+    ):
+        url = provider.oai + "/changes"
+        async with open_stream(url), open_stream(url), http.get(url) as refused:
+            assert refused.status == 503  # the process's bound, whoever asks
 
 
 async def test_shutdown_does_not_wait_for_open_streams(database_url: str) -> None:
@@ -217,3 +225,21 @@ async def test_hints_off(database_url: str) -> None:
         assert read_identify(answer.body).changes_url is None
         async with http.get(provider.oai + "/changes") as response:
             assert response.status == 404
+
+
+async def test_with_the_default_settle_window_a_write_is_hinted_within_two_seconds(
+    db: Pool, database_url: str
+) -> None:
+    """The latency budget (docs/design.md): the settle window (0.5 s) and the rest of the
+    write's second, then the hint."""
+    settle = Settings.model_fields["settle_seconds"].default
+    async with (
+        running_provider(database_url, settle_seconds=settle) as provider,
+        open_stream(provider.oai + "/changes", sets=(OWN,)) as events,
+    ):
+        await asyncio.wait_for(provider.app.state.provider.hints.listening.wait(), 5)
+        for n in range(3):
+            written = time.monotonic()
+            await factories.load_records(db, OWN, [n])
+            assert (await events.next(5)).kind == "change"
+            assert time.monotonic() - written < 2.0

@@ -424,3 +424,33 @@ def test_a_page_with_two_resumption_tokens_is_malformed() -> None:
     )
     with pytest.raises(MalformedResponse, match="two resumptionTokens"):
         read_all(body)
+
+
+def _identify_with(descriptions: str) -> bytes:
+    return fixture("Identify.xml").replace(b"</Identify>", descriptions.encode() + b"</Identify>")
+
+
+@pytest.mark.parametrize(
+    ("descriptions", "url"),
+    [
+        ("", None),
+        (
+            '<description><wiscat:changes xmlns:wiscat="urn:wiscat:oai-pmh:1" '
+            'url=" https://peer.example/oai/changes "/></description>',
+            "https://peer.example/oai/changes",
+        ),
+        (  # not a URL of http(s): the first that is
+            '<description><wiscat:changes xmlns:wiscat="urn:wiscat:oai-pmh:1" '
+            'url="file:///etc/passwd"/></description>'
+            '<description><wiscat:changes xmlns:wiscat="urn:wiscat:oai-pmh:1" '
+            'url="http://peer.example/changes"/></description>',
+            "http://peer.example/changes",
+        ),
+        (  # another namespace's element of the name
+            '<description><changes xmlns="urn:other" url="http://x.example/c"/></description>',
+            None,
+        ),
+    ],
+)
+def test_identify_gives_the_peer_s_change_hint_stream(descriptions: str, url: str | None) -> None:
+    assert read_identify(_identify_with(descriptions)).changes_url == url
