@@ -26,13 +26,11 @@ import logging
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 
-import asyncpg
-
 from wiscat.provider.lists import Lists
 from wiscat.provider.metrics import ProviderMetrics
 from wiscat.shared.db import records as store
 from wiscat.shared.db.errors import kind_of
-from wiscat.shared.db.pool import connect
+from wiscat.shared.db.pool import Session, connect
 from wiscat.shared.oaipmh.dates import Granularity, format_datestamp, parse_datestamp
 from wiscat.shared.oaipmh.errors import BadArgument
 from wiscat.shared.settings import UNION_SET, Settings
@@ -258,7 +256,7 @@ class Hints:
         heartbeat = self.settings.hints_heartbeat_seconds
         failed = False  # the session failed since it was first up
         while True:
-            conn: asyncpg.Connection | None = None
+            conn: Session | None = None
             try:
                 conn = await connect(self.listen_url)
                 lost = asyncio.Event()

@@ -184,7 +184,8 @@ async def connect(url: str) -> asyncpg.Connection:
     return conn
 
 
-# Types for annotations beyond this package (which never imports asyncpg itself): a pool, and a
-# connection as either asyncpg.connect() or pool.acquire() gives it.
+# Types for annotations beyond this package (which never imports asyncpg itself): a pool, a
+# connection as either asyncpg.connect() or pool.acquire() gives it, and one as connect() gives it.
 Pool = asyncpg.Pool
 Connection = asyncpg.Connection | PoolConnectionProxy
+Session = asyncpg.Connection
