@@ -18,8 +18,9 @@ class HintSettings(BaseModel):
     )
     hints: bool = Field(
         default=True,
-        description="serve the stream of change hints (/oai/changes) and advertise it in "
-        "Identify; false: no advertisement, and the route answers 404",
+        description="change hints: the provider serves its stream (/oai/changes) and advertises "
+        "it in Identify, the harvester subscribes to its peers' streams; false: neither (the "
+        "route answers 404, and links run on their schedule alone)",
     )
     hints_heartbeat_seconds: float = Field(
         default=15.0,

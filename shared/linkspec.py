@@ -92,6 +92,7 @@ def build_link(
     recovery: bool = False,
     by_registry: bool = False,
     own_base_url: str | None = None,
+    hints: bool = True,
 ) -> NewLink:
     """Check a link definition and fill in its defaults.
 
@@ -156,6 +157,7 @@ def build_link(
         window_slices=window_slices,
         enabled=enabled,
         recovery=recovery,
+        hints=hints,
     )
 
 
@@ -172,6 +174,7 @@ def changed_link(
     overlap: timedelta | None = None,
     window_slices: int | None = None,
     own_base_url: str | None = None,
+    hints: bool | None = None,
 ) -> NewLink:
     """``link`` with the changes given (None: unchanged; ``remote_set=""``: the peer's whole
     catalogue), checked as :func:`build_link` checks a new one. Its local set, recovery flag
@@ -208,4 +211,5 @@ def changed_link(
         recovery=link.recovery,
         by_registry=link.name.startswith(REGISTRY_LINK_PREFIX),
         own_base_url=own_base_url,
+        hints=link.hints if hints is None else hints,
     )

@@ -84,6 +84,11 @@ class Link:
     last_run_id: int | None
     last_success_at: datetime | None
     last_error: str | None
+    # harvest on a hint (docs/links.md): the operator's switch, a hint no run has served yet,
+    # and the earliest change that hint announced
+    hints: bool = True
+    hint_pending: bool = False
+    hint_until: datetime | None = None
 
     def as_json(self) -> dict[str, Any]:
         """The link as JSON, its URL's password, if any, shown as ``***`` (as everywhere)."""
@@ -106,6 +111,7 @@ class NewLink:
     window_slices: int = 24
     enabled: bool = True
     recovery: bool = False
+    hints: bool = True  # subscribe to the peer's hints, where it advertises them
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,9 @@ from typing import Any
 
 from wiscat.cli.arguments import DURATIONS, argument, command, group, limit
 from wiscat.cli.database import migrated_pool
+from wiscat.cli.link_show import add_parser as add_show_parser
 from wiscat.cli.output import show, table, when
+from wiscat.shared.db import hints as hint_store
 from wiscat.shared.db import links as link_store
 from wiscat.shared.db import refusals as refusal_store
 from wiscat.shared.db.pool import Pool
@@ -61,6 +63,7 @@ def add_parsers(sub: Any) -> None:
         ],
     )
     _add_manage_parsers(link)
+    add_show_parser(link)
     _add_history_parsers(link)
     p = command(
         link,
@@ -129,6 +132,11 @@ def _add_manage_parsers(link: Any) -> None:
     )
     p.add_argument("--disabled", action="store_true", help="add it disabled")
     p.add_argument(
+        "--no-hints",
+        action="store_true",
+        help="do not subscribe to the peer's change hints: its schedule alone runs it",
+    )
+    p.add_argument(
         "--recovery",
         action="store_true",
         help="a recovery link: restores the own set from another GISC",
@@ -177,6 +185,19 @@ def _add_manage_parsers(link: Any) -> None:
     p.add_argument("--full-every", type=_DURATION, help="new full re-harvest interval")
     p.add_argument("--overlap", type=_DURATION, help="new overlap")
     p.add_argument("--window-slices", type=int, help="new slices of the windowed re-harvest")
+    hints = p.add_mutually_exclusive_group()
+    hints.add_argument(
+        "--hints",
+        action="store_true",
+        default=None,
+        help="subscribe to the peer's change hints (the default)",
+    )
+    hints.add_argument(
+        "--no-hints",
+        dest="hints",
+        action="store_false",
+        help="do not: its schedule alone runs it",
+    )
     state = p.add_mutually_exclusive_group()
     state.add_argument("--enable", action="store_true", help="let the harvester run it again")
     state.add_argument(
@@ -249,6 +270,7 @@ async def cmd_link_add(settings: Settings, args: argparse.Namespace) -> int:
             enabled=not args.disabled,
             recovery=args.recovery,
             own_base_url=settings.base_url,
+            hints=not args.no_hints,
         )
     except LinkSpecError as exc:
         print(f"wiscat: link not added: {exc}", file=sys.stderr)
@@ -274,8 +296,18 @@ async def cmd_link_list(settings: Settings, args: argparse.Namespace) -> int:
     """``wiscat link list``: list links and their state."""
     async with migrated_pool(settings) as pool:
         found = await link_store.all_links(pool)
+        streams = await hint_store.all_streams(pool)
+    hinted = {
+        link.name: hint_store.subscription(link, streams.get(link.base_url), settings.hints)
+        for link in found
+    }
     if args.json:
-        print(json.dumps([link.as_json() for link in found], indent=2))
+        print(
+            json.dumps(
+                [{**link.as_json(), "subscription": hinted[link.name]} for link in found],
+                indent=2,
+            )
+        )
         return 0
     if not found:
         print("no links")
@@ -289,6 +321,7 @@ async def cmd_link_list(settings: Settings, args: argparse.Namespace) -> int:
             f"{format_duration(link.every)}/{format_duration(link.full_every)}",
             when(link.high_water_mark),
             when(link.last_success_at),
+            hinted[link.name]["state"],
             safe_url(link.base_url)
             + (f" prefix {link.metadata_prefix}" if link.metadata_prefix != "iso19139" else "")
             + (f" by {_BY[link.strategy]}" if link.strategy != "ListRecords" else "")
@@ -296,7 +329,17 @@ async def cmd_link_list(settings: Settings, args: argparse.Namespace) -> int:
         ]
         for link in found
     ]
-    headers = ["NAME", "ENABLED", "SET", "INTO", "EVERY/FULL", "HWM", "LAST OK", "URL / LAST ERROR"]
+    headers = [
+        "NAME",
+        "ENABLED",
+        "SET",
+        "INTO",
+        "EVERY/FULL",
+        "HWM",
+        "LAST OK",
+        "HINTS",
+        "URL / LAST ERROR",
+    ]
     print("\n".join(table(headers, rows)))
     return 0
 
@@ -321,6 +364,7 @@ _LINK_CHANGES = (
     "full_every",
     "overlap",
     "window_slices",
+    "hints",
 )
 
 
@@ -350,6 +394,7 @@ async def cmd_link_set(settings: Settings, args: argparse.Namespace) -> int:
                 overlap=args.overlap,
                 window_slices=args.window_slices,
                 own_base_url=settings.base_url,
+                hints=args.hints,
             )
         except LinkSpecError as exc:
             print(f"wiscat: link not changed: {exc}", file=sys.stderr)
@@ -385,6 +430,11 @@ async def cmd_link_set(settings: Settings, args: argparse.Namespace) -> int:
                 f"link {link.name}: every {format_duration(link.every)}, full every "
                 f"{format_duration(link.full_every)}, overlap {format_duration(link.overlap)}, "
                 f"window slices {link.window_slices}; its high-water mark stays"
+            )
+        if "hints" in changed:
+            print(
+                f"link {link.name} "
+                + ("takes its peer's change hints" if link.hints else "takes no change hints")
             )
         if args.enable or args.disable:
             await link_store.set_enabled(pool, link.name, bool(args.enable))

@@ -86,6 +86,38 @@ class HarvesterMetrics(ServiceMetrics):
             "Links being harvested now by this process",
             registry=self.registry,
         )
+        self.hint_streams = Gauge(
+            "wiscat_hint_subscriptions_open",
+            "Peers' streams of change hints this harvester process holds open, one per peer",
+            registry=self.registry,
+        )
+        self.hints = Counter(
+            "wiscat_hints_received",
+            "Change hints received, by peer (its base URL) and kind (change, catch-up, connected)",
+            ["peer", "kind"],
+            registry=self.registry,
+        )
+        self.hint_runs = Counter(
+            "wiscat_hint_runs",
+            "Runs a hint started (the link was due by a pending hint), by link",
+            ["link"],
+            registry=self.registry,
+        )
+        self.hint_latency = Histogram(
+            "wiscat_hint_latency_seconds",
+            "From a hinted change's datestamp bound (its until) to the end of the run that "
+            "stored it, by link",
+            ["link"],
+            buckets=(0.25, 0.5, 1, 2, 5, 10, 30, 60, 300, 3600),
+            registry=self.registry,
+        )
+        self.hint_stream_up = Gauge(
+            "wiscat_link_hint_stream_connected",
+            "For a link whose peer advertises a stream of change hints and that takes them: 1 "
+            "when the stream is connected, 0 when it is not",
+            ["link"],
+            registry=self.registry,
+        )
         self.check_items = Gauge(
             "wiscat_check_items",
             "Identifiers found by the latest consistency check, by check, peer and category "

@@ -176,9 +176,16 @@ class Scheduler:
             renew = functools.partial(session.renew, link.name, self.owner, self.lease)
             async with renewed(renew, link.name, self.lease):
                 # spread the first requests of links that fall due together
-                await asyncio.sleep(random.uniform(0, 0.5))
+                await asyncio.sleep(random.uniform(0, 0.5) if not session.hinted else 0)
+                if session.hinted:
+                    self.ctx.metrics.hint_runs.labels(link.name).inc()
                 report = await harvest_link(self.ctx, link, requested=link.run_requested)
                 failed = report.status != "ok"
+                if not failed and session.hinted_until is not None:
+                    latency = datetime.now(UTC) - session.hinted_until
+                    self.ctx.metrics.hint_latency.labels(link.name).observe(
+                        max(latency.total_seconds(), 0.0)
+                    )
         except asyncio.CancelledError:
             raise
         except DatabaseUnavailable as exc:
@@ -225,6 +232,8 @@ async def _give_back(
         await session.give_back(link.name, owner, next_run_at, link)
     except Exception:
         with contextlib.suppress(Exception):
-            await link_store.release_lease(pool, link.name, owner, next_run_at, link)
+            await link_store.release_lease(
+                pool, link.name, owner, next_run_at, link, hint_only=session.hint_only
+            )
     finally:
         await session.close()

@@ -14,12 +14,15 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from wiscat.harvester import wis2
 from wiscat.harvester.client import ClientSettings, OAIClient
 from wiscat.harvester.context import HarvestContext
+from wiscat.harvester.hints import Hints
 from wiscat.harvester.page_workers import PageReaders
 from wiscat.harvester.scheduled_checks import export_check_metrics, run_due_checks
 from wiscat.harvester.scheduler import Scheduler
 from wiscat.listen import listen
+from wiscat.shared.db import hints as hint_store
 from wiscat.shared.db import links as link_store
 from wiscat.shared.db.errors import DatabaseUnavailable
+from wiscat.shared.db.hints import HintStream, subscription
 from wiscat.shared.db.migrate import check_current, not_ready
 from wiscat.shared.db.pool import answered, create_pool
 from wiscat.shared.heap import one_arena
@@ -82,14 +85,14 @@ def health_app(ctx: HarvestContext) -> web.Application:
             return web.json_response({"ready": False, "reason": reason}, status=503)
         return web.json_response({"ready": True})
 
-    async def read_values() -> list[Link]:
+    async def read_values() -> tuple[list[Link], dict[str, HintStream]]:
         await export_check_metrics(ctx)
-        return await link_store.all_links(ctx.pool)
+        return await link_store.all_links(ctx.pool), await hint_store.all_streams(ctx.pool)
 
     async def metrics(request: web.Request) -> web.Response:
         now = time.time()
         try:
-            links = await answered(read_values(), ctx.settings.probe_timeout_seconds)
+            links, streams = await answered(read_values(), ctx.settings.probe_timeout_seconds)
         except DatabaseUnavailable as exc:
             # the process's own metrics are worth most during an outage: served all the same
             log.warning("metrics without the database's values: %s: %s", exc.kind, exc)
@@ -104,6 +107,7 @@ def health_app(ctx: HarvestContext) -> web.Application:
                 ctx.metrics.interval,
                 ctx.metrics.enabled,
                 ctx.metrics.created,
+                ctx.metrics.hint_stream_up,
             )
             for gauge in per_link:
                 gauge.clear()
@@ -111,6 +115,10 @@ def health_app(ctx: HarvestContext) -> web.Application:
                 ctx.metrics.interval.labels(link.name).set(link.every.total_seconds())
                 ctx.metrics.enabled.labels(link.name).set(link.enabled)
                 ctx.metrics.created.labels(link.name).set(link.created_at.timestamp())
+                hinted = subscription(link, streams.get(link.base_url), ctx.settings.hints)
+                if hinted["state"] in ("connected", "down"):  # its peer advertises a stream
+                    up = hinted["state"] == "connected"
+                    ctx.metrics.hint_stream_up.labels(link.name).set(up)
                 if link.last_success_at is not None:
                     last = link.last_success_at.timestamp()
                     ctx.metrics.last_success.labels(link.name).set(last)
@@ -153,6 +161,7 @@ async def serve_harvester(
         ctx.metrics.running.set_function(lambda: len(scheduler.running))
         checks = asyncio.create_task(run_due_checks(ctx, stop), name="checks")
         tasks = [checks]
+        tasks.append(asyncio.create_task(Hints(ctx, scheduler.wake).run(stop), name="hints"))
         if settings.wis2_broker_url and settings.wis2_centres:
             counts = wis2.Counts(metrics=ctx.metrics)
             tasks.append(

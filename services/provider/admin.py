@@ -20,6 +20,7 @@ from wiscat.provider.openapi import ADMIN, body, json_error
 from wiscat.provider.state import ProviderState, State
 from wiscat.shared import ingest
 from wiscat.shared.db import checks as check_store
+from wiscat.shared.db import hints as hint_store
 from wiscat.shared.db import links as link_store
 from wiscat.shared.db import refusals as refusal_store
 from wiscat.shared.db import wis2_serving as wis2_store
@@ -142,12 +143,30 @@ class LinkBody(_Body):
     window_slices: int = 24
     enabled: bool = True
     recovery: bool = False
+    hints: bool = True
 
 
 @router.get("/links", summary="List the links", response_model=list[models.LinkAnswer])
 async def list_links(state: ProviderState = Depends(require_admin)) -> JSONResponse:
     """Every link with its state."""
     return JSONResponse([link.as_json() for link in await link_store.all_links(state.pool)])
+
+
+@router.get(
+    "/links/{name}",
+    summary="Show a link",
+    response_model=models.LinkShown,
+    responses={404: json_error("no such link")},
+)
+async def show_link(name: str, state: ProviderState = Depends(require_admin)) -> JSONResponse:
+    """One link with its state and its subscription to its peer's change hints; 404 when
+    there is no such link."""
+    link = await link_store.get_link(state.pool, name)
+    if link is None:
+        raise HTTPException(404, f"no link named {name!r}")
+    stream = await hint_store.stream_of(state.pool, link.base_url)
+    hinted = hint_store.subscription(link, stream, state.settings.hints)
+    return JSONResponse({**link.as_json(), "subscription": hinted})
 
 
 @router.post(
@@ -175,6 +194,7 @@ async def add_link(body: LinkBody, state: ProviderState = Depends(require_admin)
             enabled=body.enabled,
             recovery=body.recovery,
             own_base_url=state.settings.base_url,
+            hints=body.hints,
         )
     except ValueError as exc:  # LinkSpecError and bad durations
         raise HTTPException(400, f"link refused: {exc}") from exc
@@ -201,6 +221,7 @@ class LinkChange(_Body):
     overlap: Duration | None = None
     window_slices: int | None = None
     enabled: bool | None = None
+    hints: bool | None = None
 
     @model_validator(mode="after")
     def _no_nulls(self) -> LinkChange:
@@ -254,6 +275,7 @@ async def change_link(
             overlap=_duration(body.overlap),
             window_slices=body.window_slices,
             own_base_url=state.settings.base_url,
+            hints=body.hints,
         )
     except ValueError as exc:  # LinkSpecError and bad durations
         raise HTTPException(400, f"link not changed: {exc}") from exc

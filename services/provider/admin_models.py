@@ -53,6 +53,29 @@ class LinkAnswer(BaseModel):
     last_run_id: int | None
     last_success_at: datetime | None
     last_error: str | None
+    hints: bool = Field(description="whether it takes its peer's change hints (--no-hints: not)")
+    hint_pending: bool = Field(description="a hint arrived that no run has started to serve yet")
+    hint_until: datetime | None = Field(description="the earliest change a pending hint named")
+
+
+class HintSubscription(BaseModel):
+    """Whether a link is subscribed to its peer's change hints (docs/links.md)."""
+
+    state: str = Field(
+        description="connected, down, not advertised, not yet looked at, off (WISCAT_HINTS=false), "
+        "off for this link, link disabled"
+    )
+    url: str | None = Field(None, description="the peer's stream, where it advertises one")
+    connected_since: datetime | None = None
+    last_hint_at: datetime | None = None
+    last_error: str | None = Field(None, description="why the stream last ended or failed")
+    last_error_at: datetime | None = None
+
+
+class LinkShown(LinkAnswer):
+    """A link, its state, and its subscription to its peer's change hints."""
+
+    subscription: HintSubscription
 
 
 class LinkChanged(LinkAnswer):

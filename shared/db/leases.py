@@ -42,6 +42,11 @@ class LeaseSession:
         # (its stuck holder's session still holds the lock), until that session lets it go
         self.session_held = False
         self.host: tuple[str, int] | None = None  # (host, slots) once a slot is taken
+        # the link's pending hint this run serves (docs/links.md, "Harvest on a hint"): whether
+        # there was one, the change it announced, and whether the hint alone made the link due
+        self.hinted = False
+        self.hinted_until: datetime | None = None
+        self.hint_only = False
 
     @classmethod
     async def open(cls, url: str) -> LeaseSession:
@@ -64,6 +69,9 @@ class LeaseSession:
         if row is None:
             return None
         self.session_held = bool(row["session_held"])
+        self.hinted = bool(row["hinted"])
+        self.hinted_until = row["hinted_until"]
+        self.hint_only = bool(row["hint_only"])
         return link_from_row(row)
 
     async def renew(self, name: str, owner: str, lease: timedelta) -> bool:
@@ -82,10 +90,13 @@ class LeaseSession:
 
     async def give_back(self, name: str, owner: str, next_run_at: datetime, leased: Link) -> None:
         """Give ``leased`` (the link as it was leased) back and schedule its next run at
-        ``next_run_at``, unless a run was asked for meanwhile: that one stays due. The row and
-        the session's locks are freed in one transaction."""
+        ``next_run_at``, unless a run was asked for meanwhile: that one stays due (and after a
+        run a hint alone started, the regular time stays). The row and the session's locks are
+        freed in one transaction."""
         async with self.conn.transaction():
-            await links.release_lease(self.conn, name, owner, next_run_at, leased)
+            await links.release_lease(
+                self.conn, name, owner, next_run_at, leased, hint_only=self.hint_only
+            )
             await self.conn.execute(_SQL["unlock_session"])
 
     async def close(self) -> None:

@@ -65,6 +65,7 @@ async def add_link(db: Executor, link: NewLink, *, set_kind: str = "remote") -> 
             link.window_slices,
             link.enabled,
             link.recovery,
+            link.hints,
         )
     except asyncpg.UniqueViolationError as exc:
         raise LinkExists(f"a link named {link.name!r} exists already") from exc
@@ -127,7 +128,8 @@ async def update_link(
     :func:`wiscat.shared.linkspec.changed_link`
     makes it), in one transaction; return the link as it now is and what changed: ``source``
     (peer, remote set, metadataPrefix or local set: high-water mark reset, full harvest next),
-    ``strategy``, ``schedule`` (intervals, overlap, window slices: the mark stays).
+    ``strategy``, ``schedule`` (intervals, overlap, window slices: the mark stays), ``hints``
+    (whether it takes its peer's hints).
 
     A new local set (of ``set_kind``; a link that files records under its remote set's name
     given another remote set) is refused with :class:`LinkHasRecords` while the link has records
@@ -163,6 +165,9 @@ async def update_link(
                 window_slices=new.window_slices,
             )
             changed.append("schedule")
+        if new.hints != link.hints:
+            row = await set_hints(conn, link.name, new.hints)
+            changed.append("hints")
     if row is None:
         raise LinkGone(f"no link named {link.name!r}")
     return row, changed
@@ -172,6 +177,19 @@ async def set_enabled(db: Executor, name: str, enabled: bool) -> Link | None:
     """Enable or disable the link ``name``; None if there is none."""
     row = await db.fetchrow(_SQL["set_link_enabled"], name, enabled)
     return _link(row) if row else None
+
+
+async def set_hints(db: Executor, name: str, hints: bool) -> Link | None:
+    """Subscribe the link ``name`` to its peer's hints, or not; None if there is none."""
+    row = await db.fetchrow(_SQL["set_link_hints"], name, hints)
+    return _link(row) if row else None
+
+
+async def hint(db: Executor, name: str, until: datetime | None) -> bool:
+    """A hint for link ``name``: its normal run is due now (once, however many hints come
+    before it starts); ``until`` is the change's datestamp bound (None: a catch-up). False
+    when the link is gone, disabled or takes no hints."""
+    return await db.fetchval(_SQL["hint_link"], name, until) is not None
 
 
 async def set_strategy(db: Executor, name: str, strategy: str) -> Link | None:
@@ -194,11 +212,18 @@ async def renew_lease(db: Executor, name: str, owner: str, lease: timedelta) -> 
 
 
 async def release_lease(
-    db: Executor, name: str, owner: str, next_run_at: datetime, leased: Link
+    db: Executor,
+    name: str,
+    owner: str,
+    next_run_at: datetime,
+    leased: Link,
+    *,
+    hint_only: bool = False,
 ) -> None:
     """Release ``leased`` (the link as it was leased) and schedule its next run, unless a run
-    was requested meanwhile: that one stays due."""
-    await db.execute(_SQL["release_lease"], name, owner, next_run_at, leased.next_run_at)
+    was requested meanwhile: that one stays due. After a run a hint alone started
+    (``hint_only``) the link's regular time stays as it was."""
+    await db.execute(_SQL["release_lease"], name, owner, next_run_at, leased.next_run_at, hint_only)
 
 
 async def close_abandoned_runs(db: Executor, link: str) -> list[int]:

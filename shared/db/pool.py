@@ -184,7 +184,7 @@ async def connect(url: str) -> asyncpg.Connection:
     return conn
 
 
-# Types for annotations beyond this package (which never imports asyncpg itself): a pool, and a
+# Types for annotations beyond this package (which never imports asyncpg itself): a pool, a
 # connection as either asyncpg.connect() or pool.acquire() gives it.
 Pool = asyncpg.Pool
 Connection = asyncpg.Connection | PoolConnectionProxy

@@ -145,6 +145,18 @@ CREATE SEQUENCE public.harvest_runs_id_seq
 
 ALTER SEQUENCE public.harvest_runs_id_seq OWNED BY public.harvest_runs.id;
 
+CREATE TABLE public.hint_streams (
+    peer text NOT NULL,
+    url text,
+    holder text,
+    connected_since timestamp with time zone,
+    last_hint_at timestamp with time zone,
+    last_event_id text,
+    last_error text,
+    last_error_at timestamp with time zone,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
 CREATE TABLE public.links (
     name text NOT NULL,
     base_url text NOT NULL,
@@ -169,6 +181,9 @@ CREATE TABLE public.links (
     last_run_id bigint,
     last_success_at timestamp with time zone,
     last_error text,
+    hints boolean DEFAULT true NOT NULL,
+    hint_pending boolean DEFAULT false NOT NULL,
+    hint_until timestamp with time zone,
     CONSTRAINT links_name_check CHECK ((name ~ '^[A-Za-z0-9][A-Za-z0-9._-]*$'::text)),
     CONSTRAINT links_run_requested_check CHECK ((run_requested = ANY (ARRAY['incremental'::text, 'full'::text]))),
     CONSTRAINT links_strategy_check CHECK ((strategy = ANY (ARRAY['ListRecords'::text, 'ListIdentifiers'::text]))),
@@ -360,6 +375,9 @@ ALTER TABLE ONLY public.checks
 
 ALTER TABLE ONLY public.harvest_runs
     ADD CONSTRAINT harvest_runs_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY public.hint_streams
+    ADD CONSTRAINT hint_streams_pkey PRIMARY KEY (peer);
 
 ALTER TABLE ONLY public.links
     ADD CONSTRAINT links_pkey PRIMARY KEY (name);

@@ -129,6 +129,7 @@ def test_every_admin_json_answer_has_its_model() -> None:
         "PUT /admin/records/{identifier} 201 application/json": "RecordAnswer",
         "DELETE /admin/records/{identifier} 200 application/json": "RecordAnswer",
         "GET /admin/links 200 application/json": "LinkAnswer[]",
+        "GET /admin/links/{name} 200 application/json": "LinkShown",
         "GET /admin/links/{name}/refused 200 application/json": "RefusedAnswer[]",
         "POST /admin/links 201 application/json": "LinkAnswer",
         "PATCH /admin/links/{name} 200 application/json": "LinkChanged",

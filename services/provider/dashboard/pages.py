@@ -146,6 +146,7 @@ def link_row(link: LinkView, key: Key) -> list[str]:
         td(lag_text(link), "lag failed" if link.late else "lag"),
         counts_cell(link.counts, link.refusals),
         td(link.last_error, "err"),
+        td(link.hints, "hints"),
     ]
 
 
@@ -165,6 +166,7 @@ def links_section(links: list[LinkView], keys: dict[str, Key], admin: bool) -> s
         "lag",
         "last run's records",
         "last error",
+        "change hints",
     ]
     rows = [link_row(link, keys[link.name]) for link in links]
     if admin:

@@ -55,7 +55,7 @@ async def dashboard(
     registry: RegistryState | None = getattr(request.app.state, "registry", None)
     network = registry.node.network.name if registry and registry.node else None
     try:
-        view = await dashboard_view.load(state.pool, network, now)
+        view = await dashboard_view.load(state.pool, network, now, state.settings.hints)
     except BaseException:
         harvester.cancel()
         raise

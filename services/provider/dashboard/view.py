@@ -15,6 +15,7 @@ from wiscat.shared.db import links as link_store
 from wiscat.shared.db import overview
 from wiscat.shared.db import registry as registry_store
 from wiscat.shared.db import wis2_serving as wis2_store
+from wiscat.shared.db.hints import hint_state
 from wiscat.shared.db.pool import Pool
 from wiscat.shared.urls import safe_url
 
@@ -38,6 +39,7 @@ class LinkView:
     counts: dict[str, int | None]
     last_error: str
     refusals: dict[str, int] = field(default_factory=dict)  # the last run's, by reason code
+    hints: str = ""  # its subscription to its peer's change hints, in a few words
 
     @property
     def last_run(self) -> datetime | None:
@@ -116,7 +118,20 @@ class DashboardView:
         ]
 
 
-def link_view(row: dict[str, Any], now: datetime) -> LinkView:
+def hints_text(row: dict[str, Any], hints_on: bool) -> str:
+    """The link's subscription: its state, since when, its last hint and its last error."""
+    stream = (row["hint_known"], row["hint_url"] is not None, bool(row["hint_connected_since"]))
+    state = text = hint_state(hints_on, (row["hints"], row["enabled"]), stream)
+    if state == "connected":
+        text += f" since {row['hint_connected_since']:%Y-%m-%d %H:%M:%S}"
+    if state in ("connected", "down") and row["last_hint_at"]:
+        text += f", last hint {row['last_hint_at']:%Y-%m-%d %H:%M:%S}"
+    if state in ("connected", "down") and row["hint_error"]:
+        text += f"; last error {row['hint_error_at']:%Y-%m-%d %H:%M:%S}: {row['hint_error']}"
+    return text
+
+
+def link_view(row: dict[str, Any], now: datetime, hints_on: bool = True) -> LinkView:
     success = row["last_success_at"]
     lag = (now - success).total_seconds() if success else None
     age = (now - row["created_at"]).total_seconds()
@@ -134,6 +149,7 @@ def link_view(row: dict[str, Any], now: datetime) -> LinkView:
         counts={name: row[name] for name in COUNTS},
         last_error=row["last_error"] or "",
         refusals=json.loads(row["refusals"]) if row["refusals"] else {},
+        hints=hints_text(row, hints_on),
     )
 
 
@@ -189,11 +205,14 @@ async def registry_view(pool: Pool, network: str | None) -> RegistryView:
     )
 
 
-async def load(pool: Pool, network: str | None, now: datetime) -> DashboardView:
-    """The dashboard as of ``now``; ``network``: the registry network this node is in."""
+async def load(
+    pool: Pool, network: str | None, now: datetime, hints_on: bool = True
+) -> DashboardView:
+    """The dashboard as of ``now``; ``network``: the registry network this node is in;
+    ``hints_on``: WISCAT_HINTS."""
     reports = await check_store.recent_reports(pool, None, 10)
     durations, lags, failed = history_series(await overview.run_history(pool, 7))
-    links = [link_view(row, now) for row in await overview.links_overview(pool)]
+    links = [link_view(row, now, hints_on) for row in await overview.links_overview(pool)]
     return DashboardView(
         now=now,
         links=links,

@@ -1,8 +1,8 @@
 -- name: insert_link --
 -- Create a link.
 insert into links (name, base_url, remote_set, local_set, metadata_prefix, strategy, every,
-                   full_every, overlap, window_slices, enabled, recovery)
-values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+                   full_every, overlap, window_slices, enabled, recovery, hints)
+values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
 returning *
 
 -- name: get_link --
@@ -45,6 +45,21 @@ returning *
 -- Enable or disable a link.
 update links set enabled = $2 where name = $1 returning *
 
+-- name: set_link_hints --
+-- Subscribe a link to its peer's hints, or not (a pending hint is dropped with them).
+update links set hints = $2, hint_pending = hint_pending and $2,
+    hint_until = case when $2 then hint_until end
+where name = $1 returning *
+
+-- name: hint_link --
+-- A hint for link $1 (docs/links.md, "Harvest on a hint"): its normal run is due now, once,
+-- however many hints come before that run starts; $2, the change's datestamp bound (null: a
+-- catch-up), keeps the earliest one pending. Nothing else moves: not the high-water mark, not the
+-- regular next run. Only an enabled link that takes hints: whether it was one.
+update links set hint_pending = true, hint_until = least(hint_until, $2)
+where name = $1 and enabled and hints
+returning name
+
 -- name: set_link_strategy --
 -- Harvest a link by ListRecords or by ListIdentifiers + GetRecord; its source and records are
 -- the same, so its high-water mark stays.
@@ -67,10 +82,11 @@ returning name
 -- name: release_lease --
 -- Release a lease and schedule the next run at $3. A run asked for while this one ran ("harvest
 -- now", a changed source: next_run_at is no longer $4, its value when the lease was taken) is
--- kept, and falls due at once.
+-- kept, and falls due at once. With $5 (a run a hint started before the link's regular time)
+-- the regular time stays as it was: a hint never moves the schedule.
 update links
 set lease_owner = null, lease_expires = null,
-    next_run_at = case when next_run_at is distinct from $4 then next_run_at else $3 end,
+    next_run_at = case when next_run_at is distinct from $4 or $5 then next_run_at else $3 end,
     run_requested = case when next_run_at is distinct from $4 then run_requested end
 where name = $1 and lease_owner = $2
 

@@ -10,13 +10,17 @@ group by s.spec, s.kind
 order by s.kind = 'own' desc, s.spec
 
 -- name: links_overview --
--- Each link with its last run.
+-- Each link with its last run and its peer's stream of change hints.
 select l.name, l.base_url, l.remote_set, l.local_set, l.enabled, l.every, l.created_at,
        l.last_success_at, l.last_error, l.high_water_mark, l.run_requested,
        r.id as run_id, r.mode, r.status, r.started_at, r.finished_at, r.added, r.updated,
-       r.unchanged, r.deleted, r.refused, r.refusals, r.quarantined, r.error
+       r.unchanged, r.deleted, r.refused, r.refusals, r.quarantined, r.error,
+       l.hints, s.peer is not null as hint_known, s.url as hint_url,
+       s.connected_since as hint_connected_since, s.last_hint_at,
+       s.last_error as hint_error, s.last_error_at as hint_error_at
 from links l
 left join harvest_runs r on r.id = l.last_run_id
+left join hint_streams s on s.peer = l.base_url
 order by l.name
 
 -- name: arrivals_per_day --
