@@ -410,6 +410,8 @@ async def node_secret(db: Executor, name: str, *, size: int = 32) -> bytes:
     value = await db.fetchval(_SQL["get_secret"], name)
     if value is None:
         value = await db.fetchval(_SQL["put_secret_if_absent"], name, secrets.token_bytes(size))
+    if value is None:  # another process stored it after the statement's snapshot was taken
+        value = await db.fetchval(_SQL["get_secret"], name)
     return bytes(value)
 
 

@@ -1,5 +1,6 @@
-"""Two real nodes as processes, hints on (the default): a record ingested at A reaches B within
-seconds, though B's link to A runs hourly (docs/links.md, "Harvest on a hint")."""
+"""Two real nodes as processes, hints on (the other e2e nodes turn them off): a record ingested
+at A reaches B within seconds, though B's link to A runs hourly (docs/links.md, "Harvest on a
+hint")."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ async def test_a_record_ingested_at_a_reaches_b_in_seconds_on_an_hourly_link(
     make_node: NodeFactory, tmp_path: Path
 ) -> None:
     a, b = await make_node("ALPHA"), await make_node("BETA")
+    for node in (a, b):
+        node.extra["WISCAT_HINTS"] = "true"
     (tmp_path / "first").mkdir()
     (tmp_path / "first" / "r0.xml").write_bytes(generate_record(0, centre="alpha"))
     await a.wiscat("ingest", str(tmp_path / "first"))

@@ -186,7 +186,7 @@ async def test_link_set_to_the_same_source_keeps_the_high_water_mark(
     assert (code, out) == (2, "")
     assert err.endswith(
         "wiscat: nothing to change: give --url, --set, --prefix, --strategy, --every, "
-        "--full-every, --overlap, --window-slices, --enable or --disable\n"
+        "--full-every, --overlap, --window-slices, --hints, --enable or --disable\n"
     )
 
 
@@ -231,8 +231,8 @@ async def test_link_set_changes_the_prefix_and_the_schedule(make_node: NodeFacto
         _, listed, _ = await node.wiscat("link", "list")
         header, row = listed.splitlines()
         assert header.split() == [
-            "NAME", "ENABLED", "SET", "INTO", "EVERY/FULL", "HWM", "LAST", "OK", "URL", "/", "LAST",
-            "ERROR",
+            "NAME", "ENABLED", "SET", "INTO", "EVERY/FULL", "HWM", "LAST", "OK", "HINTS", "URL",
+            "/", "LAST", "ERROR",
         ]  # fmt: skip
         assert row.split()[4] == "10m/1d" and row.endswith(f"{PEER} prefix iso19139.wmo")
     finally:

@@ -38,7 +38,7 @@ async def test_settings_say_their_value_and_source_and_hide_secrets(tmp_path: Pa
     assert rows["WISCAT_GISC_NAME"] == ("environment", "ENVNODE")
     assert rows["WISCAT_PAGE_SIZE"] == (".env", "250")
     assert rows["WISCAT_BASE_URL"] == ("derived", "http://127.0.0.1:8190/oai")
-    assert rows["WISCAT_SETTLE_SECONDS"] == ("default", "5.0")
+    assert rows["WISCAT_SETTLE_SECONDS"] == ("default", "0.5")
     assert rows["WISCAT_ADMIN_TOKEN"] == ("environment", "(set)")
     assert rows["WISCAT_TOKEN_SECRET"] == ("default", "unset")
     assert rows["WISCAT_PROXY_URL"] == ("environment", "http://harvester:***@gate.internal:3128")

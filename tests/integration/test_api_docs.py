@@ -64,7 +64,7 @@ def test_schema_declares_the_admin_bearer_token() -> None:
         for method, operation in operations.items()
     }
     admin = {name: said for name, said in secured.items() if " /admin/" in name}
-    assert len(admin) == 18
+    assert len(admin) == 19
     assert set(map(str, admin.values())) == {str([{"adminToken": []}])}
     assert [name for name, said in secured.items() if said and name not in admin] == []
 

@@ -41,8 +41,8 @@ border-color:#b00020;background:#fdeeee}
 .strip .cell .sub{font-weight:400}td.link{white-space:nowrap}
 table.facts{width:auto}
 div.wide{overflow-x:auto}
-@media (max-width:1000px){th,td{padding:3px 4px}td.time,td.counts,td.link{white-space:normal}
-.err{min-width:8em}td.peer{overflow-wrap:anywhere}}
+@media (max-width:1400px){th,td{padding:3px 4px}td.time,td.counts,td.link{white-space:normal}
+.err{min-width:8em}td.peer,td.hints{overflow-wrap:anywhere}}
 pre.raw{white-space:pre-wrap;overflow-wrap:anywhere;background:#f7f7f7;padding:8px;
 border:1px solid #eee;font-size:12px}
 """

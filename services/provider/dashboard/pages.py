@@ -166,7 +166,7 @@ def links_section(links: list[LinkView], keys: dict[str, Key], admin: bool) -> s
         "lag",
         "last run's records",
         "last error",
-        "change hints",
+        "hints",
     ]
     rows = [link_row(link, keys[link.name]) for link in links]
     if admin:
