@@ -160,7 +160,11 @@ async def test_hints_arrive_from_a_provider_behind_pgbouncer(
     async with running_pgbouncer(template_ready) as bouncer:
         pooled = with_database(bouncer, name_of(database_url))
         writer = await create_pool(pooled, max_size=2, statement_cache=0)
-        source = Node("TEST", pooled, extra=POOLED | {"WISCAT_DATABASE_SESSION_URL": database_url})
+        source = Node(
+            "TEST",
+            pooled,
+            extra=POOLED | {"WISCAT_DATABASE_SESSION_URL": database_url, "WISCAT_HINTS": "true"},
+        )
         try:
             await source.start("provider", f"http://127.0.0.1:{source.provider_port}/readyz")
             async with open_stream(source.oai + "/changes", sets=(SOURCE_SET,)) as events:

@@ -162,6 +162,10 @@ async def finished_runs_are(pool: Pool, count: int) -> bool:
     return await finished_runs(pool) == count == await runs(pool)
 
 
+async def finished_runs_at_least(pool: Pool, count: int) -> bool:
+    return await finished_runs(pool) >= count
+
+
 async def test_a_hint_never_moves_the_high_water_mark(pair: Pair, peer: HintPeer) -> None:
     await link_to(pair.ctx, peer.url)
     async with harvesting(fast(pair.ctx)):
@@ -234,7 +238,8 @@ async def test_hints_lost_every_way_records_come_by_the_schedule(
     peer.stream = stream
     await link_to(pair.ctx, peer.url, every=timedelta(seconds=4), window_slices=0)
     async with harvesting(fast(pair.ctx)):
-        await until(lambda: finished_runs_are(pair.sink, 1), 10, "the first run")
+        # a stream that opens and breaks schedules a run on each connection: at least one
+        await until(lambda: finished_runs_at_least(pair.sink, 1), 10, "the first run")
         new = await factories.load_records(pair.source, SOURCE_SET, range(10, 15))
         peer.change([SOURCE_SET], now())  # lost: no good stream is open
         for identifier in new:  # the schedule brings them all the same
