@@ -19,7 +19,7 @@ from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from lxml import etree
@@ -102,15 +102,6 @@ class NotMinting(SubmitError):
     """This node holds no key that the (closed) network lists, so it cannot make blocks."""
 
     status = 503
-
-
-def node_root(base_url: str) -> str:
-    """A node's root URL from its OAI-PMH base URL (``.../oai`` dropped)."""
-    parts = urlsplit(base_url)
-    path = parts.path.rstrip("/")
-    if path.endswith("/oai"):
-        path = path[: -len("/oai")]
-    return urlunsplit((parts.scheme, parts.netloc, path, "", ""))
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,10 @@ from __future__ import annotations
 import re
 import ssl
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import aiohttp
+if TYPE_CHECKING:  # settings read this module, and a command need not load an HTTP client
+    import aiohttp
 
 # "[SSL: WRONG_VERSION_NUMBER] wrong version number (_ssl.c:1006)" -> "wrong version number"
 _OPENSSL_NOISE = re.compile(r"^\[[A-Z0-9_]+: [A-Z0-9_]+\] | \(_ssl\.c:\d+\)$")
@@ -44,8 +46,8 @@ def message(error: BaseException) -> str:
 def refusal(exc: aiohttp.ClientSSLError) -> str:
     """Why a TLS connection failed, in one line, with what the operator can do about it."""
     where = f"{exc.host}:{exc.port}"
-    if isinstance(exc, aiohttp.ClientConnectorCertificateError):
-        error = exc.certificate_error
+    error = getattr(exc, "certificate_error", None)  # aiohttp.ClientConnectorCertificateError
+    if error is not None:
         why = getattr(error, "verify_message", None) or message(error)
         if getattr(error, "verify_code", None) in _UNKNOWN_ISSUER:
             why += " (a private CA's certificates can be trusted with WISCAT_CA_FILE)"

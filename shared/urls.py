@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from urllib.parse import SplitResult, urlsplit
+from urllib.parse import SplitResult, urlsplit, urlunsplit
 
 # RFC 3986 §3.2: the authority follows "//" and ends at the first "/", "?" or "#"
 _AUTHORITY = re.compile(r"(?P<scheme>[^:/?#]*:)//(?P<authority>[^/?#]*)")
@@ -58,3 +58,12 @@ def local_endpoint(host: str, port: int) -> str:
     if every_address(host):
         host = "127.0.0.1"
     return f"http://{url_host(host)}:{port}/oai"
+
+
+def node_root(base_url: str) -> str:
+    """A node's root URL from its OAI-PMH base URL (``.../oai`` dropped)."""
+    parts = urlsplit(base_url)
+    path = parts.path.rstrip("/")
+    if path.endswith("/oai"):
+        path = path[: -len("/oai")]
+    return urlunsplit((parts.scheme, parts.netloc, path, "", ""))

@@ -1,4 +1,8 @@
-"""``wiscat registry ...``: the registry network's key files, this node's peers, a sync now."""
+"""``wiscat registry ...``: the registry network's key files, this node's peers, a sync now.
+
+The HTTP client and the registry node are imported by the two commands that use them: every
+``wiscat`` command imports this module, and needs neither (``cli/app.py`` says why).
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from wiscat.cli.arguments import command, group
@@ -27,9 +30,8 @@ from wiscat.shared.registry.keyfile import (
     parse_network,
     write_private_key,
 )
-from wiscat.shared.registry.safe_fetch import SafeFetcher
-from wiscat.shared.registry_node import NodeConfig, RegistryNode, node_root
 from wiscat.shared.settings import Settings
+from wiscat.shared.urls import node_root
 
 
 def add_parsers(sub: Any) -> None:
@@ -303,6 +305,9 @@ def _network_or_none(settings: Settings) -> Any:
 
 async def cmd_sync(settings: Settings, args: argparse.Namespace) -> int:
     """``wiscat registry sync``: announce to the tracker and pull from every peer now."""
+    from wiscat.shared.registry.safe_fetch import SafeFetcher
+    from wiscat.shared.registry_node import NodeConfig, RegistryNode
+
     network = _network_or_none(settings)
     if network is None:
         return 2
@@ -336,6 +341,8 @@ async def cmd_sync(settings: Settings, args: argparse.Namespace) -> int:
 async def cmd_announce_self(settings: Settings, args: argparse.Namespace) -> int:
     """``wiscat registry announce-self``: submit this node's own BASE_URL to the network, at this
     node's POST /urls."""
+    import aiohttp
+
     root = settings.registry_node_url or node_root(settings.base_url)
     timeout = aiohttp.ClientTimeout(total=settings.registry_fetch_timeout_seconds + 30)
     try:

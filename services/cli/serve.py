@@ -4,12 +4,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import logging
-from collections.abc import Iterator
 from typing import Any
-
-import uvicorn
 
 from wiscat.cli.arguments import command, port_number
 from wiscat.cli.database import migrated_database, quiet_database
@@ -87,19 +83,11 @@ async def cmd_migrate(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
-class _Server(uvicorn.Server):
-    """uvicorn, minus its own signal handling: the command owns the stop signals."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
-
-
 async def _serve_provider(
     settings: Settings, url: str, host: str, port: int, stop: asyncio.Event
 ) -> None:
     from wiscat.provider.app import create_app
-    from wiscat.provider.serving import provider_config
+    from wiscat.provider.serving import QuietServer, provider_config
 
     with listen(host, port, "the provider") as sock:
         app = create_app(settings, url)
@@ -115,7 +103,7 @@ async def _serve_provider(
             lifespan="on",
             timeout_graceful_shutdown=10,
         )
-        server = _Server(config)
+        server = QuietServer(config)
         watcher = asyncio.create_task(stop.wait())
         watcher.add_done_callback(lambda _: setattr(server, "should_exit", True))
         log.info("provider listening on http://%s:%d/oai", url_host(host), port)

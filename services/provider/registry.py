@@ -54,9 +54,9 @@ from wiscat.shared.registry_node import (
     NodeConfig,
     RegistryNode,
     SubmitError,
-    node_root,
 )
 from wiscat.shared.settings import Settings
+from wiscat.shared.urls import node_root
 
 log = logging.getLogger("wiscat.registry")
 

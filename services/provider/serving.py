@@ -20,6 +20,8 @@ URL parser counts in 16 bits); past the bound the answer is 414 and the connecti
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import uvicorn
@@ -37,6 +39,14 @@ HEAD = "wiscat.head"
 # bytes of request target read: a resumptionToken or identifier of hundreds of kilobytes still
 # gets its OAI-PMH answer
 MAX_REQUEST_TARGET = 1024 * 1024
+
+
+class QuietServer(uvicorn.Server):
+    """uvicorn, minus its own signal handling: the command owns the stop signals."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
 
 
 def provider_config(app: Any, header_timeout: float, **options: Any) -> uvicorn.Config:

@@ -12,17 +12,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
-
-from jsonschema import FormatChecker
-from jsonschema.protocols import Validator
-from jsonschema.validators import Draft202012Validator
+from typing import TYPE_CHECKING, Any
 
 from wiscat.shared.wcmp2.extents import DURATION
 from wiscat.shared.wcmp2.identifiers import CENTRE_ID, WCMP2_PREFIX
 from wiscat.shared.wcmp2.links import RELATIONS
 from wiscat.shared.wcmp2.parties import CONTACT_ROLES
 from wiscat.shared.wcmp2.vocabulary import DISCIPLINES, ESD_SCHEME
+
+if TYPE_CHECKING:
+    from jsonschema.protocols import Validator
 
 # the formats pywcmp checks (ets.py, test_requirement_validation)
 FORMATS = ("date-time", "email", "regex", "uri", "uri-reference")
@@ -31,7 +30,13 @@ SCHEMA_FILE = Path("~/.pywcmp/wcmp-2/wcmp2-bundled.json")
 
 
 def load_schema(path: Path) -> Validator:
-    """A validator of WMO's WCMP2 schema at ``path``; OSError or ValueError if it is none."""
+    """A validator of WMO's WCMP2 schema at ``path``; OSError or ValueError if it is none.
+
+    jsonschema is imported here, by the first schema loaded: every ``wiscat`` command imports
+    this module, and few check a schema."""
+    from jsonschema import FormatChecker
+    from jsonschema.validators import Draft202012Validator
+
     schema = json.loads(path.expanduser().read_bytes())
     Draft202012Validator.check_schema(schema)
     validator: Validator = Draft202012Validator(
