@@ -22,6 +22,7 @@ import os
 import random
 import signal
 from collections.abc import Iterator
+from datetime import datetime
 
 import pytest
 
@@ -42,6 +43,29 @@ CHANGES = 250  # records each change of the source touches: an incremental list 
 LEASE = 1.0  # the killed process's lease runs out this soon (env_for sets 2 s: overridden)
 LAST_RUN = "select max(id) from harvest_runs"
 PAGES_OF_RUN_AFTER = "select pages from harvest_runs where id > $1 order by id desc limit 1"
+MARK = "select high_water_mark, last_run_id from links where name = 'src'"
+
+
+async def mark_of(sink: Pool) -> tuple[datetime | None, int | None]:
+    """The link's high-water mark, and its last run."""
+    row = await sink.fetchrow(MARK)
+    assert row is not None
+    return row["high_water_mark"], row["last_run_id"]
+
+
+async def assert_mark_moved_with_a_whole_list(
+    sink: Pool, before: tuple[datetime | None, int | None]
+) -> None:
+    """Invariant 3 itself: the mark moves only when a run completes its list, and completing a
+    list sets the mark and the link's last run in one statement (links.sql, complete_list); a
+    mark moved while the last run stayed that of before the kill was moved mid-list, however
+    well the records below it happen to be covered (a wiscat source lists in datestamp order)."""
+    (mark, last_run), (mark_before, last_run_before) = await mark_of(sink), before
+    if mark != mark_before:
+        assert last_run != last_run_before, (
+            f"the mark moved from {mark_before} to {mark} in a run killed before its list was "
+            "complete"
+        )
 
 
 async def killed_after(sink_url: str, seconds: float) -> bool:
@@ -127,8 +151,10 @@ async def trial(
             # kills: a process takes about a second to start, so kill it from its start-up to
             # its end
             for _ in range(rng.randint(1, 3)):
+                before = await mark_of(sink)
                 if await killed_after(sink_url, rng.uniform(0.3, 3.0)):
                     break
+                await assert_mark_moved_with_a_whole_list(sink, before)
                 await assert_mark_is_covered(sink, source)
                 n = rng.randrange(RECORDS)
                 await factories.load_records(source, SOURCE_SET, [n], version=next(versions))
@@ -140,7 +166,9 @@ async def trial(
             assert code == 0, out
             await assert_mark_is_covered(sink, source)
             await change(source, ids, rng, versions)
+            before = await mark_of(sink)
             if not await killed_at_page(sink_url, sink, rng.randint(1, 3), rng.uniform(0, 0.3)):
+                await assert_mark_moved_with_a_whole_list(sink, before)
                 await assert_mark_is_covered(sink, source)
                 await asyncio.sleep(LEASE + 0.2)
         code, out = await wiscat(sink_url, "harvest", "src")
