@@ -112,7 +112,7 @@ base-images: podman ## build the Python, PostgreSQL and nginx base images from D
 # Builds the image from a clean copy of the checkout, starts compose.yaml as two GISCs, then
 # compose.ha.yaml and its failover (the base images are built first when missing or stale, kept
 # after): not part of make test; as root.
-test-containers: $(STAMP) podman ## the image built, compose.yaml and compose.ha.yaml started for real (podman; < 10 min)
+test-containers: $(STAMP) podman mosquitto ## the image built, compose.yaml and compose.ha.yaml started for real (podman; < 10 min)
 	timeout 1200 $(BIN)/pytest --timeout 1100 -s tests/containers
 
 test-unit: $(STAMP) ## the fast, pure tests only

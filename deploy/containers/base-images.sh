@@ -2,17 +2,19 @@
 # Base images from Debian's packages, for a build host that reaches Debian's package repositories
 # but no container registry: a Python 3.11 image with pip and venv (standing in for
 # python:3.11-slim), a PostgreSQL image (standing in for the postgres image of compose.yaml and
-# compose.ha.yaml) and an nginx image (standing in for compose.ha.yaml's load balancer). Each is
+# compose.ha.yaml), an nginx image (standing in for compose.ha.yaml's load balancer) and a
+# mosquitto image (the MQTT broker of compose.wis2.yaml, from Debian's package). Each is
 # a `debootstrap --variant=minbase` root file system imported with `podman import`, carrying this
 # host's CA certificates (pip then verifies TLS as the host does).
 #
 #   deploy/containers/base-images.sh            # build the images that are missing or stale
-#   deploy/containers/base-images.sh python     # only the Python one (or: postgres, nginx)
+#   deploy/containers/base-images.sh python     # only the Python one (or: postgres, nginx, mosquitto)
 #   REBUILD=1 deploy/containers/base-images.sh  # build them again
 #
 # Then: podman build --build-arg PYTHON_IMAGE=localhost/wiscat-base/python:3.11-bookworm ...
 # and POSTGRES_IMAGE=localhost/wiscat-base/postgres:15-bookworm,
-# LB_IMAGE=localhost/wiscat-base/nginx:1.22-bookworm for compose (docs/deploy.md).
+# LB_IMAGE=localhost/wiscat-base/nginx:1.22-bookworm for compose (docs/deploy.md), and
+# MOSQUITTO_IMAGE=localhost/wiscat-base/mosquitto:2-bookworm for compose.wis2.yaml.
 set -euo pipefail
 
 SUITE=${DEBIAN_SUITE:-bookworm}
@@ -20,6 +22,7 @@ MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 PYTHON_BASE=${PYTHON_BASE:-localhost/wiscat-base/python:3.11-$SUITE}
 POSTGRES_BASE=${POSTGRES_BASE:-localhost/wiscat-base/postgres:15-$SUITE}
 NGINX_BASE=${NGINX_BASE:-localhost/wiscat-base/nginx:1.22-$SUITE}
+MOSQUITTO_BASE=${MOSQUITTO_BASE:-localhost/wiscat-base/mosquitto:2-$SUITE}
 HERE=$(cd "$(dirname "$0")" && pwd)
 
 work=$(mktemp -d)
@@ -112,15 +115,32 @@ nginx_base() {
     echo "$NGINX_BASE"
 }
 
+mosquitto_base() {
+    rootfs mosquitto mosquitto,ca-certificates
+    local root=$work/mosquitto
+    # As the eclipse-mosquitto image: its configuration in /mosquitto/config (compose mounts
+    # it), its persistence in /mosquitto/data, written by the mosquitto user the broker drops to.
+    chroot "$root" install -d -o mosquitto -g mosquitto -m 0755 /mosquitto/data
+    install -d "$root/mosquitto/config"
+    tar -C "$root" -c . | podman import --quiet \
+        --change 'ENV LANG=C.UTF-8' \
+        --change 'CMD ["mosquitto", "-c", "/mosquitto/config/mosquitto.conf"]' \
+        --change 'EXPOSE 1883' \
+        --change "LABEL $RECIPE_LABEL=$(recipe mosquitto)" \
+        - "$MOSQUITTO_BASE" >/dev/null
+    echo "$MOSQUITTO_BASE"
+}
+
 # Built once and kept in podman's storage; at the same time when several are missing.
-[ $# -gt 0 ] || set -- python postgres nginx
+[ $# -gt 0 ] || set -- python postgres nginx mosquitto
 pids=()
 for which in "$@"; do
     case $which in
         python) image=$PYTHON_BASE ;;
         postgres) image=$POSTGRES_BASE ;;
         nginx) image=$NGINX_BASE ;;
-        *) echo "usage: $0 [python] [postgres] [nginx]" >&2; exit 2 ;;
+        mosquitto) image=$MOSQUITTO_BASE ;;
+        *) echo "usage: $0 [python] [postgres] [nginx] [mosquitto]" >&2; exit 2 ;;
     esac
     if [ -n "${REBUILD:-}" ] || ! current "$which" "$image"; then
         "${which}_base" &

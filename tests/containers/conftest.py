@@ -17,7 +17,7 @@ from tests.containers.engine import BASE_IMAGES, FIGURES, IMAGE, ROOT, engine_en
 
 #: built in the background while the wiscat image is (the Python base comes first: the image
 #: is built on it)
-BACKGROUND_BASES = ("postgres", "nginx")
+BACKGROUND_BASES = ("postgres", "nginx", "mosquitto")
 
 
 def clean_copy(into: Path) -> Path:
@@ -39,8 +39,8 @@ def clean_copy(into: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def background_bases() -> Iterator[dict[str, subprocess.Popen[str]]]:
-    """The stand-ins for the postgres and nginx images, built (when missing) while the wiscat
-    image is."""
+    """The stand-ins for the postgres, nginx and mosquitto images, built (when missing) while
+    the wiscat image is."""
     building = {
         which: subprocess.Popen(
             [str(BASE_IMAGES), which],
@@ -78,7 +78,7 @@ def base_images(
         out, err = building.communicate(timeout=1200)
         assert building.returncode == 0, f"{BASE_IMAGES} {which} failed:\n{out}\n{err}"
         images[which] = out.strip()
-    FIGURES["then waited for the PostgreSQL and nginx base images"] = (
+    FIGURES["then waited for the PostgreSQL, nginx and mosquitto base images"] = (
         f"{time.monotonic() - started:.0f} s"
     )
     return images

@@ -161,6 +161,8 @@ class Project:
     admin_token: str = field(default_factory=lambda: secrets.token_urlsafe(24))
 
     COMPOSE_FILE: ClassVar[str] = "compose.yaml"
+    #: compose files laid over it (-f each, in order)
+    OVERLAYS: ClassVar[tuple[str, ...]] = ()
     #: started first, one by one, each waited for until healthy
     DATABASES: ClassVar[tuple[str, ...]] = ("db",)
     #: started with the rest, then waited for until healthy
@@ -189,12 +191,14 @@ class Project:
         return {"POSTGRES_IMAGE": self.postgres_image}
 
     def __post_init__(self) -> None:
-        compose = self.folder / self.COMPOSE_FILE
-        text = compose.read_text()
+        files = (self.COMPOSE_FILE, *self.OVERLAYS)
+        texts = {name: (self.folder / name).read_text() for name in files}
         for old, new in self.published().items():
-            assert text.count(old) == 1, f"{self.COMPOSE_FILE} publishes no {old}: update this test"
-            text = text.replace(old, new)
-        compose.write_text(text)
+            holding = [name for name, text in texts.items() if text.count(old) == 1]
+            assert len(holding) == 1, f"one of {files} must publish {old}: update this test"
+            texts[holding[0]] = texts[holding[0]].replace(old, new)
+        for name, text in texts.items():
+            (self.folder / name).write_text(text)
         settings = self.settings()
         lines = [
             line
@@ -213,7 +217,8 @@ class Project:
 
     def compose(self, *args: str, timeout: float = 300, check: bool = True) -> str:
         env = engine_env(**self.images())
-        argv = ["podman-compose", "-p", self.name, "-f", self.COMPOSE_FILE, *args]
+        files = [arg for name in (self.COMPOSE_FILE, *self.OVERLAYS) for arg in ("-f", name)]
+        argv = ["podman-compose", "-p", self.name, *files, *args]
         return run(argv, cwd=self.folder, env=env, timeout=timeout, check=check)
 
     def up(self) -> None:

@@ -109,7 +109,7 @@ def running_mosquitto(acl: str = ACL) -> Iterator[Mosquitto]:
 class Subscriber:
     """A paho subscriber to ``origin/a/wis2/#`` (QoS 1) keeping (topic, message, retain)."""
 
-    def __init__(self, broker: Mosquitto) -> None:
+    def __init__(self, broker: Mosquitto, reader: tuple[str, str] = READER) -> None:
         self.received: list[tuple[str, dict[str, Any], bool]] = []
         self.lock = threading.Lock()
         self.subscribed = threading.Event()
@@ -118,7 +118,7 @@ class Subscriber:
         self.client = mqtt.Client(
             CallbackAPIVersion.VERSION2, client_id="gdc-subscriber", protocol=mqtt.MQTTv5
         )
-        self.client.username_pw_set(*READER)
+        self.client.username_pw_set(*reader)
         self.client.on_connect = self._on_connect
         self.client.on_subscribe = lambda *args: self.subscribed.set()
         self.client.on_message = self._on_message
