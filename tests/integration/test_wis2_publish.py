@@ -1,6 +1,6 @@
 """The WIS 2.0 publisher on a real mosquitto (password and ACL files) with a real subscriber:
-every message passes both WNM schemas and wiscat's rules, on the exact topic, QoS 1, not
-retained; integrity and length are those of the revision's bytes; a publish the ACL refuses is
+every message passes both WNM schemas, WMO's test suite (pywis-pubsub 0.12.0, offline) and
+wiscat's rules, on the exact topic, QoS 1, not retained; integrity and length are those of the revision's bytes; a publish the ACL refuses is
 an error kept on its row and counted, never marked sent."""
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ from jsonschema import Draft202012Validator
 from tests.support import factories
 from tests.support.mosquitto import PUBLISHER, Mosquitto, Subscriber, running_mosquitto
 from tests.support.wcmp2_suite import SCHEMA as WCMP2_SCHEMA
+from tests.support.wnm_suite import Suite as WnmSuite
+from tests.support.wnm_suite import session_suite
 from wiscat.harvester import wis2 as announcer
 from wiscat.harvester.metrics import HarvesterMetrics
 from wiscat.shared.db import wis2 as store
@@ -97,9 +99,15 @@ async def announcing(
     await task
 
 
-def check(topic: str, message: dict[str, Any], retain: bool) -> None:
+@pytest.fixture
+def wnm(tmp_path_factory: pytest.TempPathFactory) -> WnmSuite:
+    return session_suite(tmp_path_factory)
+
+
+def check(topic: str, message: dict[str, Any], retain: bool, wnm: WnmSuite) -> None:
     for schema in SCHEMAS:
         assert not list(schema.iter_errors(message)), message
+    assert wnm.failures(message) == [], message  # WMO's own test suite, pywis-pubsub
     assert message_errors(message) == []
     centre = message["properties"]["metadata_id"].split(":")[3]
     assert topic == f"origin/a/wis2/{centre}/metadata"
@@ -117,7 +125,7 @@ async def wait_until(condition: Any, timeout: float = 20) -> None:
 
 
 async def test_messages_are_valid_and_name_their_bytes(
-    db: asyncpg.Pool, announcing: tuple[Running, Settings], subscriber: Subscriber
+    db: asyncpg.Pool, announcing: tuple[Running, Settings], subscriber: Subscriber, wnm: WnmSuite
 ) -> None:
     await factories.load_records(db, OWN, range(4))
     await factories.load_records(db, "WIS-GISC-AWAY", range(10, 14), kind="remote")
@@ -129,7 +137,7 @@ async def test_messages_are_valid_and_name_their_bytes(
     got = subscriber.messages()
     assert len(got) == 6
     for topic, message, retain in got:
-        check(topic, message, retain)
+        check(topic, message, retain, wnm)
     relations = [(m["properties"]["metadata_id"], m["links"][0]["rel"]) for _, m, _ in got]
     wid = [wcmp2_id("de-dwd", identifier_for(n)) for n in range(4)]
     assert sorted(relations[:4]) == sorted((w, "canonical") for w in wid)
