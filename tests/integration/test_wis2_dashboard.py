@@ -52,6 +52,17 @@ async def test_the_section_counts_the_bridge_tables(db: asyncpg.Pool, database_u
             f"{provider.root}/collections/wis2-discovery-metadata/items",
             "/admin/wis2/invalid",
         ]
+        # the newest of them, with their reasons, where the operator looks
+        [listing] = page.xpath("//h3[.='Records that cannot be made valid']")
+        [reasons] = listing.xpath("following-sibling::div[1]/table")
+        shown = [
+            (row.xpath("td[2]")[0].text_content(), row.xpath("td[3]")[0].text_content())
+            for row in reasons.xpath(".//tr[td]")
+        ]
+        assert sorted(shown) == [
+            ("urn:x:a", "no centre-id for urn:x:a"),
+            ("urn:x:b", "no centre-id for urn:x:b"),
+        ]
         url = provider.root + "/admin/wis2/invalid"
         token = provider.settings.admin_token.get_secret_value()
         async with aiohttp.ClientSession() as session:

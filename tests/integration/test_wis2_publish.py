@@ -1,7 +1,7 @@
-"""The WIS 2.0 publisher on a real mosquitto (password and ACL files) with a real subscriber:
-every message passes both WNM schemas, WMO's test suite (pywis-pubsub 0.12.0, offline) and
-wiscat's rules, on the exact topic, QoS 1, not retained; integrity and length are those of the revision's bytes; a publish the ACL refuses is
-an error kept on its row and counted, never marked sent."""
+"""The WIS 2.0 publisher on a real mosquitto (password and ACL files) with a real subscriber: every
+message passes both WNM schemas, WMO's test suite (pywis-pubsub 0.12.0, offline) and wiscat's
+rules, on the exact topic, QoS 1, not retained; integrity and length are those of the revision's
+bytes; a publish the ACL refuses is an error kept on its row and counted, never marked sent."""
 
 from __future__ import annotations
 

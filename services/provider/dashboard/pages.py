@@ -318,9 +318,9 @@ def registry_section(registry: RegistryView) -> str:
     return f"<h2>Registry</h2>\n{summary}{peers}{urls}\n"
 
 
-def wis2_section(settings: Settings, counts: Counts) -> str:
-    """The WIS 2.0 bridge: the WCMP2 records served, those that cannot be made valid (their
-    reasons at /admin/wis2/invalid), and the announcements not yet sent."""
+def wis2_section(settings: Settings, counts: Counts, invalid: list[dict[str, Any]]) -> str:
+    """The WIS 2.0 bridge: the WCMP2 records served, those that cannot be made valid (the newest
+    with their reasons; all at /admin/wis2/invalid), and the announcements not yet sent."""
     served = (
         f'<a href="{e(collection_url(settings.base_url))}/items">served</a>'
         if settings.wis2_records_on
@@ -341,8 +341,16 @@ def wis2_section(settings: Settings, counts: Counts) -> str:
             td("pending, a send failed at least once", "err" if counts.failed else ""),
         ],
     ]
+    newest = [
+        [stamp(row["noted_at"]), td(row["identifier"]), td("; ".join(row["reasons"]), "err")]
+        for row in invalid
+    ]
     return f"""<h2>WIS 2.0</h2>
 {table(["", "count", ""], rows, "")}
+<h3>Records that cannot be made valid</h3>
+<p class="muted">The newest {len(invalid)} of {counts.invalid}: none is announced while it cannot
+be made valid. A record's conversion report: <code>wiscat wis2 render ID</code>.</p>
+{table(["noted", "identifier", "why"], newest, "none")}
 """
 
 
@@ -370,7 +378,7 @@ def dashboard_page(
 {quarantine_section(view.quarantine)}
 {reports_section(view)}
 {registry_section(view.registry)}
-{wis2_section(settings, view.wis2)}
+{wis2_section(settings, view.wis2, view.wis2_invalid)}
 {script}
 </body></html>"""
 

@@ -98,6 +98,7 @@ class DashboardView:
     keys: dict[str, Key]  # each link's colour, in the table and the plots
     registry: RegistryView
     wis2: wis2_store.Counts  # the WIS 2.0 bridge's records and outbox
+    wis2_invalid: list[dict[str, Any]]  # the newest records that cannot be made WCMP2, and why
 
     @property
     def failing(self) -> list[str]:
@@ -228,4 +229,5 @@ async def load(
         keys=link_keys([link.name for link in links], [*durations, *lags]),
         registry=await registry_view(pool, network),
         wis2=await wis2_store.counts(pool),
+        wis2_invalid=await wis2_store.invalid_records(pool, 10),
     )
