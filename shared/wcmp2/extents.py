@@ -2,11 +2,14 @@
 
 A box whose west edge lies east of its east edge crosses the antimeridian (ISO 19115
 EX_GeographicBoundingBox, and OGC API's bbox): it becomes a MultiPolygon split at 180°, so that
-it covers the Pacific strip it means and not the rest of the world.
+it covers the Pacific strip it means and not the rest of the world. The polygons of a
+MultiPolygon may not overlap (OGC Simple Features, which a Global Discovery Catalogue's
+validator checks): boxes that overlap, touch or repeat become their envelope.
 """
 
 from __future__ import annotations
 
+import itertools
 import re
 from datetime import datetime
 from typing import Any
@@ -24,6 +27,8 @@ DURATION = re.compile(
 # gml:timeInterval's units (GML 3.2 TimeUnitType) as ISO 8601 duration designators
 _UNITS = {"year": "Y", "month": "M", "day": "D", "hour": "TH", "minute": "TM", "second": "TS"}
 _OPEN = ".."
+# west, east, south, north, west < east
+Rectangle = tuple[float, float, float, float]
 
 
 def iso_extents(idents: list[etree._Element]) -> list[etree._Element]:
@@ -33,7 +38,7 @@ def iso_extents(idents: list[etree._Element]) -> list[etree._Element]:
 
 def geometry(extents: list[etree._Element], notes: Notes) -> dict[str, Any] | None:
     """The GeoJSON geometry of the record's bounding boxes, or None if it has none."""
-    polygons: list[list[list[list[float]]]] = []
+    rectangles: list[Rectangle] = []
     boxes = _under(extents, "gmd:geographicElement/gmd:EX_GeographicBoundingBox")
     for box in boxes:
         sides = _sides(box)
@@ -47,16 +52,40 @@ def geometry(extents: list[etree._Element], notes: Notes) -> dict[str, Any] | No
             notes.dropped.append(f"bounding box {_written(box)}: no area, beside other boxes")
             continue
         if west < east:
-            polygons.append(_ring(west, east, south, north))
+            rectangles.append((west, east, south, north))
         else:  # across the antimeridian
-            polygons.extend(
-                _ring(a, b, south, north) for a, b in ((west, 180.0), (-180.0, east)) if a < b
+            rectangles.extend(
+                (a, b, south, north) for a, b in ((west, 180.0), (-180.0, east)) if a < b
             )
+    apart = _apart(rectangles)
+    if len(apart) < len(rectangles):
+        notes.guessed.append(
+            f"bounding boxes that overlap, touch or repeat: {len(rectangles)} made "
+            f"{len(apart)}, each the envelope of those it met"
+        )
+    polygons = [_ring(*rectangle) for rectangle in apart]
     if not polygons:
         return None
     if len(polygons) == 1:
         return {"type": "Polygon", "coordinates": polygons[0]}
     return {"type": "MultiPolygon", "coordinates": polygons}
+
+
+def _apart(rectangles: list[Rectangle]) -> list[Rectangle]:
+    """``rectangles`` with each two that overlap or touch replaced by their envelope, until
+    none do."""
+    apart = list(rectangles)
+    merged = True
+    while merged:
+        merged = False
+        for i, j in itertools.combinations(range(len(apart)), 2):
+            (w1, e1, s1, n1), (w2, e2, s2, n2) = apart[i], apart[j]
+            if w1 <= e2 and w2 <= e1 and s1 <= n2 and s2 <= n1:
+                apart[i] = (min(w1, w2), max(e1, e2), min(s1, s2), max(n1, n2))
+                del apart[j]
+                merged = True
+                break
+    return apart
 
 
 def _sides(box: etree._Element) -> tuple[float, float, float, float] | None:

@@ -318,6 +318,52 @@ def test_boxes_off_the_globe_are_dropped(
         assert conversion.record["geometry"] == {"type": "Point", "coordinates": [5.0, 7.0]}
 
 
+def boxes(*sides: tuple[str, str, str, str]) -> Callable[..., None]:
+    """The record's bounding box made ``sides``, one box each (west, east, south, north)."""
+
+    names = ("westBoundLongitude", "eastBoundLongitude", "southBoundLatitude", "northBoundLatitude")
+
+    def edit(root: etree._Element) -> None:
+        [box] = root.xpath(BOX, namespaces=NS)
+        element = box.getparent()  # gmd:geographicElement
+        for each in reversed(sides):
+            copy = etree.fromstring(etree.tostring(element))
+            for name, text in zip(names, each, strict=True):
+                [number] = copy.xpath(f".//gmd:{name}/gco:Decimal", namespaces=NS)
+                number.text = text
+            element.addnext(copy)
+        element.getparent().remove(element)
+
+    return edit
+
+
+def test_boxes_that_overlap_become_one_valid_geometry(
+    announceable: Callable[[bytes], Conversion],
+) -> None:
+    """A MultiPolygon's polygons may not overlap (OGC Simple Features; the GDC's validator
+    checks it): boxes that overlap or repeat become their envelope, and the report says so."""
+    from shapely.geometry import Point, shape
+
+    conversion = announceable(
+        edited(
+            boxes(
+                ("0", "20", "0", "20"),
+                ("10", "30", "10", "30"),  # overlaps the first
+                ("0", "20", "0", "20"),  # the first again, as real records repeat it
+                ("100", "110", "0", "10"),  # apart
+            )
+        )
+    )
+    geometry = conversion.record["geometry"]
+    area = shape(geometry)
+    assert area.is_valid, geometry
+    assert geometry["type"] == "MultiPolygon" and len(geometry["coordinates"]) == 2
+    for point in (Point(5, 5), Point(25, 25), Point(105, 5)):
+        assert area.contains(point)
+    assert not area.contains(Point(60, 5))
+    assert "bounding boxes that overlap" in report(conversion)
+
+
 ORIGINATOR_TWO = (
     f"<gmd:organisationName>{cs('Second Centre')}</gmd:organisationName>"
     "<gmd:contactInfo><gmd:CI_Contact><gmd:phone><gmd:CI_Telephone>"
