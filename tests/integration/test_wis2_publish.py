@@ -15,14 +15,16 @@ import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote
+from urllib.parse import urlsplit
 
+import aiohttp
 import asyncpg
 import pytest
 from jsonschema import Draft202012Validator
 
 from tests.support import factories
 from tests.support.mosquitto import PUBLISHER, Mosquitto, Subscriber, running_mosquitto
+from tests.support.servers import running_provider
 from tests.support.wcmp2_suite import SCHEMA as WCMP2_SCHEMA
 from tests.support.wnm_suite import Suite as WnmSuite
 from tests.support.wnm_suite import session_suite
@@ -214,12 +216,12 @@ async def _failing(db: asyncpg.Pool) -> bool:
 
 class Catalogue:
     """A GDC's rules on the messages it receives: skip an id already seen; delete by
-    metadata_id; else fetch the link (here: the revision's stored bytes, by the link's path),
-    check its hash and length, validate it, and refuse a record whose centre-id is not the
-    topic's."""
+    metadata_id; else GET the link (from the node's real provider: the link's path at its
+    address, the announced host being made up), check its hash and length, validate it, and
+    refuse a record whose centre-id is not the topic's."""
 
-    def __init__(self, db: asyncpg.Pool) -> None:
-        self.db = db
+    def __init__(self, http: aiohttp.ClientSession, provider: str) -> None:
+        self.http, self.provider = http, provider
         self.seen: set[str] = set()
         self.records: dict[str, bytes] = {}
         self.refused: list[str] = []
@@ -234,13 +236,12 @@ class Catalogue:
         if link["rel"] == "deletion":
             self.records.pop(metadata_id, None)
             return
-        revision = unquote(link["href"].rsplit("/", 1)[1])
-        stored = await self.db.fetchval(
-            "select content from wis2_revisions where wcmp2_id = $1 and revision = $2",
-            unquote(link["href"].split("/items/")[1].split("/")[0]),
-            revision,
-        )
-        content = bytes(stored)
+        async with self.http.get(
+            self.provider + urlsplit(link["href"]).path, allow_redirects=False
+        ) as response:
+            assert response.status == 200, (link["href"], await response.text())
+            assert response.content_type == link["type"]
+            content = await response.read()
         digest = base64.b64encode(hashlib.sha512(content).digest()).decode()
         assert digest == message["properties"]["integrity"]["value"]
         assert len(content) == link["length"]
@@ -253,7 +254,10 @@ class Catalogue:
 
 
 async def test_a_gdc_ends_holding_exactly_the_announced_records(
-    db: asyncpg.Pool, announcing: tuple[Running, Settings], subscriber: Subscriber
+    db: asyncpg.Pool,
+    database_url: str,
+    announcing: tuple[Running, Settings],
+    subscriber: Subscriber,
 ) -> None:
     await factories.load_records(db, OWN, range(8))
     await factories.load_records(db, "WIS-GISC-AWAY", [4, 20, 21], kind="remote")
@@ -265,10 +269,14 @@ async def test_a_gdc_ends_holding_exactly_the_announced_records(
     await factories.delete(db, OWN, [identifier_for(4)])  # leaves the own set: AWAY's copy
     await wait_until(lambda: _all_sent(db, 11))
     await asyncio.sleep(0.5)
-    gdc = Catalogue(db)
-    for topic, message, _ in subscriber.messages():
-        await gdc.apply(topic, message)
-        await gdc.apply(topic, message)  # a duplicate is skipped
+    async with (
+        running_provider(database_url, wis2_centres="de-dwd") as provider,
+        aiohttp.ClientSession() as http,
+    ):
+        gdc = Catalogue(http, provider.root)
+        for topic, message, _ in subscriber.messages():
+            await gdc.apply(topic, message)
+            await gdc.apply(topic, message)  # a duplicate is skipped
     live = {
         r["wcmp2_id"]: bytes(r["content"])
         for r in await db.fetch("select wcmp2_id, content from wis2_records where not deleted")
