@@ -105,18 +105,19 @@ async def _one(conn: Any, how: Rendering, row: asyncpg.Record, done: Rendered) -
     announced = await conn.fetch(_SQL["announced_of"], identifier)
     keep: str | None = None
     if isinstance(conversion, str) or (conversion is not None and not conversion.valid):
-        # never announced; what was announced before stays as it was
+        # never announced; what was announced of it before is deleted below: a Global
+        # Discovery Catalogue must not go on serving a form the record no longer has
         reasons = [conversion] if isinstance(conversion, str) else list(conversion.invalid)
         report = {"invalid": reasons} if isinstance(conversion, str) else conversion.report()
         await conn.execute(
             _SQL["note_invalid"], identifier, json.dumps(reasons), json.dumps(report), datestamp
         )
         done.invalid += 1
-        return
-    await conn.execute(_SQL["clear_invalid"], identifier)
-    if conversion is not None:
-        keep = conversion.record["id"]
-        await _put(conn, conversion, identifier, datestamp, announced, done)
+    else:
+        await conn.execute(_SQL["clear_invalid"], identifier)
+        if conversion is not None:
+            keep = conversion.record["id"]
+            await _put(conn, conversion, identifier, datestamp, announced, done)
     for old in announced:
         if old["wcmp2_id"] != keep and not old["deleted"]:
             await conn.execute(_SQL["delete_record"], old["wcmp2_id"], datestamp)
