@@ -194,3 +194,20 @@ async def test_an_announced_record_that_turns_invalid_is_deleted_and_noted(
     await factories.load_records(db, OWN, [1], version=2)
     assert (await wis2.render(db, HOW)).canonical == 1
     assert await db.fetchval("select count(*) from wis2_invalid") == 0
+
+
+async def test_a_changed_centre_configuration_renders_every_record_again(
+    db: asyncpg.Pool,
+) -> None:
+    # the records do not change, WISCAT_WIS2_CENTRES does: record 1 moves out of the centre
+    # this node speaks for (a deletion), record 2 moves in (announced)
+    await factories.load_records(db, OWN, [1, 2])
+    first = wis2.Rendering(OWN, parse_rules(f"de-dwd=prefix:{identifier_for(1)}" + LICENCE), None)
+    await wis2.render(db, first)
+    assert await outbox(db) == [(wid(1), "canonical")]
+    second = wis2.Rendering(OWN, parse_rules(f"de-dwd=prefix:{identifier_for(2)}" + LICENCE), None)
+    done = await wis2.render(db, second)
+    assert (done.records, done.deletion, done.canonical) == (2, 1, 1)
+    assert sorted((await outbox(db))[1:]) == sorted([(wid(1), "deletion"), (wid(2), "canonical")])
+    # the same configuration again: nothing read, nothing queued
+    assert (await wis2.render(db, second)).records == 0
