@@ -166,8 +166,10 @@ format: $(STAMP) ## format the code with ruff
 	$(BIN)/ruff format shared services tests bench tools
 	$(BIN)/ruff check --fix shared services tests bench tools
 
-bench: $(STAMP) opentracker postgresql ## benchmarks; figures go to docs/benchmarks.md (BENCH_RECORDS scales them)
-	$(BIN)/python -m bench.run
+BENCH_ARGS ?=
+
+bench: $(STAMP) opentracker postgresql mosquitto ## benchmarks; figures go to docs/benchmarks.md (BENCH_RECORDS scales them; BENCH_ARGS='--only wis2')
+	$(BIN)/python -m bench.run $(BENCH_ARGS)
 
 schema: $(STAMP) ## rewrite shared/db/schema.sql from the migrations (after adding one)
 	$(BIN)/python -m tools.schema

@@ -1,4 +1,5 @@
-"""``make bench``: provider, harvester and many-peer benchmarks; figures go to docs/benchmarks.md.
+"""``make bench``: provider, harvester, many-peer and WIS 2.0 bridge benchmarks; figures go to
+docs/benchmarks.md.
 
 Everything runs on this machine, on loopback: the PostgreSQL servers (the embedded one under
 bench/out/pg, or ``WISCAT_BENCH_DATABASE_URL``, and a throwaway cluster of Debian's ``postgresql``
@@ -22,7 +23,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench import mesh, registry
+from bench import mesh, registry, wis2_bench
 from bench import scale_bench as scale
 from bench.clusters import SERVERS, bench_server
 from bench.harvester_bench import bench_check, bench_harvester, bench_peers
@@ -40,6 +41,7 @@ SECTIONS = (
     "mesh",
     "registry",
     "generator",
+    "wis2",
 )
 
 
@@ -242,6 +244,8 @@ async def main() -> None:
             lines += await registry.run(first)
         if "generator" in args.only:
             lines += bench_generator()
+        if "wis2" in args.only:
+            lines += await wis2_bench.run(first, args.servers[0])
     lines = with_kept(lines, args.output, every_section=args.only == set(SECTIONS))
     text = "\n".join(lines) + "\n"
     args.output.parent.mkdir(parents=True, exist_ok=True)

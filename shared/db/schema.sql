@@ -315,6 +315,7 @@ CREATE TABLE public.wis2_cursor (
     one boolean DEFAULT true NOT NULL,
     datestamp timestamp with time zone,
     identifier text DEFAULT ''::text NOT NULL,
+    rendered_with text,
     CONSTRAINT wis2_cursor_one_check CHECK (one)
 );
 

@@ -4,9 +4,11 @@
 list would stop at (commit-safe datestamps, invariant 2), a page at a time; each page is one
 transaction: the WCMP2 records and revisions, the notes of records that cannot be made valid,
 one ``wis2_outbox`` row per record whose content changed, and the cursor moved past the page.
-Killed at any moment, a page is all done or not at all. Only records of the own set whose
-centre-id this node speaks for are announced; a deletion only ever names a record this node
-announced itself (a Global Discovery Catalogue deletes by ``metadata_id``, whoever sends it).
+Killed at any moment, a page is all done or not at all. A configuration not rendered with
+before (:meth:`Rendering.rendered_with`) starts the cursor again from the beginning. Only
+records of the own set whose centre-id this node speaks for are announced; a deletion only
+ever names a record this node announced itself (a Global Discovery Catalogue deletes by
+``metadata_id``, whoever sends it).
 """
 
 from __future__ import annotations
@@ -43,6 +45,12 @@ class Rendering:
     settle_seconds: float = 0.0
     page_size: int = 200
 
+    def rendered_with(self) -> str:
+        """What the WCMP2 records depend on besides the records: the own set, the centre
+        rules and the ``/oai`` URL. When it changes, every record is rendered again."""
+        rules = ";".join(str(rule) for rule in self.rules)
+        return json.dumps([self.own_set, rules, self.oai_base_url])
+
 
 @dataclass(slots=True)
 class Rendered:
@@ -61,6 +69,11 @@ async def render(pool: asyncpg.Pool, how: Rendering, *, max_pages: int | None = 
     horizon = await store.list_horizon(pool)
     bound = horizon.at - timedelta(seconds=how.settle_seconds)
     done = Rendered()
+    async with pool.acquire() as conn, conn.transaction():
+        cursor = await conn.fetchrow(_SQL["cursor"])
+        assert cursor is not None  # migration 0012 inserts its one row
+        if cursor["rendered_with"] != how.rendered_with():
+            await conn.execute(_SQL["restart"], how.rendered_with())
     while max_pages is None or done.pages < max_pages:
         if not await _page(pool, how, bound, done):
             break
@@ -105,18 +118,19 @@ async def _one(conn: Any, how: Rendering, row: asyncpg.Record, done: Rendered) -
     announced = await conn.fetch(_SQL["announced_of"], identifier)
     keep: str | None = None
     if isinstance(conversion, str) or (conversion is not None and not conversion.valid):
-        # never announced; what was announced before stays as it was
+        # never announced; what was announced of it before is deleted below: a Global
+        # Discovery Catalogue must not go on serving a form the record no longer has
         reasons = [conversion] if isinstance(conversion, str) else list(conversion.invalid)
         report = {"invalid": reasons} if isinstance(conversion, str) else conversion.report()
         await conn.execute(
             _SQL["note_invalid"], identifier, json.dumps(reasons), json.dumps(report), datestamp
         )
         done.invalid += 1
-        return
-    await conn.execute(_SQL["clear_invalid"], identifier)
-    if conversion is not None:
-        keep = conversion.record["id"]
-        await _put(conn, conversion, identifier, datestamp, announced, done)
+    else:
+        await conn.execute(_SQL["clear_invalid"], identifier)
+        if conversion is not None:
+            keep = conversion.record["id"]
+            await _put(conn, conversion, identifier, datestamp, announced, done)
     for old in announced:
         if old["wcmp2_id"] != keep and not old["deleted"]:
             await conn.execute(_SQL["delete_record"], old["wcmp2_id"], datestamp)

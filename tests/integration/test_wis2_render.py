@@ -161,3 +161,53 @@ async def test_a_record_the_mapping_fails_on_is_noted_and_passed(db: asyncpg.Poo
     assert (done.invalid, done.canonical) == (1, 1)
     [reasons] = await db.fetch("select reasons from wis2_invalid")
     assert "ISO 19139" in reasons["reasons"]
+
+
+async def test_an_announced_record_that_turns_invalid_is_deleted_and_noted(
+    db: asyncpg.Pool,
+) -> None:
+    # a Global Discovery Catalogue must not keep serving the last valid form of a record whose
+    # source changed into one that cannot be made valid: a deletion follows it, and the
+    # invalid list says why
+    await factories.load_records(db, OWN, [1, 2])
+    await wis2.render(db, HOW)
+    await factories.load_records(db, OWN, [1], version=1)
+    await db.execute(
+        "update records set xml = replace(xml, 'gmd:title', 'gmd:alternateTitle') "
+        "where identifier = $1",
+        identifier_for(1),
+    )
+    done = await wis2.render(db, HOW)
+    assert (done.invalid, done.deletion) == (1, 1)
+    assert (await outbox(db))[-1] == (wid(1), "deletion")
+    row = await db.fetchrow("select deleted, content from wis2_records where wcmp2_id = $1", wid(1))
+    assert row["deleted"] and row["content"] is None
+    [note] = await db.fetch("select identifier, reasons from wis2_invalid")
+    assert note["identifier"] == identifier_for(1) and note["reasons"] != "[]"
+    # still invalid at its next change: no second deletion
+    await db.execute(
+        "update records set datestamp = now() where identifier = $1", identifier_for(1)
+    )
+    again = await wis2.render(db, HOW)
+    assert (again.invalid, again.deletion) == (1, 0)
+    # made valid again: announced anew
+    await factories.load_records(db, OWN, [1], version=2)
+    assert (await wis2.render(db, HOW)).canonical == 1
+    assert await db.fetchval("select count(*) from wis2_invalid") == 0
+
+
+async def test_a_changed_centre_configuration_renders_every_record_again(
+    db: asyncpg.Pool,
+) -> None:
+    # the records do not change, WISCAT_WIS2_CENTRES does: record 1 moves out of the centre
+    # this node speaks for (a deletion), record 2 moves in (announced)
+    await factories.load_records(db, OWN, [1, 2])
+    first = wis2.Rendering(OWN, parse_rules(f"de-dwd=prefix:{identifier_for(1)}" + LICENCE), None)
+    await wis2.render(db, first)
+    assert await outbox(db) == [(wid(1), "canonical")]
+    second = wis2.Rendering(OWN, parse_rules(f"de-dwd=prefix:{identifier_for(2)}" + LICENCE), None)
+    done = await wis2.render(db, second)
+    assert (done.records, done.deletion, done.canonical) == (2, 1, 1)
+    assert sorted((await outbox(db))[1:]) == sorted([(wid(1), "deletion"), (wid(2), "canonical")])
+    # the same configuration again: nothing read, nothing queued
+    assert (await wis2.render(db, second)).records == 0

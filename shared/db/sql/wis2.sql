@@ -1,6 +1,10 @@
 -- name: cursor --
 -- Where the renderer has read up to, locked until the page's transaction ends.
-select datestamp, identifier from wis2_cursor where one for update
+select datestamp, identifier, rendered_with from wis2_cursor where one for update
+
+-- name: restart --
+-- A configuration the renderer has not rendered with: read every record again from the start.
+update wis2_cursor set datestamp = null, identifier = '', rendered_with = $1 where one
 
 -- name: move_cursor --
 update wis2_cursor set datestamp = $1, identifier = $2 where one
