@@ -13,68 +13,26 @@ import pytest
 from jsonschema.protocols import Validator
 from lxml import etree
 
-from tests.support.wcmp2_suite import SCHEMA, Suite, failures, session_suite
+from tests.support.wcmp2_documents import (
+    NS,
+    OAI,
+    RULES,
+    edited,
+    remove,
+    replace_text,
+    report,
+)
+from tests.support.wcmp2_suite import SCHEMA, Suite, failures
 from wiscat.shared.generator import generate_record, identifier_for
 from wiscat.shared.iso19139 import GCO, GMD, GML, RecordError, record_from_element
 from wiscat.shared.oaipmh.pages import PageReader, RecordItem
 from wiscat.shared.wcmp2.centres import parse_rules
 from wiscat.shared.wcmp2.convert import Conversion, convert
 from wiscat.shared.wcmp2.identifiers import from_wcmp2_id
-from wiscat.shared.wcmp2.validation import load_schema, schema_errors
+from wiscat.shared.wcmp2.validation import schema_errors
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = SCHEMA.parent / "examples"
-RULES = parse_rules(
-    "de-dwd=prefix:urn:x-wmo:md:int.wmo.wis::;de-dwd=licence:https://www.dwd.de/terms;"
-    "fr-meteofrance=originator:Météo-France;int-wmo-test=prefix:urn:x-wmo:md:int.wmo.test::"
-)
-OAI = "http://127.0.0.1:8080/oai"
-NS = {"gmd": GMD, "gco": GCO, "gml": GML}
-
-
-@pytest.fixture(scope="module")
-def suite(tmp_path_factory: pytest.TempPathFactory) -> Suite:
-    return session_suite(tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def schema() -> Validator:
-    return load_schema(SCHEMA)
-
-
-@pytest.fixture
-def announceable(suite: Suite, schema: Validator) -> Callable[[bytes], Conversion]:
-    """Convert a document, and check it valid by the mapping, the schema and pywcmp."""
-
-    def check(document: bytes) -> Conversion:
-        conversion = convert(document, RULES, oai_base_url=OAI)
-        assert conversion.invalid == (), conversion.invalid
-        assert schema_errors(conversion.record, schema) == []
-        assert failures(suite.run(conversion.record)) == []
-        assert json.loads(conversion.content()) == conversion.record
-        return conversion
-
-    return check
-
-
-def edited(edit: Callable[[etree._Element], None], n: int = 0) -> bytes:
-    root = etree.fromstring(generate_record(n))
-    edit(root)
-    return etree.tostring(root)
-
-
-def remove(root: etree._Element, path: str) -> None:
-    found = root.xpath(path, namespaces=NS)
-    assert found, path
-    for element in found:
-        element.getparent().remove(element)
-
-
-def replace_text(root: etree._Element, path: str, text: str) -> None:
-    found = root.xpath(path, namespaces=NS)
-    assert found, path
-    for element in found:
-        element.text = text
 
 
 def party(body: str, role: str) -> etree._Element:
@@ -232,17 +190,12 @@ def test_a_document_that_is_no_record_is_refused() -> None:
 # --- hostile records ---------------------------------------------------------------------------
 
 
-def report(conversion: Conversion) -> str:
-    return "\n".join(conversion.guessed + conversion.dropped + conversion.invalid)
-
-
 def props(conversion: Conversion) -> dict[str, Any]:
     result: dict[str, Any] = conversion.record["properties"]
     return result
 
 
 TEMPORAL = "//gmd:temporalElement"
-BOX = "//gmd:EX_GeographicBoundingBox"
 POLICY = "//gmd:otherConstraints[1]/gco:CharacterString"
 
 
@@ -251,117 +204,6 @@ def test_no_temporal_extent(announceable: Callable[[bytes], Conversion]) -> None
     assert "time" in conversion.record
     assert conversion.record["time"] is None
     assert b'"time":null' in conversion.content()
-
-
-def set_box(west: str, east: str, south: str = "-20", north: str = "10") -> Callable[..., None]:
-    def edit(root: etree._Element) -> None:
-        sides = (
-            ("westBoundLongitude", west),
-            ("eastBoundLongitude", east),
-            ("southBoundLatitude", south),
-            ("northBoundLatitude", north),
-        )
-        for side, text in sides:
-            replace_text(root, f"{BOX}/gmd:{side}/gco:Decimal", text)
-
-    return edit
-
-
-def test_a_box_across_the_antimeridian(announceable: Callable[[bytes], Conversion]) -> None:
-    from shapely.geometry import Point, shape
-
-    conversion = announceable(edited(set_box("170", "-170")))
-    geometry = conversion.record["geometry"]
-    assert geometry["type"] == "MultiPolygon"
-    area = shape(geometry)
-    assert area.contains(Point(175, 0)) and area.contains(Point(-175, 0))
-    assert not area.contains(Point(0, 0)) and not area.contains(Point(100, 0))
-    assert area.area == pytest.approx(20 * 30)  # 20 degrees wide, 30 high: the Pacific strip
-    assert area.is_valid
-
-
-@pytest.mark.parametrize(
-    ("west", "east", "kind", "width"),
-    [
-        ("180", "-170", "Polygon", 10),
-        ("170", "-180", "Polygon", 10),
-        ("-180", "180", "Polygon", 360),
-    ],
-)
-def test_boxes_on_the_antimeridian(
-    announceable: Callable[[bytes], Conversion], west: str, east: str, kind: str, width: float
-) -> None:
-    from shapely.geometry import shape
-
-    geometry = announceable(edited(set_box(west, east))).record["geometry"]
-    assert geometry["type"] == kind
-    assert shape(geometry).area == pytest.approx(width * 30)
-
-
-@pytest.mark.parametrize(
-    ("box", "dropped"),
-    [
-        (("10", "20", "30", "-30"), True),
-        (("200", "20"), True),
-        (("x", "20"), True),
-        (("5", "5", "7", "7"), False),
-    ],
-)
-def test_boxes_off_the_globe_are_dropped(
-    announceable: Callable[[bytes], Conversion], box: tuple[str, ...], dropped: bool
-) -> None:
-    conversion = announceable(edited(set_box(*box)))
-    if dropped:
-        assert conversion.record["geometry"] is None
-        assert "not a box on the globe" in report(conversion)
-    else:
-        assert conversion.record["geometry"] == {"type": "Point", "coordinates": [5.0, 7.0]}
-
-
-def boxes(*sides: tuple[str, str, str, str]) -> Callable[..., None]:
-    """The record's bounding box made ``sides``, one box each (west, east, south, north)."""
-
-    names = ("westBoundLongitude", "eastBoundLongitude", "southBoundLatitude", "northBoundLatitude")
-
-    def edit(root: etree._Element) -> None:
-        [box] = root.xpath(BOX, namespaces=NS)
-        element = box.getparent()  # gmd:geographicElement
-        for each in reversed(sides):
-            copy = etree.fromstring(etree.tostring(element))
-            for name, text in zip(names, each, strict=True):
-                [number] = copy.xpath(f".//gmd:{name}/gco:Decimal", namespaces=NS)
-                number.text = text
-            element.addnext(copy)
-        element.getparent().remove(element)
-
-    return edit
-
-
-def test_boxes_that_overlap_become_one_valid_geometry(
-    announceable: Callable[[bytes], Conversion],
-) -> None:
-    """A MultiPolygon's polygons may not overlap (OGC Simple Features; the GDC's validator
-    checks it): boxes that overlap or repeat become their envelope, and the report says so."""
-    from shapely.geometry import Point, shape
-
-    conversion = announceable(
-        edited(
-            boxes(
-                ("0", "20", "0", "20"),
-                ("10", "30", "10", "30"),  # overlaps the first
-                ("0", "20", "0", "20"),  # the first again, as real records repeat it
-                ("100", "110", "0", "10"),  # apart
-            )
-        )
-    )
-    geometry = conversion.record["geometry"]
-    area = shape(geometry)
-    assert area.is_valid, geometry
-    assert geometry["type"] == "MultiPolygon" and len(geometry["coordinates"]) == 2
-    for point in (Point(5, 5), Point(25, 25), Point(105, 5)):
-        assert area.contains(point)
-    assert not area.contains(Point(60, 5))
-    assert "bounding boxes that overlap" in report(conversion)
 
 
 ORIGINATOR_TWO = (
