@@ -275,11 +275,15 @@ class Hints:
                 if failed:
                     self._tell_catch_up("the provider's change listener reconnected")
                 delay = RECONNECT_FIRST
+                # timeout(), not wait_for(): in Python 3.11 wait_for makes a task of each
+                # wait, a task born every heartbeat for the life of the process
                 while not lost.is_set():
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(lost.wait(), heartbeat)
+                        async with asyncio.timeout(heartbeat):
+                            await lost.wait()
                     if not lost.is_set():  # a session that died unheard of
-                        await asyncio.wait_for(conn.execute("select 1"), PROBE_TIMEOUT)
+                        async with asyncio.timeout(PROBE_TIMEOUT):
+                            await conn.execute("select 1")
                 raise ConnectionError("the listening session was closed")
             except asyncio.CancelledError:
                 raise
@@ -306,7 +310,8 @@ class Hints:
         failing = False  # logged once a streak of failures, and once at its end
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.due.wait(), wait)
+                async with asyncio.timeout(wait):
+                    await self.due.wait()
             self.due.clear()
             try:
                 wait = await self._check()
