@@ -36,6 +36,7 @@ from wiscat.shared.iso19139 import parse_record
 
 ROOT = Path(__file__).resolve().parents[1]
 WISCAT = str(Path(sys.executable).with_name("wiscat"))
+READY_TIMEOUT = aiohttp.ClientTimeout(total=2)
 NAMES = ["ALPHA", "BRAVO", "CHARLIE", "DELTA", "ECHO", "FOXTROT"]
 
 
@@ -117,12 +118,28 @@ async def create_databases(server_url: str, names: list[str]) -> None:
         await conn.close()
 
 
-async def wait_ready(http: aiohttp.ClientSession, node: DemoNode) -> None:
+class NodeExited(RuntimeError):
+    """A node ended before it was ready; ``log`` is the end of what it wrote."""
+
+    def __init__(self, node: DemoNode, log: str) -> None:
+        assert node.process is not None
+        super().__init__(f"node {node.name} exited with {node.process.returncode}:\n{log}")
+        self.log = log
+
+
+def log_tail(path: Path, lines: int = 20) -> str:
+    with contextlib.suppress(OSError):
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    return ""
+
+
+async def wait_ready(http: aiohttp.ClientSession, node: DemoNode, log_file: Path) -> None:
     for _ in range(600):
         if node.process is not None and node.process.returncode is not None:
-            raise RuntimeError(f"node {node.name} exited with {node.process.returncode}")
-        with contextlib.suppress(aiohttp.ClientError):
-            async with http.get(f"{node.root}/readyz") as response:
+            raise NodeExited(node, log_tail(log_file))
+        # a program holding the port may accept and never answer: a short timeout per try
+        with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+            async with http.get(f"{node.root}/readyz", timeout=READY_TIMEOUT) as response:
                 if response.status == 200:
                     return
         await asyncio.sleep(0.1)
@@ -204,17 +221,9 @@ async def run(args: argparse.Namespace, stop: asyncio.Event) -> int:
             url = with_database(server_url, f"demo_{name.lower()}")
             nodes.append(DemoNode(name, url, provider, harvester))
         async with aiohttp.ClientSession() as http:
-            for node in nodes:
-                log_file = logs / f"{node.name.lower()}.log"
-                node.process = await asyncio.create_subprocess_exec(
-                    WISCAT,
-                    "run",
-                    env=node.env(),
-                    stdout=asyncio.subprocess.DEVNULL,
-                    stderr=log_file.open("wb"),
-                    start_new_session=True,  # Ctrl-C reaches the demo only; it stops them
-                )
-            await asyncio.gather(*(wait_ready(http, node) for node in nodes))
+            await asyncio.gather(
+                *(start_node(http, node, logs, free_ports=not args.port_base) for node in nodes)
+            )
             print(f"{len(nodes)} nodes up; logs in {logs}", flush=True)
             for node in nodes:
                 await asyncio.gather(*(put_record(http, node, n) for n in range(args.records)))
@@ -271,6 +280,34 @@ async def run(args: argparse.Namespace, stop: asyncio.Event) -> int:
         await stop_nodes(nodes)
         server.stop()
         print("demo stopped: every process it started has ended", flush=True)
+
+
+async def start_node(
+    http: aiohttp.ClientSession, node: DemoNode, logs: Path, *, free_ports: bool
+) -> None:
+    """Start ``node`` and wait until it is ready. A free port can be taken by another program
+    between the moment it is picked and the node's bind: with ``free_ports`` such a node is
+    started again on new ones."""
+    log_file = logs / f"{node.name.lower()}.log"
+    tries = 3 if free_ports else 1
+    for attempt in range(tries):
+        with log_file.open("wb") as log:
+            node.process = await asyncio.create_subprocess_exec(
+                WISCAT,
+                "run",
+                env=node.env(),
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=log,
+                start_new_session=True,  # Ctrl-C reaches the demo only; it stops them
+            )
+        try:
+            await wait_ready(http, node, log_file)
+            return
+        except NodeExited as exited:
+            if attempt == tries - 1 or "cannot listen" not in exited.log:
+                raise
+        print(f"demo: a port of {node.name} was taken; starting it on others", flush=True)
+        node.provider_port, node.harvester_port = free_port(), free_port()
 
 
 async def stop_nodes(nodes: list[DemoNode]) -> None:

@@ -8,9 +8,11 @@ import socket
 import sys
 from pathlib import Path
 
+import aiohttp
 import pytest
 
 from tests.e2e.nodes import stop_signals_by_default
+from tools import demo
 
 
 def processes_mentioning(text: str) -> list[int]:
@@ -105,3 +107,27 @@ async def test_demo_refuses_ports_in_use_before_starting_anything(tmp_path: Path
     )
     assert out == b""
     assert not (tmp_path / "demo").exists()  # no server was started
+
+
+async def test_a_node_whose_free_port_was_taken_is_started_on_others(
+    database_url: str, tmp_path: Path
+) -> None:
+    # --port-base 0 picks a free port and the node binds it later: another program can take
+    # it in between (the demo test failed so, with "exited with 2" and nothing else)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))  # bound, not listening: the node cannot bind it
+        port = taken.getsockname()[1]
+        async with aiohttp.ClientSession() as http:
+            pinned = demo.DemoNode("ALPHA", database_url, port, demo.free_port())
+            with pytest.raises(demo.NodeExited) as exited:
+                await demo.start_node(http, pinned, tmp_path, free_ports=False)
+            assert f"cannot listen on 127.0.0.1:{port}" in str(exited.value)
+
+            node = demo.DemoNode("ALPHA", database_url, port, demo.free_port())
+            try:
+                await demo.start_node(http, node, tmp_path, free_ports=True)
+                assert node.provider_port != port
+                async with http.get(f"{node.root}/readyz") as response:
+                    assert response.status == 200
+            finally:
+                await demo.stop_nodes([node])
