@@ -58,6 +58,7 @@ from wiscat.shared.registry.safe_fetch import (
     SafeFetcher,
 )
 from wiscat.shared.registry.tracker import peer_root
+from wiscat.shared.tasks import wait_for_event
 from wiscat.shared.text import clipped
 from wiscat.shared.urls import safe_url
 
@@ -571,6 +572,5 @@ class RegistryNode:
                 await self.sync_once()
             except Exception:  # the loop outlives any one failure; retried next round
                 log.exception("registry sync failed")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._sync_wanted.wait(), self.config.sync_seconds)
+            await wait_for_event(self._sync_wanted, self.config.sync_seconds)
             self._sync_wanted.clear()

@@ -39,6 +39,7 @@ from wiscat.shared.db import hints as stream_store
 from wiscat.shared.db import links as link_store
 from wiscat.shared.linkspec import REGISTRY_LINK_PREFIX
 from wiscat.shared.model import Link
+from wiscat.shared.tasks import wait_for_event
 from wiscat.shared.text import clipped
 from wiscat.shared.urls import safe_url
 
@@ -133,8 +134,7 @@ class Hints:
                     settings = self.ctx.settings
                     on = settings.hints  # WISCAT_HINTS=false: every link on its schedule
                     self.follow(peers_of(links, settings.allow_private_fetch) if on else {})
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), self.ctx.settings.harvest_poll_seconds)
+                await wait_for_event(stop, self.ctx.settings.harvest_poll_seconds)
         finally:
             tasks = [task for _, task in self.subscriptions.values()]
             for task in tasks:

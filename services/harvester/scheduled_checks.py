@@ -22,6 +22,7 @@ from wiscat.harvester.scheduler import lease_kept
 from wiscat.shared.db import checks as check_store
 from wiscat.shared.logs import Outage
 from wiscat.shared.model import Check
+from wiscat.shared.tasks import wait_for_event
 
 log = logging.getLogger("wiscat.check")
 
@@ -97,8 +98,7 @@ async def run_due_checks(ctx: HarvestContext, stop: asyncio.Event) -> None:
                         ctx.pool, check.name, ctx.worker, datetime.now(UTC) + check.every
                     )
             continue
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), poll)
+        await wait_for_event(stop, poll)
 
 
 async def export_check_metrics(ctx: HarvestContext) -> None:

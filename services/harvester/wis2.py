@@ -12,7 +12,6 @@ with the same message id; while the broker is unreachable nothing is marked, and
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import threading
@@ -32,6 +31,7 @@ from wiscat.shared.db import wis2 as store
 from wiscat.shared.db.errors import DatabaseError
 from wiscat.shared.db.pool import Pool
 from wiscat.shared.settings import Settings
+from wiscat.shared.tasks import wait_for_event
 from wiscat.shared.wcmp2 import messages
 from wiscat.shared.wcmp2.urls import collection_url
 
@@ -250,7 +250,6 @@ async def run_wis2(
                 log.warning("WIS 2.0 announcement: %s; trying again in %.0f s", exc, every)
             except Exception:  # a bug of ours must not stop the announcements for good
                 log.exception("WIS 2.0 announcement failed; trying again in %.0f s", every)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), every)
+            await wait_for_event(stop, every)
     finally:
         broker.stop()

@@ -34,7 +34,7 @@ from wiscat.shared.db.pool import Connection, connect
 from wiscat.shared.oaipmh.dates import Granularity, format_datestamp, parse_datestamp
 from wiscat.shared.oaipmh.errors import BadArgument
 from wiscat.shared.settings import UNION_SET, Settings
-from wiscat.shared.tasks import forget
+from wiscat.shared.tasks import forget, wait_for_event
 
 log = logging.getLogger("wiscat.provider")
 
@@ -275,15 +275,9 @@ class Hints:
                 if failed:
                     self._tell_catch_up("the provider's change listener reconnected")
                 delay = RECONNECT_FIRST
-                # timeout(), not wait_for(): in Python 3.11 wait_for makes a task of each
-                # wait, a task born every heartbeat for the life of the process
-                while not lost.is_set():
-                    with contextlib.suppress(TimeoutError):
-                        async with asyncio.timeout(heartbeat):
-                            await lost.wait()
-                    if not lost.is_set():  # a session that died unheard of
-                        async with asyncio.timeout(PROBE_TIMEOUT):
-                            await conn.execute("select 1")
+                while not await wait_for_event(lost, heartbeat):
+                    async with asyncio.timeout(PROBE_TIMEOUT):  # a session that died unheard of
+                        await conn.execute("select 1")
                 raise ConnectionError("the listening session was closed")
             except asyncio.CancelledError:
                 raise
@@ -309,9 +303,7 @@ class Hints:
         wait: float | None = None
         failing = False  # logged once a streak of failures, and once at its end
         while True:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(wait):
-                    await self.due.wait()
+            await wait_for_event(self.due, wait)
             self.due.clear()
             try:
                 wait = await self._check()
