@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 
 # A plain `make` lists the targets: it neither runs the whole suite nor installs anything.
 .DEFAULT_GOAL := help
-.PHONY: all help venv lock run test test-unit test-integration test-containers base-images soak fuzz mutants mutants-sample lint format bench schema settings-doc demo chromium promtool pgbouncer postgresql opentracker mosquitto podman clean
+.PHONY: all help venv lock run test bytecode test-unit test-integration test-containers base-images soak fuzz mutants mutants-sample lint format bench schema settings-doc demo chromium promtool pgbouncer postgresql opentracker mosquitto podman clean
 
 all: lint test ## lint, then the whole test suite
 
@@ -56,8 +56,14 @@ run: $(RUN_STAMP) ## start a node (embedded PostgreSQL unless WISCAT_DATABASE_UR
 # and servers, so two workers on two cores take about two thirds of the time of one.
 TEST_WORKERS ?= 2
 
-test: $(STAMP) chromium promtool pgbouncer opentracker mosquitto ## the whole suite on a real PostgreSQL (WISCAT_TEST_DATABASE_URL or embedded)
+test: $(STAMP) bytecode chromium promtool pgbouncer opentracker mosquitto ## the whole suite on a real PostgreSQL (WISCAT_TEST_DATABASE_URL or embedded)
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadscope
+
+# Where PYTHONDONTWRITEBYTECODE is set (as in many images), every process compiled wiscat from
+# source as it started: 0.4 s of CPU for each command, service and page worker the tests start.
+# Python still reads bytecode written beforehand, and compiles again whatever changed since.
+bytecode: $(STAMP)
+	@$(BIN)/python -m compileall -q -j 0 build/__editable__.*/wiscat tools >/dev/null
 
 chromium: ## install Debian's chromium when missing (the dashboard's browser test drives it)
 	@command -v chromium >/dev/null 2>&1 || { \
@@ -125,7 +131,7 @@ MESH_SEEDS := 1 2 3
 LOAD_SOAK := WISCAT_LOAD_RECORDS=100000 WISCAT_LOAD_HARVEST_RECORDS=10000 \
 	WISCAT_LOAD_SECONDS=600 WISCAT_SOAK_SECONDS=600
 
-soak: $(STAMP) ## long trials outside make test, each bounded in time (P17, D01, H01, F01-F03, L01-L05, harvester workers, a 60 s broker outage)
+soak: $(STAMP) bytecode ## long trials outside make test, each bounded in time (P17, D01, H01, F01-F03, L01-L05, harvester workers, a 60 s broker outage)
 	WISCAT_LATE_COMMIT_TRIALS=100 timeout 1800 $(BIN)/pytest tests/e2e/test_late_commit.py -k randomised
 	WISCAT_CRASH_TRIALS=50 timeout 1800 $(BIN)/pytest tests/e2e/test_crash_loop.py
 	WISCAT_WORKER_LINKS=600 timeout 900 $(BIN)/pytest --timeout 840 tests/e2e/test_harvester_workers.py
@@ -168,7 +174,7 @@ format: $(STAMP) ## format the code with ruff
 
 BENCH_ARGS ?=
 
-bench: $(STAMP) opentracker postgresql mosquitto ## benchmarks; figures go to docs/benchmarks.md (BENCH_RECORDS scales them; BENCH_ARGS='--only wis2')
+bench: $(STAMP) bytecode opentracker postgresql mosquitto ## benchmarks; figures go to docs/benchmarks.md (BENCH_RECORDS scales them; BENCH_ARGS='--only wis2')
 	$(BIN)/python -m bench.run $(BENCH_ARGS)
 
 schema: $(STAMP) ## rewrite shared/db/schema.sql from the migrations (after adding one)
@@ -179,7 +185,7 @@ settings-doc: $(STAMP) ## rewrite docs/settings.md from the Settings field descr
 
 DEMO_ARGS ?=
 
-demo: $(STAMP) ## a local mesh of three nodes harvesting each other (Ctrl-C stops it; DEMO_ARGS='--port-base 0')
+demo: $(STAMP) bytecode ## a local mesh of three nodes harvesting each other (Ctrl-C stops it; DEMO_ARGS='--port-base 0')
 	$(BIN)/python -m tools.demo $(DEMO_ARGS)
 
 clean: ## remove the virtual environment and local data
