@@ -12,12 +12,11 @@ from typing import Any
 
 from wiscat.cli.arguments import command, group
 from wiscat.cli.database import migrated_pool
-from wiscat.shared.db import records as records_store
-from wiscat.shared.db import wis2 as outbox
-from wiscat.shared.iso19139 import RecordError
 from wiscat.shared.settings import Settings
-from wiscat.shared.wcmp2.convert import convert
 from wiscat.shared.wcmp2.validation import SCHEMA_FILE, load_schema, schema_errors
+
+# The outbox and the conversion (with its vocabularies and URI grammar) are imported by the
+# commands that use them: every other command starts without them.
 
 # the exit status of an identifier that names no live record: a bad argument
 NO_SUCH_RECORD = 2
@@ -83,6 +82,10 @@ def add_parsers(sub: Any) -> None:
 
 async def cmd_wis2_render(settings: Settings, args: argparse.Namespace) -> int:
     """``wiscat wis2 render``: print a stored record as WCMP2 and its conversion report."""
+    from wiscat.shared.db import records as records_store
+    from wiscat.shared.iso19139 import RecordError
+    from wiscat.shared.wcmp2.convert import convert
+
     schema_path: Path | None = args.schema
     if schema_path is None and SCHEMA_FILE.expanduser().is_file():
         schema_path = SCHEMA_FILE
@@ -121,6 +124,8 @@ async def cmd_wis2_render(settings: Settings, args: argparse.Namespace) -> int:
 
 async def cmd_wis2_status(settings: Settings, args: argparse.Namespace) -> int:
     """``wiscat wis2 status``: counts, failing messages with their errors, invalid records."""
+    from wiscat.shared.db import wis2 as outbox
+
     async with migrated_pool(settings, max_size=1) as pool:
         status = await outbox.status(pool, args.limit)
     if args.json:
@@ -146,6 +151,8 @@ async def cmd_wis2_status(settings: Settings, args: argparse.Namespace) -> int:
 
 async def cmd_wis2_republish(settings: Settings, args: argparse.Namespace) -> int:
     """``wiscat wis2 republish``: render, then queue updates of the records named (or all)."""
+    from wiscat.shared.db import wis2 as outbox
+
     if not settings.wis2_centres:
         print("wiscat: WISCAT_WIS2_CENTRES is unset: this node announces nothing", file=sys.stderr)
         return 2

@@ -13,6 +13,8 @@ LATE = {
     "fastapi": "provider, run",
     "jsonschema": "wis2 render (a schema check)",
     "wiscat.shared.registry_node": "registry sync",
+    "wiscat.shared.wcmp2.convert": "wis2 render (with its vocabularies and URI grammar)",
+    "wiscat.shared.db.wis2": "wis2 status, wis2 republish",
 }
 
 
