@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import itertools
 import json
 import os
 import time
@@ -21,7 +22,8 @@ from aiohttp import web
 
 from tests.e2e.nodes import run_wiscat
 from tests.support import factories
-from tests.support.harvest_pair import SOURCE_SET, Pair, link_to
+from tests.support.buffering_proxy import buffering_proxy
+from tests.support.harvest_pair import SOURCE_SET, Pair, content, link_to
 from tests.support.hint_peers import HintPeer, harvesting, hint_peer, now, open_stream
 from tests.support.servers import running_provider, serving_app
 from wiscat.harvester.context import HarvestContext
@@ -262,6 +264,50 @@ async def test_hints_lost_every_way_records_come_by_the_schedule(
         peer.change([SOURCE_SET], now())
         took = await until(lambda: held(pair.sink, later), 5, "a hinted record")
         assert took < 1.5
+
+
+async def test_hints_lost_to_a_proxy_that_buffers_the_stream(pair: Pair, peer: HintPeer) -> None:
+    """The peer behind a reverse proxy that buffers responses: the stream's headers come, its
+    events never do, until the proxy is told not to buffer (the fault ends)."""
+    async with buffering_proxy(peer.url.removesuffix("/oai")) as proxy:
+        peer.changes = proxy.root + "/changes"  # the URL its operator gives: the proxy's
+        await link_to(pair.ctx, proxy.root + "/oai", every=timedelta(seconds=4), window_slices=0)
+        async with harvesting(fast(pair.ctx)):
+            await until(lambda: finished_runs_at_least(pair.sink, 1), 10, "the first run")
+            new = await factories.load_records(pair.source, SOURCE_SET, range(10, 15))
+            peer.change([SOURCE_SET], now())  # held back in the proxy
+            for identifier in new:  # the schedule brings them all the same
+                await until(lambda i=identifier: held(pair.sink, i), 10, "a record by the schedule")
+            await until(lambda: given_back(pair.sink), 5, "the scheduled run's end")
+            source, sink = (
+                await content(pair.source, SOURCE_SET),
+                await content(pair.sink, SINK_SET),
+            )
+            assert sink == source, "missing, extra or outdated records after the scheduled run"
+            await until(lambda: asked_at_least(peer, 2), 10, "a stream request again")
+            stored = await stream_store.stream_of(pair.sink, proxy.root + "/oai")
+            assert stored is not None and stored.last_error is not None
+            assert "nothing received for 2 s" in stored.last_error, stored.last_error
+            # the fault ends; from now on only a hint brings a record in time
+            proxy.buffering = False
+            await pair.sink.execute(
+                "update links set every = '1 hour', next_run_at = now() + '1 hour'"
+            )
+            await until(lambda: stream_open(peer), 5, "the stream back")
+            await until(lambda: given_back(pair.sink), 5, "the connection's catch-up run")
+            numbers = itertools.count(20)
+            await until(lambda: hint_served(pair, peer, next(numbers)), 30, "a hint served")
+
+
+async def hint_served(pair: Pair, peer: HintPeer, number: int) -> bool:
+    """Whether record ``number``, written now and hinted, is held within 5 s."""
+    [record] = await factories.load_records(pair.source, SOURCE_SET, [number])
+    peer.change([SOURCE_SET], now())
+    try:
+        await until(lambda: held(pair.sink, record), 5, "a hinted record")
+    except AssertionError:
+        return False
+    return True
 
 
 async def asked_at_least(peer: HintPeer, count: int) -> bool:
