@@ -131,11 +131,12 @@ MESH_SEEDS := 1 2 3
 LOAD_SOAK := WISCAT_LOAD_RECORDS=100000 WISCAT_LOAD_HARVEST_RECORDS=10000 \
 	WISCAT_LOAD_SECONDS=600 WISCAT_SOAK_SECONDS=600
 
-soak: $(STAMP) bytecode ## long trials outside make test, each bounded in time (P17, D01, H01, F01-F03, L01-L05, harvester workers, a 60 s broker outage)
+soak: $(STAMP) bytecode ## long trials outside make test, each bounded in time (P17, D01, H01, F01-F03, L01-L05, harvester workers, a 60 s broker outage, a 5-minute silent hint reader)
 	WISCAT_LATE_COMMIT_TRIALS=100 timeout 1800 $(BIN)/pytest tests/e2e/test_late_commit.py -k randomised
 	WISCAT_CRASH_TRIALS=50 timeout 1800 $(BIN)/pytest tests/e2e/test_crash_loop.py
 	WISCAT_WORKER_LINKS=600 timeout 900 $(BIN)/pytest --timeout 840 tests/e2e/test_harvester_workers.py
 	WISCAT_WIS2_OUTAGE_SECONDS=60 timeout 600 $(BIN)/pytest tests/integration/test_wis2_outage.py
+	WISCAT_SILENT_READER_SECONDS=300 timeout 600 $(BIN)/pytest --timeout 420 tests/e2e/test_silent_reader.py
 	for seed in $(MESH_SEEDS); do \
 		WISCAT_MESH_SEED=$$seed WISCAT_MESH_FAULT_SECONDS=120 \
 			timeout 600 $(BIN)/pytest --timeout 540 tests/e2e/test_mesh_faults.py || exit 1; \
