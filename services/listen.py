@@ -17,16 +17,25 @@ class CannotListen(Exception):
     """A service cannot listen where it is configured to; ``str()`` says where and why."""
 
 
-def listen(host: str, port: int, service: str) -> socket.socket:
-    """A TCP socket listening on ``host``:``port`` for ``service`` (named in the error)."""
+def listen(host: str, port: int, service: str, *, accept_now: bool = True) -> socket.socket:
+    """A TCP socket bound to ``host``:``port`` for ``service`` (named in the error), listening
+    unless ``accept_now`` is false: then the server listens once it serves (asyncio's
+    ``create_server`` does), and a client that comes while the service starts is refused and
+    tries again later, rather than waiting in the queue with every other client and all being
+    let in at the same instant (a provider's restart, met by every peer's stream at once)."""
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
     try:
         # as servers do: a restart may bind while the last run's connections wait out TIME_WAIT
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
-        sock.listen(2048)
+        if accept_now:
+            sock.listen(2048)
     except OSError as exc:  # in use, not an address of this machine, no such host
         sock.close()
-        reason = exc.strerror or str(exc)
-        raise CannotListen(f"{service} cannot listen on {url_host(host)}:{port}: {reason}") from exc
+        raise cannot_listen(service, host, port, exc) from exc
     return sock
+
+
+def cannot_listen(service: str, host: str, port: int, exc: OSError) -> CannotListen:
+    reason = exc.strerror or str(exc)
+    return CannotListen(f"{service} cannot listen on {url_host(host)}:{port}: {reason}")

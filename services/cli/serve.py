@@ -10,7 +10,7 @@ from typing import Any
 from wiscat.cli.arguments import command, port_number
 from wiscat.cli.database import migrated_database, quiet_database
 from wiscat.cli.signals import on_signals
-from wiscat.listen import listen
+from wiscat.listen import cannot_listen, listen
 from wiscat.shared.db import migrate as migrations
 from wiscat.shared.db.pool import connect, database_url
 from wiscat.shared.heap import freeze_startup_objects, tune_heap
@@ -89,7 +89,9 @@ async def _serve_provider(
     from wiscat.provider.app import create_app
     from wiscat.provider.serving import QuietServer, provider_config
 
-    with listen(host, port, "the provider") as sock:
+    # listening from the moment it serves: peers' streams, cut by a restart, come back as their
+    # own jittered backoff says, not all let in at once when the provider is ready
+    with listen(host, port, "the provider", accept_now=False) as sock:
         app = create_app(settings, url)
         tune_heap()  # list pages of megabytes, built and sent many times a second
         freeze_startup_objects()
@@ -115,6 +117,11 @@ async def _serve_provider(
             )
         try:
             await server.serve(sockets=[sock])
+        except OSError as exc:
+            if server.started:
+                raise
+            # another process bound the port too, and listened first
+            raise cannot_listen("the provider", host, port, exc) from exc
         finally:
             watcher.cancel()
             stop.set()
