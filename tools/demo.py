@@ -7,7 +7,10 @@ per node and set as the harvesters' schedules bring them together, then the URLs
 keeps the mesh running (adding a record somewhere now and then, to watch it travel) until Ctrl-C,
 which stops every process it started.
 
-    python -m tools.demo [--nodes 3] [--records 200] [--every 5s] [--port-base 8100]
+The links are scheduled hourly: what moves a change within about a second is the providers'
+change hints, and the demo prints how long each added record took to reach every other node.
+
+    python -m tools.demo [--nodes 3] [--records 200] [--every 1h] [--port-base 8100]
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from wiscat.shared.iso19139 import parse_record
 ROOT = Path(__file__).resolve().parents[1]
 WISCAT = str(Path(sys.executable).with_name("wiscat"))
 READY_TIMEOUT = aiohttp.ClientTimeout(total=2)
+TRAVEL_TIMEOUT = 30.0
 NAMES = ["ALPHA", "BRAVO", "CHARLIE", "DELTA", "ECHO", "FOXTROT"]
 
 
@@ -178,6 +182,39 @@ async def counts(nodes: list[DemoNode]) -> dict[str, dict[str, int]]:
     return out
 
 
+async def travel(
+    nodes: list[DemoNode], origin: DemoNode, identifier: str, stop: asyncio.Event
+) -> str:
+    """How long ``identifier``, just written at ``origin``, takes to be served by every other
+    node (polled in their databases), as one line; a node it has not reached within
+    ``TRAVEL_TIMEOUT`` seconds is named as such."""
+    started = time.monotonic()
+    others = [node for node in nodes if node is not origin]
+    conns = {node.name: await connect(node.database_url) for node in others}
+    reached: dict[str, float] = {}
+    try:
+        while len(reached) < len(others) and not stop.is_set():
+            elapsed = time.monotonic() - started
+            if elapsed > TRAVEL_TIMEOUT:
+                break
+            for node in others:
+                if node.name not in reached and await conns[node.name].fetchval(
+                    "select true from records where identifier = $1 and not deleted", identifier
+                ):
+                    reached[node.name] = time.monotonic() - started
+            await asyncio.sleep(0.05)
+    finally:
+        for conn in conns.values():
+            await conn.close()
+    parts = [
+        f"{node.name} in {reached[node.name]:.1f} s"
+        if node.name in reached
+        else f"{node.name} not within {TRAVEL_TIMEOUT:.0f} s"
+        for node in others
+    ]
+    return f"new record {identifier} at {origin.name} reached " + ", ".join(parts)
+
+
 def table(nodes: list[DemoNode], found: dict[str, dict[str, int]], elapsed: float) -> str:
     sets = [node.own_set for node in nodes]
     width = max(len(s) for s in sets)
@@ -266,13 +303,14 @@ async def run(args: argparse.Namespace, stop: asyncio.Event) -> int:
                             f"{node.root}/   admin token {node.token}"
                         )
                     print("\nCtrl-C stops the demo.\n", flush=True)
-                    next_change = time.monotonic() + 10
+                    next_change = time.monotonic() + args.first_change
                 if converged and args.changes and time.monotonic() >= next_change:
                     node = rng.choice(nodes)
                     identifier = await put_record(http, node, total + rng.randrange(10_000))
                     total += 1
                     converged = False
-                    print(f"new record {identifier} at {node.name}: watch it travel\n", flush=True)
+                    print(await travel(nodes, node, identifier, stop) + "\n", flush=True)
+                    next_change = time.monotonic() + 10
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), args.interval)
         return 0
@@ -330,7 +368,9 @@ def main() -> int:
     )
     parser.add_argument("--nodes", type=int, default=3, choices=range(2, len(NAMES) + 1))
     parser.add_argument("--records", type=int, default=200, help="records per node")
-    parser.add_argument("--every", default="5s", help="harvest interval of every link")
+    parser.add_argument(
+        "--every", default="1h", help="harvest interval of every link (change hints move records)"
+    )
     parser.add_argument("--interval", type=float, default=2.0, help="seconds between tables")
     parser.add_argument(
         "--port-base",
@@ -340,6 +380,12 @@ def main() -> int:
     )
     parser.add_argument(
         "--data-dir", type=Path, default=ROOT / "var" / "demo", help="PostgreSQL and logs"
+    )
+    parser.add_argument(
+        "--first-change",
+        type=float,
+        default=10.0,
+        help="seconds after converging before the first added record",
     )
     parser.add_argument(
         "--no-changes", dest="changes", action="store_false", help="add no records after converging"

@@ -1,8 +1,10 @@
-"""``make demo``: the mesh converges, Ctrl-C stops it, and nothing it started keeps running."""
+"""``make demo``: the mesh converges, a record added reaches the others in seconds, Ctrl-C stops
+it, and nothing it started keeps running."""
 
 from __future__ import annotations
 
 import asyncio
+import re
 import signal
 import socket
 import sys
@@ -43,13 +45,12 @@ async def test_demo_converges_and_stops_cleanly_on_ctrl_c(
         "tools.demo",
         "--records",
         "5",
-        "--every",
-        "1s",
         "--interval",
         "0.5",
+        "--first-change",
+        "0",
         "--port-base",
         "0",
-        "--no-changes",
         "--data-dir",
         str(data),
         stdout=asyncio.subprocess.PIPE,
@@ -64,8 +65,11 @@ async def test_demo_converges_and_stops_cleanly_on_ctrl_c(
                 line = (await process.stdout.readline()).decode()
                 assert line, "the demo ended early:\n" + "".join(lines)
                 lines.append(line)
-            while "Ctrl-C stops the demo.\n" not in lines:
-                lines.append((await process.stdout.readline()).decode())
+            # links hourly (the default): the added record travels by change hints alone
+            while not any(" reached " in line for line in lines):
+                line = (await process.stdout.readline()).decode()
+                assert line, "the demo ended early:\n" + "".join(lines)
+                lines.append(line)
     finally:
         running = processes_mentioning(str(data))
         process.send_signal(sig)
@@ -80,6 +84,14 @@ async def test_demo_converges_and_stops_cleanly_on_ctrl_c(
     rows = {line.split()[0]: line.split()[1:] for line in table[1:] if line.strip()}
     assert rows == {name: ["5", "5", "5"] for name in ("ALPHA", "BRAVO", "CHARLIE")}
     assert output.count("/oai?verb=Identify") == 3
+    assert "every 1h" in output
+    travelled = re.search(
+        r"new record (\S+) at (\w+) reached (\w+) in ([\d.]+) s, (\w+) in ([\d.]+) s\n", output
+    )
+    assert travelled, output
+    origin, first, second = travelled[2], travelled[3], travelled[5]
+    assert {origin, first, second} == {"ALPHA", "BRAVO", "CHARLIE"}
+    assert float(travelled[4]) < 5 and float(travelled[6]) < 5, travelled[0]
 
 
 async def test_demo_refuses_ports_in_use_before_starting_anything(tmp_path: Path) -> None:
