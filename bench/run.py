@@ -23,9 +23,9 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench import mesh, registry, wis2_bench
+from bench import mesh, push_bench, registry, wis2_bench
 from bench import scale_bench as scale
-from bench.clusters import SERVERS, bench_server
+from bench.clusters import SERVERS, BenchServer, bench_server
 from bench.harvester_bench import bench_check, bench_harvester, bench_peers
 from bench.measure import OUT, ROOT, load_average, loaded_database, machine
 from bench.provider_bench import bench_provider
@@ -42,6 +42,7 @@ SECTIONS = (
     "registry",
     "generator",
     "wis2",
+    "push",
 )
 
 
@@ -152,6 +153,32 @@ def side_by_side(figures: dict[str, dict[str, float]], records: int) -> list[str
     return [*lines, ""]
 
 
+async def other_sections(args: argparse.Namespace, servers: list[BenchServer]) -> list[str]:
+    """The sections after the provider's and the harvester's, those chosen, in turn."""
+    first = servers[0].url
+    lines: list[str] = []
+    if "providers" in args.only:
+        lines += await scale.bench_providers(servers[-1], args.records, args.page_size)
+    if "scaling" in args.only:
+        lines += await scale.bench_scaling(servers[-1], args.scaling, args.page_size)
+    if "peers" in args.only:
+        lines += await bench_peers(first)
+    if "check" in args.only:
+        lines += await bench_check(args.check_size)
+    if "mesh" in args.only:
+        lines += await mesh.run(first)
+    if "registry" in args.only:
+        lines += await registry.run(first)
+    if "generator" in args.only:
+        lines += bench_generator()
+    if "wis2" in args.only:
+        lines += await wis2_bench.run(first, args.servers[0])
+    if "push" in args.only:
+        size = push_bench.QUICK if args.push_quick else push_bench.FULL
+        lines += await push_bench.run(first, size)
+    return lines
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument(
@@ -189,6 +216,11 @@ async def main() -> None:
         default=[int(n) for n in os.environ.get("BENCH_SCALING", "10000,100000").split(",")],
         help="the catalogue sizes of the scaling section (comma-separated)",
     )
+    parser.add_argument(
+        "--push-quick",
+        action="store_true",
+        help="the push section at its smoke size (3 nodes, well under 2 minutes)",
+    )
     parser.add_argument("--output", type=Path, default=ROOT / "docs" / "benchmarks.md")
     args = parser.parse_args()
     if bad := set(args.servers) - set(SERVERS):
@@ -210,7 +242,6 @@ async def main() -> None:
             f"(`python -m bench.run --records {args.records} --page-size {args.page_size}`)",
             "",
         ]
-        first = servers[0].url
         figures: dict[str, dict[str, float]] = {}
         for server in servers if args.only & {"provider", "harvester"} else []:
             # one catalogue for both sections: loading a million records takes a while
@@ -230,22 +261,7 @@ async def main() -> None:
                 )
         if len(figures) > 1:
             lines += side_by_side(figures, args.records)
-        if "providers" in args.only:
-            lines += await scale.bench_providers(servers[-1], args.records, args.page_size)
-        if "scaling" in args.only:
-            lines += await scale.bench_scaling(servers[-1], args.scaling, args.page_size)
-        if "peers" in args.only:
-            lines += await bench_peers(first)
-        if "check" in args.only:
-            lines += await bench_check(args.check_size)
-        if "mesh" in args.only:
-            lines += await mesh.run(first)
-        if "registry" in args.only:
-            lines += await registry.run(first)
-        if "generator" in args.only:
-            lines += bench_generator()
-        if "wis2" in args.only:
-            lines += await wis2_bench.run(first, args.servers[0])
+        lines += await other_sections(args, servers)
     lines = with_kept(lines, args.output, every_section=args.only == set(SECTIONS))
     text = "\n".join(lines) + "\n"
     args.output.parent.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,353 @@
+"""Change hints on real nodes: how fast a change reaches every GISC with hourly schedules.
+
+Every node is a ``wiscat run`` process over its own database (one PostgreSQL server), every
+setting at its default (hints on), with a link to every other node's own set scheduled hourly:
+what moves a change at once is the providers' change hints. Measured:
+
+- one hop: changes at one node (new records, updates, deletions), each timed until every other
+  node holds it as the origin does (its content hash and deleted flag, polled in their databases);
+- two hops: an NC node harvested into one GISC's own set, which every other GISC harvests;
+- a quiet mesh: harvest runs started while nothing changes (the catch-up at connection excluded);
+- a burst of changes at one node: the time after the last until every node holds all, and the
+  most runs of one link that overlapped (never more than one in flight);
+- idle streams on one provider: its memory and database connections, and a list page's p99 with
+  and without them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import asyncpg
+
+from bench.measure import load_average, machine
+from tests.e2e.mesh import Mesh
+from wiscat.shared.db.pool import connect
+
+REACH_TIMEOUT = 15.0
+
+
+@dataclass(frozen=True)
+class Size:
+    nodes: int
+    changes: int
+    two_hop: int
+    quiet: float
+    burst: int
+    burst_seconds: float
+    streams: int
+
+
+FULL = Size(
+    nodes=10, changes=50, two_hop=20, quiet=300.0, burst=1000, burst_seconds=10.0, streams=200
+)
+QUICK = Size(nodes=3, changes=6, two_hop=3, quiet=5.0, burst=40, burst_seconds=2.0, streams=20)
+
+NAMES = [f"N{n:02d}" for n in range(10)]
+
+
+def own(name: str) -> str:
+    return f"WIS-GISC-{name}"
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered)) - 1))]
+
+
+class Push:
+    def __init__(self, mesh: Mesh, names: list[str]) -> None:
+        self.mesh = mesh
+        self.names = names
+        self.conns: dict[str, asyncpg.Connection] = {}
+
+    async def open(self) -> None:
+        for name, node in self.mesh.nodes.items():
+            self.conns[name] = await connect(node.database_url)
+
+    async def close(self) -> None:
+        for conn in self.conns.values():
+            await conn.close()
+
+    async def state(self, name: str, identifier: str) -> tuple[Any, ...] | None:
+        row = await self.conns[name].fetchrow(
+            "select content_hash, deleted from records where identifier = $1", identifier
+        )
+        return None if row is None else tuple(row)
+
+    async def reach(self, origin: str, identifier: str, others: list[str]) -> list[float]:
+        """Seconds until each of ``others`` holds ``identifier`` as ``origin`` does now; a node
+        not reached within REACH_TIMEOUT counts as that timeout."""
+        started = time.monotonic()
+        wanted = await self.state(origin, identifier)
+        times: dict[str, float] = {}
+        while len(times) < len(others) and time.monotonic() - started < REACH_TIMEOUT:
+            for name in others:
+                if name not in times and await self.state(name, identifier) == wanted:
+                    times[name] = time.monotonic() - started
+            await asyncio.sleep(0.02)
+        return [times.get(name, REACH_TIMEOUT) for name in others]
+
+    async def change(self, origin: str, k: int, live: list[tuple[int, str]]) -> str:
+        """The ``k``-th change at ``origin``: a new record, an update of a live one, or a
+        deletion, in turn."""
+        kind = k % 3
+        if kind == 1 and live:
+            n, identifier = live[-1]
+            await self.mesh.put(origin, n, origin.lower(), version=1 + k)
+            return identifier
+        if kind == 2 and live:
+            _, identifier = live.pop(0)
+            await self.mesh.delete(origin, identifier)
+            return identifier
+        identifier = await self.mesh.put(origin, 10_000 + k, origin.lower())
+        live.append((10_000 + k, identifier))
+        return identifier
+
+    async def counts(self) -> dict[str, Any]:
+        return {
+            name: (
+                await conn.fetchval("select count(*) from records"),
+                await conn.fetchval("select count(*) from harvest_runs where status = 'running'"),
+            )
+            for name, conn in self.conns.items()
+        }
+
+    async def caught_up(self, records: int) -> bool:
+        for conn in self.conns.values():
+            if await conn.fetchval("select count(*) from harvest_runs where status = 'running'"):
+                return False
+        for name in self.names:
+            if await self.conns[name].fetchval("select count(*) from records") != records:
+                return False
+        return True
+
+    async def last_run_ids(self) -> dict[str, int]:
+        return {
+            name: int(await conn.fetchval("select coalesce(max(id), 0) from harvest_runs"))
+            for name, conn in self.conns.items()
+        }
+
+    async def runs_since(self, ids: dict[str, int]) -> int:
+        return sum(
+            [
+                int(await conn.fetchval("select count(*) from harvest_runs where id > $1", ids[n]))
+                for n, conn in self.conns.items()
+            ]
+        )
+
+    async def most_overlapping(self) -> int:
+        """The most runs of one link in flight at once, over every node's run records."""
+        most = 0
+        for conn in self.conns.values():
+            found = await conn.fetchval(
+                "select coalesce(max(n), 1) from (select a.id, count(*) as n from harvest_runs a "
+                "join harvest_runs b on a.link = b.link and b.started_at <= a.started_at "
+                "and coalesce(b.finished_at, now()) > a.started_at group by a.id) per_run"
+            )
+            most = max(most, int(found))
+        return most
+
+    async def holds_all(self, identifiers: list[str]) -> bool:
+        for name in self.names[1:]:
+            count = await self.conns[name].fetchval(
+                "select count(*) from records where identifier = any($1::text[])", identifiers
+            )
+            if count != len(identifiers):
+                return False
+        return True
+
+
+def process_rss(pid: int) -> int:
+    """Resident bytes of ``pid`` and its children."""
+    total = 0
+    pids = [pid]
+    while pids:
+        current = pids.pop()
+        try:
+            status = Path(f"/proc/{current}/status").read_text()
+            children = Path(f"/proc/{current}/task/{current}/children").read_text().split()
+        except OSError:
+            continue
+        for line in status.splitlines():
+            if line.startswith("VmRSS:"):
+                total += int(line.split()[1]) * 1024
+        pids += [int(child) for child in children]
+    return total
+
+
+async def list_p99(http: aiohttp.ClientSession, oai: str, set_spec: str, count: int) -> float:
+    params = {"verb": "ListIdentifiers", "metadataPrefix": "iso19139", "set": set_spec}
+    times = []
+    for _ in range(count):
+        started = time.perf_counter()
+        async with http.get(oai, params=params) as response:
+            await response.read()
+            assert response.status == 200
+        times.append(time.perf_counter() - started)
+    return percentile(times, 0.99) * 1000
+
+
+async def idle_streams(push: Push, http: aiohttp.ClientSession, streams: int) -> list[str]:
+    node = push.mesh.nodes[push.names[0]]
+    pid = node.processes[-1].pid
+    stats = "select count(*) from pg_stat_activity where datname = current_database()"
+    conn = push.conns[push.names[0]]
+    samples = 300
+    await list_p99(http, node.oai, own(push.names[0]), 20)  # warm
+    without = await list_p99(http, node.oai, own(push.names[0]), samples)
+    rss_before, db_before = process_rss(pid), await conn.fetchval(stats)
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=connector) as idle:
+        responses = []
+        for _ in range(streams):
+            response = await idle.get(f"{node.oai}/changes", params={"set": own(push.names[0])})
+            assert response.status == 200, response.status
+            responses.append(response)
+        await asyncio.sleep(2)
+        rss_after, db_after = process_rss(pid), await conn.fetchval(stats)
+        with_streams = await list_p99(http, node.oai, own(push.names[0]), samples)
+        for response in responses:
+            response.close()
+    mib = 1024 * 1024
+    worse = (with_streams / without - 1) * 100
+    return [
+        f"| {streams} idle streams on one provider | RSS {rss_before / mib:.0f} MiB before, "
+        f"{rss_after / mib:.0f} MiB with them (+{(rss_after - rss_before) / 1024 / streams:.0f} "
+        f"KiB a stream); database connections {db_before} before, {db_after} with them; "
+        f"ListIdentifiers p99 {without:.1f} ms without, {with_streams:.1f} ms with "
+        f"({worse:+.0f} %) | p99 within 10 % | {'met' if worse <= 10 else 'missed'} |",
+    ]
+
+
+async def run(template_url: str, size: Size = FULL) -> list[str]:
+    names = NAMES[: size.nodes]
+    started_at = datetime.now(UTC)
+    async with aiohttp.ClientSession() as http:
+        # the settle window and every other setting at their defaults
+        mesh = Mesh(template_url, http, settle=0.5)
+        push = Push(mesh, names)
+        try:
+            for name in [*names, "NC"]:
+                await mesh.add_node(name)
+            await mesh.start()
+            for name in names:
+                for n in range(5):
+                    await mesh.put(name, n, name.lower())
+            # past the settle window before the links' first runs: a write still hidden from
+            # that first run waited for the hourly schedule (no hint reached the new link)
+            await asyncio.sleep(2)
+            body = {"every": "1h"}
+            for name in names:
+                for other in names:
+                    if other != name:
+                        await mesh._call(
+                            mesh.nodes[name],
+                            "POST",
+                            "/admin/links",
+                            json={
+                                "name": other.lower(),
+                                "url": mesh.nodes[other].oai,
+                                "set": own(other),
+                                **body,
+                            },
+                        )
+            await mesh._call(
+                mesh.nodes[names[0]],
+                "POST",
+                "/admin/links",
+                json={
+                    "name": "area-nc",
+                    "url": mesh.nodes["NC"].oai,
+                    "set": own("NC"),
+                    "into": own(names[0]),
+                    **body,
+                },
+            )
+            await push.open()
+            # the catch-up at connection: every link's first run
+            for _ in range(300):
+                if await push.caught_up(len(names) * 5):
+                    break
+                await asyncio.sleep(0.1)
+            else:
+                raise RuntimeError(
+                    "the mesh did not catch up at connection within 120 s: "
+                    + str(await push.counts())
+                    + "\n".join(log.read_text()[-3000:] for log in mesh.nodes[names[0]].logs)
+                )
+            await asyncio.sleep(2)
+
+            origin, others = names[0], names[1:]
+            live: list[tuple[int, str]] = []
+            one_hop: list[float] = []
+            for k in range(size.changes):
+                identifier = await push.change(origin, k, live)
+                one_hop += await push.reach(origin, identifier, others)
+
+            nc_live: list[tuple[int, str]] = []
+            two_hop: list[float] = []
+            for k in range(size.two_hop):
+                identifier = await push.change("NC", k * 3, nc_live)  # new records only
+                two_hop += await push.reach("NC", identifier, others)
+
+            await asyncio.sleep(2)
+            ids = await push.last_run_ids()
+            await asyncio.sleep(size.quiet)
+            quiet_runs = await push.runs_since(ids)
+
+            burst: list[str] = []
+            began = time.monotonic()
+            gap = size.burst_seconds / size.burst
+            for k in range(size.burst):
+                burst.append(await mesh.put(origin, 20_000 + k, origin.lower()))
+                await asyncio.sleep(max(0.0, began + (k + 1) * gap - time.monotonic()))
+            wrote = time.monotonic() - began
+            last = time.monotonic()
+            while not await push.holds_all(burst) and time.monotonic() - last < 120:
+                await asyncio.sleep(0.1)
+            burst_all = time.monotonic() - last
+            overlap = await push.most_overlapping()
+
+            streams = await idle_streams(push, http, size.streams)
+        finally:
+            await push.close()
+            await mesh.close()
+
+    def met(ok: bool) -> str:
+        return "met" if ok else "missed"
+
+    p95, worst = percentile(one_hop, 0.95), max(one_hop)
+    p95_two = percentile(two_hop, 0.95)
+    return [
+        "## Push: change hints between nodes",
+        "",
+        f"{started_at:%Y-%m-%d %H:%M} UTC, {machine()}, load average at the start "
+        f"{load_average()}, `python -m bench.run --only push"
+        f"{' --push-quick' if size == QUICK else ''}`. A full mesh of {size.nodes} `wiscat run` "
+        "processes (one PostgreSQL server, a database each), every link hourly, every setting "
+        "at its default (hints on); an NC node harvested into the first GISC's own set. "
+        "Other test runs shared the machine's two cores during the run.",
+        "",
+        "| measured | figure | goal | |",
+        "|---|---|---|---|",
+        f"| one hop: {size.changes} changes at one node (new, update, deletion in turn), time "
+        f"until each of the {size.nodes - 1} others holds it | p95 {p95:.2f} s, max "
+        f"{worst:.2f} s | p95 ≤ 2 s, max ≤ 5 s | {met(p95 <= 2 and worst <= 5)} |",
+        f"| two hops: {size.two_hop} new records at NC, time until each GISC but the first "
+        f"holds it | p95 {p95_two:.2f} s, max {max(two_hop):.2f} s | p95 ≤ 5 s "
+        f"| {met(p95_two <= 5)} |",
+        f"| quiet mesh for {size.quiet:.0f} s: harvest runs started | {quiet_runs} | 0 "
+        f"| {met(quiet_runs == 0)} |",
+        f"| {size.burst} changes at one node in {wrote:.1f} s: every node holds all, after the "
+        f"last | {burst_all:.1f} s; at most {overlap} run of one link in flight at once "
+        f"| ≤ 15 s; ≤ 1 | {met(burst_all <= 15 and overlap <= 1)} |",
+        *streams,
+        "",
+    ]
