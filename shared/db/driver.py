@@ -37,6 +37,10 @@ TRANSLATED: tuple[tuple[type[BaseException], type[DatabaseError]], ...] = (
     # no server of a URL with several hosts takes writes (target_session_attrs=read-write):
     # the primary gone, its standby not yet promoted
     (asyncpg.TargetServerAttributeNotMatched, DatabaseUnavailable),
+    # a statement begun on a session the server has ended (its FATAL error read) but not yet
+    # closed: the driver's protocol is stuck in that error ("cannot switch to state ...") and the
+    # session is of no further use, as a server shutting down or a backend terminated leaves it
+    (asyncpg.InternalClientError, DatabaseUnavailable),
     (OSError, DatabaseUnavailable),  # refused, no such socket, reset; the command timeout
 )
 

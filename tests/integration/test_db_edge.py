@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 import asyncpg
 import pytest
 
-from tests.support.faultproxy import Down, postgres_url, proxy_to_postgres
+from tests.support.faultproxy import Down, SlowClose, postgres_url, proxy_to_postgres
 from tests.support.registry_network import make_network
 from wiscat.shared.db import links as link_store
 from wiscat.shared.db import registry as registry_store
@@ -61,6 +61,30 @@ async def test_a_connection_cut_under_a_query_is_unavailable(database_url: str) 
         "ConnectionDoesNotExistError",
         "connection was closed in the middle of operation",
     )
+
+
+async def test_a_connection_told_it_is_ended_but_not_yet_closed_is_unavailable(
+    database_url: str,
+) -> None:
+    """A server shutting down tells each session so (a FATAL error) and then closes it. When a
+    statement starts between the two, the driver raises a protocol error of its own
+    (InternalClientError, "cannot switch to state ..."), not a connection error: in a container
+    the close came late, and a provider answered 500 to Identify as the primary stopped, where
+    it owes 503."""
+    admin = await connect(database_url)
+    async with proxy_to_postgres(database_url) as proxy:
+        proxy.set(SlowClose("downstream", 3.0))
+        pool = await create_pool(postgres_url(proxy, database_url), min_size=1, max_size=1)
+        try:
+            async with pool.acquire() as conn:
+                await admin.execute("select pg_terminate_backend($1)", conn.get_server_pid())
+                await asyncio.sleep(0.3)  # the FATAL read, the end of the stream held back
+                with pytest.raises(DatabaseUnavailable) as ended:
+                    await conn.fetchval("select 1")
+        finally:
+            pool.terminate()
+            await admin.close()
+    assert ended.value.kind == "InternalClientError"
 
 
 async def test_a_statement_timeout_is_unavailable_and_its_transaction_rolled_back(
