@@ -195,7 +195,9 @@ def test_a_list_goes_on_page_by_page_on_either_provider(ha: HaProject) -> None:
     assert sorted(identifiers) == sorted(identifier_for(n, CENTRE) for n in range(RECORDS + 1))
     assert [len(page) for page in found] == [3, 3]  # WISCAT_PAGE_SIZE=3
     assert sum(served.values()) == len(found)
-    assert all(served.values()), f"one provider served every page: {served}"
+    assert all(served.values()), f"one provider served every page: {served}\n" + logs(
+        ha.container("lb")
+    )
 
 
 def runs_of(ha: HaProject, link: str) -> list[dict[str, Any]]:
