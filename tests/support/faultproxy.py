@@ -441,15 +441,14 @@ class FaultProxy:
         task = asyncio.current_task()
         assert task is not None
         self._tasks.add(task)
+        conn: _Connection | None = None
         try:
             self.connections += 1
             if (Down, None) in self._toxics:  # Down(accept=True)
-                writer.close()
                 return
             try:
                 upstream = await self._open_upstream()
             except OSError:
-                writer.close()
                 return
             conn = _Connection(self, (reader, writer), upstream)
             self._open.add(conn)
@@ -458,11 +457,16 @@ class FaultProxy:
             )
             if isinstance(timeout, Timeout) and timeout.close_after is not None:
                 self._close_later(conn, timeout.close_after)
-            try:
-                await conn.run()
-            finally:
-                self._open.discard(conn)
+            await conn.run()
+        except asyncio.CancelledError:
+            # the proxy stopped: the connection's end, not an error of asyncio's server (which
+            # would log a cancelled handler as one)
+            return
         finally:
+            if conn is None:  # refused, or stopped while its upstream was being opened
+                writer.close()
+            else:
+                self._open.discard(conn)
             self._tasks.discard(task)
 
 
