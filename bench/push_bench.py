@@ -21,13 +21,12 @@ import contextlib
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import aiohttp
 import asyncpg
 
-from bench.measure import load_average, machine
+from bench.measure import descendants, load_average, machine, resident_mb
 from tests.e2e.mesh import Mesh
 from wiscat.shared.db.pool import connect
 
@@ -165,24 +164,6 @@ class Push:
         return True
 
 
-def process_rss(pid: int) -> int:
-    """Resident bytes of ``pid`` and its children."""
-    total = 0
-    pids = [pid]
-    while pids:
-        current = pids.pop()
-        try:
-            status = Path(f"/proc/{current}/status").read_text()
-            children = Path(f"/proc/{current}/task/{current}/children").read_text().split()
-        except OSError:
-            continue
-        for line in status.splitlines():
-            if line.startswith("VmRSS:"):
-                total += int(line.split()[1]) * 1024
-        pids += [int(child) for child in children]
-    return total
-
-
 async def list_p99(http: aiohttp.ClientSession, oai: str, set_spec: str, count: int) -> float:
     params = {"verb": "ListIdentifiers", "metadataPrefix": "iso19139", "set": set_spec}
     times = []
@@ -203,7 +184,8 @@ async def idle_streams(push: Push, http: aiohttp.ClientSession, streams: int) ->
     samples = 300
     await list_p99(http, node.oai, own(push.names[0]), 20)  # warm
     without = await list_p99(http, node.oai, own(push.names[0]), samples)
-    rss_before, db_before = process_rss(pid), await conn.fetchval(stats)
+    tree = [pid, *descendants(pid)]
+    rss_before, db_before = resident_mb(tree), await conn.fetchval(stats)
     # a peer a stream, each from an address of its own (the provider bounds streams per
     # client address): 127.0.1.1, 127.0.1.2, ... all reach the loopback provider
     async with contextlib.AsyncExitStack() as stack:
@@ -215,13 +197,12 @@ async def idle_streams(push: Push, http: aiohttp.ClientSession, streams: int) ->
             )
             assert response.status == 200, response.status
         await asyncio.sleep(2)
-        rss_after, db_after = process_rss(pid), await conn.fetchval(stats)
+        rss_after, db_after = resident_mb(tree), await conn.fetchval(stats)
         with_streams = await list_p99(http, node.oai, own(push.names[0]), samples)
-    mib = 1024 * 1024
     worse = (with_streams / without - 1) * 100
     return [
-        f"| {streams} idle streams on one provider | RSS {rss_before / mib:.0f} MiB before, "
-        f"{rss_after / mib:.0f} MiB with them (+{(rss_after - rss_before) / 1024 / streams:.0f} "
+        f"| {streams} idle streams on one provider | RSS {rss_before:.0f} MiB before, "
+        f"{rss_after:.0f} MiB with them (+{(rss_after - rss_before) * 1024 / streams:.0f} "
         f"KiB a stream); database connections {db_before} before, {db_after} with them; "
         f"ListIdentifiers p99 {without:.1f} ms without, {with_streams:.1f} ms with "
         f"({worse:+.0f} %) | p99 within 10 % | {'met' if worse <= 10 else 'missed'} |",
@@ -251,33 +232,18 @@ async def run(template_url: str, size: Size = FULL) -> list[str]:
                 for n in range(5):
                     await mesh.put(name, n, name.lower())
             await asyncio.sleep(2)  # the seed records listable: the first runs take them all
-            body = {"every": "1h"}
+            # every link hourly, every other setting the node's default (its rolling window)
             for name in names:
                 for other in names:
                     if other != name:
-                        await mesh._call(
-                            mesh.nodes[name],
-                            "POST",
-                            "/admin/links",
-                            json={
-                                "name": other.lower(),
-                                "url": mesh.nodes[other].oai,
-                                "set": own(other),
-                                **body,
-                            },
-                        )
-            await mesh._call(
-                mesh.nodes[names[0]],
-                "POST",
-                "/admin/links",
-                json={
-                    "name": "area-nc",
-                    "url": mesh.nodes["NC"].oai,
-                    "set": own("NC"),
-                    "into": own(names[0]),
-                    **body,
-                },
-            )
+                        await mesh.link(
+                            name, other.lower(), other, own(other),
+                            wait=False, window_slices=None, every="1h",
+                        )  # fmt: skip
+            await mesh.link(
+                names[0], "area-nc", "NC", own("NC"), into=own(names[0]),
+                wait=False, window_slices=None, every="1h",
+            )  # fmt: skip
             await push.open()
             # the catch-up at connection: every link's first run
             for _ in range(300):

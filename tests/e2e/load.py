@@ -15,13 +15,13 @@ import os
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 
 from bench.measure import descendants, spooled_mb, tree_memory_mb
 from tests.support import factories
+from tests.support.proc import status_kib
 from wiscat.shared.db.pool import Pool
 from wiscat.shared.db.queries import load as load_queries
 from wiscat.shared.oaipmh.pages import announced_token
@@ -191,10 +191,7 @@ async def get_records_until(
 
 def resident_mib(pid: int) -> float:
     """The resident memory (VmRSS) of process ``pid``, in MiB."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise ValueError(f"process {pid} has no VmRSS")
+    return status_kib(pid, "VmRSS") / 1024
 
 
 def tree_mib(pid: int) -> float:

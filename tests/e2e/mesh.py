@@ -122,20 +122,23 @@ class Mesh:
         into: str | None = None,
         wait: bool = True,
         url: str | None = None,
+        window_slices: int | None = 0,
         **options: Any,
     ) -> dict[str, Any] | None:
         """A link of ``node`` to ``peer``'s provider (no rolling window, hourly: the harness runs
-        the rounds), or to ``url`` (a proxy in front of it, say). A new link is due at once:
-        with ``wait`` this returns that first run, once finished, so that no run of the node's
-        own schedule overlaps the harness's rounds."""
-        body = {
+        the rounds; ``window_slices=None``, the node's default window), or to ``url`` (a proxy
+        in front of it, say); ``options``, the admin API's other fields of a link. A new link
+        is due at once: with ``wait`` this returns that first run, once finished, so that no
+        run of the node's own schedule overlaps the harness's rounds."""
+        body: dict[str, Any] = {
             "name": name,
             "url": url or self.nodes[peer].oai,
             "set": set_spec,
             "into": into,
-            "window_slices": 0,
-            **options,
         }
+        if window_slices is not None:
+            body["window_slices"] = window_slices
+        body.update(options)
         await self._call(self.nodes[node], "POST", "/admin/links", json=body)
         if not options.get("enabled", True):
             return None  # never scheduled, and never part of a round

@@ -15,6 +15,9 @@ from pathlib import Path
 
 import aiohttp
 
+from tests.support.metrics import sample_value
+from wiscat.shared.generator import generate_record
+
 WISCAT = str(Path(sys.executable).with_name("wiscat"))
 
 
@@ -212,3 +215,22 @@ def _tail(path: str, lines: int = 40) -> str:
 
 
 NodeFactory = Callable[[str], Awaitable[Node]]
+
+
+async def hinted_pair(make_node: NodeFactory, folder: Path) -> tuple[Node, Node]:
+    """Two nodes with change hints on: ALPHA serving its own set, one record ingested, and BETA
+    holding an hourly link to it (its harvesters are the test's to start)."""
+    a, b = await make_node("ALPHA"), await make_node("BETA")
+    for node in (a, b):
+        node.extra["WISCAT_HINTS"] = "true"
+    (folder / "first").mkdir()
+    (folder / "first" / "r0.xml").write_bytes(generate_record(0, centre="alpha"))
+    await a.wiscat("ingest", str(folder / "first"))
+    await a.start("provider", f"http://127.0.0.1:{a.provider_port}/readyz")
+    await b.wiscat("link", "add", "alpha", "--url", a.oai, "--set", a.own_set, "--every", "1h")
+    return a, b
+
+
+async def hint_streams_open(node: Node) -> float:
+    """The gauge of change-hint streams open at the node's provider."""
+    return await sample_value(f"http://127.0.0.1:{node.provider_port}", "wiscat_hint_streams_open")

@@ -9,7 +9,7 @@ import json
 import time
 from pathlib import Path
 
-from tests.e2e.nodes import NodeFactory
+from tests.e2e.nodes import NodeFactory, hinted_pair
 from wiscat.shared.db.pool import create_pool
 from wiscat.shared.generator import generate_record
 
@@ -17,14 +17,7 @@ from wiscat.shared.generator import generate_record
 async def test_a_record_ingested_at_a_reaches_b_in_seconds_on_an_hourly_link(
     make_node: NodeFactory, tmp_path: Path
 ) -> None:
-    a, b = await make_node("ALPHA"), await make_node("BETA")
-    for node in (a, b):
-        node.extra["WISCAT_HINTS"] = "true"
-    (tmp_path / "first").mkdir()
-    (tmp_path / "first" / "r0.xml").write_bytes(generate_record(0, centre="alpha"))
-    await a.wiscat("ingest", str(tmp_path / "first"))
-    await a.start("provider", f"http://127.0.0.1:{a.provider_port}/readyz")
-    await b.wiscat("link", "add", "alpha", "--url", a.oai, "--set", a.own_set, "--every", "1h")
+    a, b = await hinted_pair(make_node, tmp_path)
     await b.start("harvester", f"http://127.0.0.1:{b.harvester_port}/readyz")
     for _ in range(150):  # the first run, and the stream of A's hints connected
         _, shown, _ = await b.wiscat("link", "show", "alpha", "--json")

@@ -14,12 +14,11 @@ import re
 import socket
 import time
 from datetime import datetime
-from pathlib import Path
 
-import aiohttp
-
-from tests.e2e.nodes import Node, NodeFactory
+from tests.e2e.nodes import Node, NodeFactory, hint_streams_open
 from tests.support import factories
+from tests.support.metrics import sample_value
+from tests.support.proc import status_kib
 from wiscat.shared.db.pool import Pool, create_pool
 
 WRITE_SECONDS = float(os.environ.get("WISCAT_SILENT_READER_SECONDS", "8"))
@@ -38,28 +37,9 @@ SEGMENT = 88
 LONG_SET = "WIS-GISC-ALPHA:" + "x" * 380
 
 
-def rss_kb(pid: int) -> int:
-    """The resident set size of process ``pid`` (/proc/PID/status), in KiB."""
-    status = Path(f"/proc/{pid}/status").read_text()
-    found = re.search(r"^VmRSS:\s+(\d+) kB$", status, re.MULTILINE)
-    assert found, status
-    return int(found[1])
-
-
-async def streams_open(http: aiohttp.ClientSession, node: Node) -> float:
-    async with http.get(f"http://127.0.0.1:{node.provider_port}/metrics") as response:
-        text = await response.text()
-    found = re.search(r"^wiscat_hint_streams_open (\S+)$", text, re.MULTILINE)
-    assert found, "no wiscat_hint_streams_open at /metrics"
-    return float(found[1])
-
-
-async def change_events_sent(http: aiohttp.ClientSession, node: Node) -> int:
-    async with http.get(f"http://127.0.0.1:{node.provider_port}/metrics") as response:
-        text = await response.text()
-    found = re.search(r'^wiscat_hints_sent_total\{kind="change"\} (\S+)$', text, re.MULTILINE)
-    assert found, "no wiscat_hints_sent_total at /metrics"
-    return int(float(found[1]))
+async def change_events_sent(node: Node) -> int:
+    root = f"http://127.0.0.1:{node.provider_port}"
+    return int(await sample_value(root, "wiscat_hints_sent_total", kind="change"))
 
 
 async def write_until(pool: Pool, set_spec: str, end: float) -> int:
@@ -117,52 +97,51 @@ async def test_a_client_that_never_reads_costs_the_provider_no_memory(
     try:
         await factories.load_records(pool, LONG_SET, range(50), kind="remote")
         provider = await a.start("provider", f"http://127.0.0.1:{a.provider_port}/readyz")
-        async with aiohttp.ClientSession() as http:
-            sock = silent_client(a.provider_port)
-            for _ in range(50):
-                await asyncio.sleep(0.1)
-                if await streams_open(http, a) == 1:
-                    break
-            else:
-                raise AssertionError("the silent client's stream was never opened")
-            before = rss_kb(provider.pid)
-            sent_before = await change_events_sent(http, a)
-            start = time.monotonic()
-            writing = asyncio.create_task(write_until(pool, LONG_SET, start + WRITE_SECONDS))
-            most = before
-            samples: list[tuple[float, int, int]] = []  # seconds, RSS and events sent
-            while not writing.done():
-                await asyncio.sleep(0.5)
-                rss = rss_kb(provider.pid)
-                most = max(most, rss)
-                sent = await change_events_sent(http, a) - sent_before
-                samples.append((time.monotonic() - start, rss - before, sent))
-            written = writing.result()
-            await asyncio.sleep(0.5)  # the provider's last look for changes
-            most = max(most, rss_kb(provider.pid))
-            stalled = await change_events_sent(http, a)
-            last_write: datetime = await pool.fetchval("select max(datestamp) from records")
-            shown = ", ".join(f"{t:.1f} s +{kb} kB {n} sent" for t, kb, n in samples[::10])
-            print(
-                f"{written} write transactions in {WRITE_SECONDS:g} s; {stalled - sent_before} "
-                f"change events sent to the silent client; provider RSS {before} kB, at most "
-                f"{most} kB (+{most - before} kB); {shown}"
-            )
-            assert written > 20 * WRITE_SECONDS, "too few writes to tell"
-            assert most - before <= RSS_BOUND_KB, f"the provider grew by {most - before} kB"
+        sock = silent_client(a.provider_port)
+        for _ in range(50):
+            await asyncio.sleep(0.1)
+            if await hint_streams_open(a) == 1:
+                break
+        else:
+            raise AssertionError("the silent client's stream was never opened")
+        before = status_kib(provider.pid, "VmRSS")
+        sent_before = await change_events_sent(a)
+        start = time.monotonic()
+        writing = asyncio.create_task(write_until(pool, LONG_SET, start + WRITE_SECONDS))
+        most = before
+        samples: list[tuple[float, int, int]] = []  # seconds, RSS and events sent
+        while not writing.done():
+            await asyncio.sleep(0.5)
+            rss = status_kib(provider.pid, "VmRSS")
+            most = max(most, rss)
+            sent = await change_events_sent(a) - sent_before
+            samples.append((time.monotonic() - start, rss - before, sent))
+        written = writing.result()
+        await asyncio.sleep(0.5)  # the provider's last look for changes
+        most = max(most, status_kib(provider.pid, "VmRSS"))
+        stalled = await change_events_sent(a)
+        last_write: datetime = await pool.fetchval("select max(datestamp) from records")
+        shown = ", ".join(f"{t:.1f} s +{kb} kB {n} sent" for t, kb, n in samples[::10])
+        print(
+            f"{written} write transactions in {WRITE_SECONDS:g} s; {stalled - sent_before} "
+            f"change events sent to the silent client; provider RSS {before} kB, at most "
+            f"{most} kB (+{most - before} kB); {shown}"
+        )
+        assert written > 20 * WRITE_SECONDS, "too few writes to tell"
+        assert most - before <= RSS_BOUND_KB, f"the provider grew by {most - before} kB"
 
-            # reading at last: what the provider could not send was coalesced into at most the
-            # event it was sending and one more, whose bound covers the last write
-            received = await drain(sock, quiet=1.0, most=5.0)
-            events = re.findall(rb"^event: change\ndata: (.*)$", received, re.MULTILINE)
-            assert 1 <= len(events) - (stalled - sent_before) <= 2, (
-                f"{len(events)} change events received, {stalled - sent_before} sent before the "
-                "client read: the provider never stopped sending, or queued what it could not"
-            )
-            assert len(events) == await change_events_sent(http, a) - sent_before
-            until = re.search(rb'"until": "([^"]+)"', events[-1])
-            assert until, events[-1]
-            assert datetime.fromisoformat(until[1].decode()) >= last_write.replace(microsecond=0)
+        # reading at last: what the provider could not send was coalesced into at most the
+        # event it was sending and one more, whose bound covers the last write
+        received = await drain(sock, quiet=1.0, most=5.0)
+        events = re.findall(rb"^event: change\ndata: (.*)$", received, re.MULTILINE)
+        assert 1 <= len(events) - (stalled - sent_before) <= 2, (
+            f"{len(events)} change events received, {stalled - sent_before} sent before the "
+            "client read: the provider never stopped sending, or queued what it could not"
+        )
+        assert len(events) == await change_events_sent(a) - sent_before
+        until = re.search(rb'"until": "([^"]+)"', events[-1])
+        assert until, events[-1]
+        assert datetime.fromisoformat(until[1].decode()) >= last_write.replace(microsecond=0)
     finally:
         if sock is not None:
             sock.close()

@@ -11,18 +11,12 @@ growths add up.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-
-def _kib(pid: int, field: str) -> int:
-    status = Path(f"/proc/{pid}/status").read_text()
-    found = re.search(rf"^{field}:\s+(\d+) kB$", status, re.MULTILINE)
-    assert found is not None, f"/proc/{pid}/status has no {field}"
-    return int(found.group(1))
+from tests.support.proc import status_kib
 
 
 @dataclass
@@ -36,10 +30,10 @@ def peak_growth(others: list[int] | None = None) -> Iterator[Growth]:
     before = {}
     for pid in [os.getpid(), *(others or [])]:
         Path(f"/proc/{pid}/clear_refs").write_text("5")  # VmHWM := VmRSS
-        before[pid] = _kib(pid, "VmRSS")
-        assert _kib(pid, "VmHWM") <= before[pid] + 1024, f"the peak of {pid} was not reset"
+        before[pid] = status_kib(pid, "VmRSS")
+        assert status_kib(pid, "VmHWM") <= before[pid] + 1024, f"the peak of {pid} was not reset"
     growth = Growth()
     try:
         yield growth
     finally:
-        growth.kib = sum(_kib(pid, "VmHWM") - rss for pid, rss in before.items())
+        growth.kib = sum(status_kib(pid, "VmHWM") - rss for pid, rss in before.items())

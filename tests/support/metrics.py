@@ -18,6 +18,13 @@ async def scrape(root: str) -> list[Sample]:
     return [sample for family in text_string_to_metric_families(text) for sample in family.samples]
 
 
+async def sample_value(root: str, name: str, **labels: str) -> float:
+    """The value of the one sample ``name`` with exactly ``labels`` at ``root``/metrics."""
+    found = [s.value for s in await scrape(root) if s.name == name and s.labels == labels]
+    assert len(found) == 1, f"{len(found)} samples {name}{labels} at {root}/metrics"
+    return found[0]
+
+
 def assert_process_metrics(samples: list[Sample]) -> None:
     """The process and platform series an operator's node dashboards expect of any exporter."""
     value = {s.name: s.value for s in samples if not s.labels}
