@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -88,11 +89,71 @@ async def _page(pool: asyncpg.Pool, how: Rendering, bound: datetime, done: Rende
         rows = await conn.fetch(_SQL["changed_records"], *after, bound, how.page_size)
         if not rows:
             return False
-        for row in rows:
-            await _one(conn, how, row, done)
+        conversions = [_conversion(how, row) for row in rows]
+        announced: dict[str, list[asyncpg.Record]] = {row["identifier"]: [] for row in rows}
+        for old in await conn.fetch(_SQL["announced_of_page"], list(announced)):
+            announced[old["identifier"]].append(old)
+        plans = [
+            _plan(row, conversion, announced[row["identifier"]])
+            for row, conversion in zip(rows, conversions, strict=True)
+        ]
+        if _disjoint(plans):
+            await _write_page(conn, plans)
+        else:
+            plans = await _write_by_record(conn, rows, conversions)
         await conn.execute(_SQL["move_cursor"], rows[-1]["datestamp"], rows[-1]["identifier"])
+    for plan in plans:
+        for relation, count in plan.counts.items():
+            setattr(done, relation, getattr(done, relation) + count)
     done.pages += 1
     done.records += len(rows)
+    return True
+
+
+async def _write_page(conn: Any, plans: list[_Plan]) -> None:
+    """Each statement once for the whole page, its rows sent in a pipeline."""
+    for statement in _ORDER:
+        rows = [args for plan in plans for name, args in plan.writes if name == statement]
+        if rows:
+            await conn.executemany(_SQL[statement], rows)
+
+
+async def _write_by_record(
+    conn: Any, rows: list[asyncpg.Record], conversions: list[Conversion | str | None]
+) -> list[_Plan]:
+    """A WCMP2 id that one record of the page leaves and another takes: record by record, what
+    each was announced as read after the writes of those before it."""
+    plans = []
+    for row, conversion in zip(rows, conversions, strict=True):
+        announced = await conn.fetch(_SQL["announced_of"], row["identifier"])
+        plan = _plan(row, conversion, announced)
+        for name, args in plan.writes:
+            await conn.execute(_SQL[name], *args)
+        plans.append(plan)
+    return plans
+
+
+#: The order a page's statements run in when each runs once for the page.
+_ORDER = ("note_invalid", "clear_invalid", "put_revision", "put_record", "delete_record", "queue")
+
+
+@dataclass(slots=True)
+class _Plan:
+    """What one record's rendering writes, in order, and the WCMP2 ids those writes touch."""
+
+    writes: list[tuple[str, tuple[Any, ...]]]
+    touched: set[str]
+    counts: Counter[str]
+
+
+def _disjoint(plans: list[_Plan]) -> bool:
+    """No WCMP2 id is written for two records of the page (so the order of their writes does
+    not matter, and what each read before the page's writes is still true)."""
+    seen: set[str] = set()
+    for plan in plans:
+        if plan.touched & seen:
+            return False
+        seen |= plan.touched
     return True
 
 
@@ -112,41 +173,42 @@ def _conversion(how: Rendering, row: asyncpg.Record) -> Conversion | str | None:
     return conversion
 
 
-async def _one(conn: Any, how: Rendering, row: asyncpg.Record, done: Rendered) -> None:
+def _plan(
+    row: asyncpg.Record, conversion: Conversion | str | None, announced: Sequence[asyncpg.Record]
+) -> _Plan:
+    """The writes that render one changed record, given what was announced of it."""
     identifier, datestamp = row["identifier"], row["datestamp"]
-    conversion = _conversion(how, row)
-    announced = await conn.fetch(_SQL["announced_of"], identifier)
+    plan = _Plan([], set(), Counter())
     keep: str | None = None
     if isinstance(conversion, str) or (conversion is not None and not conversion.valid):
         # never announced; what was announced of it before is deleted below: a Global
         # Discovery Catalogue must not go on serving a form the record no longer has
         reasons = [conversion] if isinstance(conversion, str) else list(conversion.invalid)
         report = {"invalid": reasons} if isinstance(conversion, str) else conversion.report()
-        await conn.execute(
-            _SQL["note_invalid"], identifier, json.dumps(reasons), json.dumps(report), datestamp
-        )
-        done.invalid += 1
+        args = (identifier, json.dumps(reasons), json.dumps(report), datestamp)
+        plan.writes.append(("note_invalid", args))
+        plan.counts["invalid"] += 1
     else:
-        await conn.execute(_SQL["clear_invalid"], identifier)
+        plan.writes.append(("clear_invalid", (identifier,)))
         if conversion is not None:
             keep = conversion.record["id"]
-            await _put(conn, conversion, identifier, datestamp, announced, done)
+            _put(plan, conversion, identifier, datestamp, announced)
     for old in announced:
         if old["wcmp2_id"] != keep and not old["deleted"]:
-            await conn.execute(_SQL["delete_record"], old["wcmp2_id"], datestamp)
-            await _queue(conn, old["wcmp2_id"], old["centre_id"], "deletion", None)
-            done.deletion += 1
+            plan.writes.append(("delete_record", (old["wcmp2_id"], datestamp)))
+            _queue(plan, old["wcmp2_id"], old["centre_id"], "deletion", None)
+    return plan
 
 
-async def _put(
-    conn: Any,
+def _put(
+    plan: _Plan,
     conversion: Conversion,
     identifier: str,
     datestamp: datetime,
     announced: Sequence[asyncpg.Record],
-    done: Rendered,
 ) -> None:
     wcmp2_id: str = conversion.record["id"]
+    plan.touched.add(wcmp2_id)
     centre_id = wcmp2_id.removeprefix("urn:wmo:md:").partition(":")[0]
     content = conversion.content()
     revision = messages.revision(content)
@@ -157,27 +219,30 @@ async def _put(
         relation = "update"
     else:
         relation = None
-    await conn.execute(_SQL["put_revision"], wcmp2_id, revision, content)
-    await conn.execute(
-        _SQL["put_record"],
-        wcmp2_id,
-        identifier,
-        centre_id,
-        revision,
-        content,
-        datestamp,
-        relation is not None,
+    plan.writes.append(("put_revision", (wcmp2_id, revision, content)))
+    plan.writes.append(
+        (
+            "put_record",
+            (wcmp2_id, identifier, centre_id, revision, content, datestamp, relation is not None),
+        )
     )
     if relation is not None:
-        await _queue(conn, wcmp2_id, centre_id, relation, content)
-        setattr(done, relation, getattr(done, relation) + 1)
+        _queue(plan, wcmp2_id, centre_id, relation, content)
 
 
-async def _queue(
-    conn: Any, wcmp2_id: str, centre_id: str, relation: str, content: bytes | None
+def _queue(
+    plan: _Plan, wcmp2_id: str, centre_id: str, relation: str, content: bytes | None
 ) -> None:
-    await conn.execute(
-        _SQL["queue"],
+    plan.writes.append(("queue", _message(wcmp2_id, centre_id, relation, content)))
+    plan.touched.add(wcmp2_id)
+    plan.counts[relation] += 1
+
+
+def _message(
+    wcmp2_id: str, centre_id: str, relation: str, content: bytes | None
+) -> tuple[Any, ...]:
+    """The arguments of a ``queue`` statement: a new message id, and the revision's hashes."""
+    return (
         uuid.uuid4(),
         wcmp2_id,
         centre_id,
@@ -227,8 +292,11 @@ async def queue_updates(
             rows = await conn.fetch(_SQL["due_daily"], limit)
         else:
             rows = await conn.fetch(_SQL["live_records"], list(only) if only else None)
-        for r in rows:
-            await _queue(conn, r["wcmp2_id"], r["centre_id"], "update", bytes(r["content"]))
+        messages_ = [
+            _message(r["wcmp2_id"], r["centre_id"], "update", bytes(r["content"])) for r in rows
+        ]
+        if messages_:
+            await conn.executemany(_SQL["queue"], messages_)
         await conn.execute(_SQL["touch"], [r["wcmp2_id"] for r in rows])
     return len(rows)
 

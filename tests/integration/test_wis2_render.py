@@ -102,6 +102,33 @@ async def test_delete_then_recreate_in_one_page(db: asyncpg.Pool) -> None:
     assert not row["deleted"] and row["revision"] == last["revision"]
 
 
+async def test_a_wcmp2_id_taken_over_by_another_record_of_the_page_stays_announced(
+    db: asyncpg.Pool,
+) -> None:
+    """A page's statements run once each for the whole page, except when one record of it
+    leaves a WCMP2 id that another takes (record 1's fileIdentifier renamed, record 2 given
+    record 1's old one): deleting the id after the other record put it would leave it deleted."""
+    await factories.load_records(db, OWN, [1, 2])
+    await wis2.render(db, HOW)
+    one, two, renamed = identifier_for(1), identifier_for(2), identifier_for(1) + ".renamed"
+    await db.execute(
+        "update records set datestamp = datestamp + interval '1 microsecond', "
+        "xml = case identifier when $1 then replace(xml, $1, $3) else replace(xml, $2, $1) end "
+        "where identifier = any(array[$1, $2])",
+        one,
+        two,
+        renamed,
+    )
+    done = await wis2.render(db, HOW)
+    assert (done.pages, done.records, done.canonical) == (1, 2, 2)
+    rows = await db.fetch("select wcmp2_id, identifier, deleted from wis2_records")
+    assert {r["wcmp2_id"]: (r["identifier"], r["deleted"]) for r in rows} == {
+        wid(1): (two, False),
+        wid(2): (two, True),
+        wcmp2_id("de-dwd", renamed): (one, False),
+    }
+
+
 async def test_an_invalid_record_is_noted_never_announced(db: asyncpg.Pool) -> None:
     await factories.load_records(db, OWN, [1])
     await db.execute(

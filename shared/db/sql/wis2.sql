@@ -21,6 +21,11 @@ limit $4
 -- The WCMP2 records this node has announced for one identifier.
 select wcmp2_id, centre_id, revision, deleted from wis2_records where identifier = $1
 
+-- name: announced_of_page --
+-- The WCMP2 records this node has announced for the identifiers of a page.
+select identifier, wcmp2_id, centre_id, revision, deleted
+from wis2_records where identifier = any($1::text[])
+
 -- name: put_revision --
 insert into wis2_revisions (wcmp2_id, revision, content) values ($1, $2, $3)
 on conflict do nothing
