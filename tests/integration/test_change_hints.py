@@ -92,6 +92,30 @@ async def test_no_hint_for_a_rewrite_that_changes_nothing(db: Pool, database_url
         assert (await events.next(3)).kind == "change"
 
 
+async def test_a_record_leaving_a_set_is_hinted_to_that_sets_streams(
+    db: Pool, database_url: str
+) -> None:
+    """A record that leaves a set and stays in another: the set it left changed (its lists
+    show the record deleted there), the set it stays in did not."""
+    await factories.load_records(db, OWN, [1])
+    [identifier] = await factories.load_records(db, OTHER, [1], kind="remote")
+    async with (
+        running_provider(database_url, settle_seconds=0) as provider,
+        open_stream(provider.oai + "/changes", sets=(OTHER,)) as other,
+        open_stream(provider.oai + "/changes", sets=(OWN,)) as own,
+    ):
+        await asyncio.sleep(0.2)
+        await factories.delete(db, OTHER, [identifier])
+        event = await other.next(5)
+        assert (event.kind, event.json["sets"]) == ("change", [OTHER])
+        answer = await oai_get(
+            provider.oai, verb="ListIdentifiers", metadataPrefix="iso19139", set=OTHER
+        )
+        [header] = answer.tree.iter(f"{OAI}header")
+        assert header.get("status") == "deleted"
+        await own.none_within(1.5)
+
+
 async def test_last_event_id_resumes_or_tells_to_catch_up(db: Pool, database_url: str) -> None:
     async with running_provider(database_url, settle_seconds=1) as provider:
         url = provider.oai + "/changes"
