@@ -164,7 +164,7 @@ async def bench_render(server_url: str, count: int) -> tuple[str, list[str]]:
         f"second); {done.canonical:,} announced, {done.invalid:,} invalid. The conversion "
         f"alone (1,000 of them again, no database): {converting * 1000:.1f} ms a record, "
         f"{converting * count:.1f} s of the {count:,}; the rest is the database work of the "
-        "page transactions (five statements a record).",
+        "page transactions (each statement once a page, its rows in a pipeline).",
         _schema_check(contents, seconds),
         f"- offline WCMP2 KPIs of the {len(contents):,} records rendered (title, description, "
         f"contacts, time; WMO's rules without the spelling tests): **mean {mean:.1f}%** "
