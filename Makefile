@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 
 # A plain `make` lists the targets: it neither runs the whole suite nor installs anything.
 .DEFAULT_GOAL := help
-.PHONY: all help venv lock run test test-weights bytecode test-unit test-integration test-containers base-images soak fuzz mutants mutants-sample lint format bench schema settings-doc demo chromium promtool pgbouncer postgresql opentracker mosquitto podman clean
+.PHONY: all help venv lock run test bytecode test-unit test-integration test-containers base-images soak fuzz mutants mutants-sample lint format bench schema settings-doc demo chromium promtool pgbouncer postgresql opentracker mosquitto podman clean
 
 all: lint test ## lint, then the whole test suite
 
@@ -57,16 +57,7 @@ run: $(RUN_STAMP) ## start a node (embedded PostgreSQL unless WISCAT_DATABASE_UR
 TEST_WORKERS ?= 2
 
 test: $(STAMP) bytecode chromium promtool pgbouncer opentracker mosquitto ## the whole suite on a real PostgreSQL (WISCAT_TEST_DATABASE_URL or embedded)
-	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder
-
-# The seconds each test module takes (tests/module_seconds.json), which make test reads to begin
-# the slowest first: written again from a whole run of the suite, when modules were added or
-# their times moved (one run of make test, about 20 minutes).
-test-weights: $(STAMP) bytecode chromium promtool pgbouncer opentracker mosquitto ## measure each test module's seconds again, for make test's order
-	mkdir -p var
-	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder --durations=0 \
-		> var/test-durations.log || { tail -40 var/test-durations.log; exit 1; }
-	$(BIN)/python tools/module_weights.py var/test-durations.log > tests/module_seconds.json
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadscope
 
 # Where PYTHONDONTWRITEBYTECODE is set (as in many images), every process compiled wiscat from
 # source as it started: 0.4 s of CPU for each command, service and page worker the tests start.

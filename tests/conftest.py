@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import shutil
 import tempfile
@@ -43,20 +42,6 @@ settings.register_profile(
     phases=[Phase.explicit, Phase.reuse, Phase.generate],
 )
 settings.load_profile(os.environ.get(HYPOTHESIS_PROFILE, "ci"))
-
-
-#: Seconds each slow module took in a whole run (``make test-weights`` writes it).
-MODULE_SECONDS = Path(__file__).with_name("module_seconds.json")
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The slowest modules first, each module's tests in their own order. ``make test`` runs
-    ``--dist loadscope --no-loadscope-reorder``: each worker takes a whole module at a time, in
-    this order, so that no slow module is begun while the other worker runs out of work (by
-    default xdist orders the modules by their number of tests, and the mesh module, with few
-    tests and three minutes of work, came near the end)."""
-    seconds: dict[str, float] = json.loads(MODULE_SECONDS.read_text())
-    items.sort(key=lambda item: -seconds.get(item.nodeid.partition("::")[0], 0.0))
 
 
 async def without_fsync(url: str) -> None:
