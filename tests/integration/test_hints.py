@@ -387,9 +387,9 @@ async def test_hints_off_for_a_link_and_for_the_node(pair: Pair, peer: HintPeer)
         assert peer.asked == [], "a stream for a link with --no-hints"
         # switched on at runtime: the next look at the links subscribes
         await link_store.set_hints(pair.sink, "test", True)
-        await until(lambda: stream_open(peer), 5, "the stream of a link switched on")
+        await until(lambda: stream_open(peer), 15, "the stream of a link switched on")
         await link_store.set_enabled(pair.sink, "test", False)  # disabled: the stream goes
-        await until(lambda: stream_closed(peer), 5, "the stream of a disabled link closed")
+        await until(lambda: stream_closed(peer), 15, "the stream of a disabled link closed")
     await link_store.set_enabled(pair.sink, "test", True)
     asked = len(peer.asked)
     async with harvesting(fast(pair.ctx, hints=False)):  # WISCAT_HINTS=false
