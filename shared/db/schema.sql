@@ -340,7 +340,17 @@ CREATE TABLE public.wis2_outbox (
     attempts integer DEFAULT 0 NOT NULL,
     last_error text,
     retry_at timestamp with time zone,
+    queued bigint NOT NULL,
     CONSTRAINT wis2_outbox_relation_check CHECK ((relation = ANY (ARRAY['canonical'::text, 'update'::text, 'deletion'::text])))
+);
+
+ALTER TABLE public.wis2_outbox ALTER COLUMN queued ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.wis2_outbox_queued_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
 );
 
 CREATE TABLE public.wis2_records (
@@ -474,7 +484,7 @@ CREATE INDEX set_members_keyset ON public.set_members USING btree (set_spec, dat
 
 CREATE INDEX wis2_outbox_created_at_idx ON public.wis2_outbox USING btree (created_at) WHERE (sent_at IS NULL);
 
-CREATE INDEX wis2_outbox_wcmp2_id_created_at_idx ON public.wis2_outbox USING btree (wcmp2_id, created_at);
+CREATE INDEX wis2_outbox_wcmp2_id_created_at_queued_idx ON public.wis2_outbox USING btree (wcmp2_id, created_at, queued);
 
 CREATE INDEX wis2_records_announced_at_idx ON public.wis2_records USING btree (announced_at) WHERE (NOT deleted);
 

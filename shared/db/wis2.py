@@ -91,8 +91,14 @@ async def _page(pool: asyncpg.Pool, how: Rendering, bound: datetime, done: Rende
             return False
         conversions = [_conversion(how, row) for row in rows]
         announced: dict[str, list[asyncpg.Record]] = {row["identifier"]: [] for row in rows}
-        for old in await conn.fetch(_SQL["announced_of_page"], list(announced)):
-            announced[old["identifier"]].append(old)
+        takers: dict[str, set[str]] = {}  # a WCMP2 id: the records of the page that convert to it
+        for row, conversion in zip(rows, conversions, strict=True):
+            if (keep := _kept(conversion)) is not None:
+                takers.setdefault(keep, set()).add(row["identifier"])
+        for old in await conn.fetch(_SQL["announced_of_page"], list(announced), list(takers)):
+            for identifier in {old["identifier"], *takers.get(old["wcmp2_id"], ())}:
+                if identifier in announced:
+                    announced[identifier].append(old)
         plans = [
             _plan(row, conversion, announced[row["identifier"]])
             for row, conversion in zip(rows, conversions, strict=True)
@@ -125,7 +131,7 @@ async def _write_by_record(
     each was announced as read after the writes of those before it."""
     plans = []
     for row, conversion in zip(rows, conversions, strict=True):
-        announced = await conn.fetch(_SQL["announced_of"], row["identifier"])
+        announced = await conn.fetch(_SQL["announced_of"], row["identifier"], _kept(conversion))
         plan = _plan(row, conversion, announced)
         for name, args in plan.writes:
             await conn.execute(_SQL[name], *args)
@@ -173,10 +179,20 @@ def _conversion(how: Rendering, row: asyncpg.Record) -> Conversion | str | None:
     return conversion
 
 
+def _kept(conversion: Conversion | str | None) -> str | None:
+    """The WCMP2 id a record is announced as once rendered with ``conversion`` (None: none)."""
+    if conversion is None or isinstance(conversion, str) or not conversion.valid:
+        return None
+    wcmp2_id: str = conversion.record["id"]
+    return wcmp2_id
+
+
 def _plan(
     row: asyncpg.Record, conversion: Conversion | str | None, announced: Sequence[asyncpg.Record]
 ) -> _Plan:
-    """The writes that render one changed record, given what was announced of it."""
+    """The writes that render one changed record, given what was announced of it, and of the
+    WCMP2 id it converts to, which another record may have been announced as: a Global Discovery
+    Catalogue that holds that id gets an update of it, not a second canonical message."""
     identifier, datestamp = row["identifier"], row["datestamp"]
     plan = _Plan([], set(), Counter())
     keep: str | None = None

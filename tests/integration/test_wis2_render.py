@@ -6,6 +6,7 @@ deletion of a record this node did not announce."""
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 
 import asyncpg
@@ -120,13 +121,66 @@ async def test_a_wcmp2_id_taken_over_by_another_record_of_the_page_stays_announc
         renamed,
     )
     done = await wis2.render(db, HOW)
-    assert (done.pages, done.records, done.canonical) == (1, 2, 2)
+    # record 2 first (its identifier sorts first): it takes wid(1) over, an update of it
+    assert (done.pages, done.records, done.canonical, done.update, done.deletion) == (1, 2, 1, 1, 1)
     rows = await db.fetch("select wcmp2_id, identifier, deleted from wis2_records")
     assert {r["wcmp2_id"]: (r["identifier"], r["deleted"]) for r in rows} == {
         wid(1): (two, False),
         wid(2): (two, True),
         wcmp2_id("de-dwd", renamed): (one, False),
     }
+
+
+async def catalogue_fed(db: asyncpg.Pool) -> tuple[dict[str, str | None], list[str]]:
+    """A Global Discovery Catalogue fed the outbox in the order :func:`wis2.pending` gives it,
+    until nothing is pending: what it holds (each WCMP2 id's revision), and each message that
+    says something untrue of it (canonical for an id it holds, update or deletion of one it does
+    not)."""
+    held: dict[str, str | None] = {}
+    untrue = []
+    while batch := await wis2.pending(db, 100):
+        for message in batch:
+            known = message.wcmp2_id in held
+            if (message.relation == "canonical") == known:
+                untrue.append(f"{message.relation} of {message.wcmp2_id}, held: {known}")
+            if message.relation == "deletion":
+                held.pop(message.wcmp2_id, None)
+            else:
+                held[message.wcmp2_id] = message.revision
+        await wis2.mark_sent(db, [message.message_id for message in batch])
+    return held, untrue
+
+
+async def test_ids_swapped_in_one_page_reach_a_catalogue_as_they_are(db: asyncpg.Pool) -> None:
+    """Records of one render page that take each other's WCMP2 id: a catalogue fed the messages
+    in the order they are sent ends holding exactly what this node announces, and is never told a
+    canonical message of an id it holds. Before, the messages of one id a page queued went out
+    in an order of chance (a deletion after the canonical message deleted the record just
+    given), and a record taking an id over sent a canonical message of an id the catalogue
+    held. Eight swaps in one page, each in either order of the two records."""
+    whole_page = dataclasses.replace(HOW, page_size=100)
+    await factories.load_records(db, OWN, range(16))
+    await wis2.render(db, whole_page)
+    for first in range(0, 16, 2):
+        left, taker = identifier_for(first), identifier_for(first + 1)
+        await db.execute(
+            "update records set datestamp = datestamp + interval '1 microsecond', "
+            "xml = case identifier when $1 then replace(xml, $1, $1 || '.renamed') "
+            "else replace(xml, $2, $1) end where identifier = any(array[$1, $2])",
+            left,
+            taker,
+        )
+    done = await wis2.render(db, whole_page)
+    assert (done.pages, done.records) == (1, 16)
+    assert sorted(identifier_for(n) < identifier_for(n + 1) for n in range(0, 16, 2)) == [
+        *[False] * 2,
+        *[True] * 6,
+    ]  # both orders of a swap's two records in the page
+    held, untrue = await catalogue_fed(db)
+    assert untrue == []
+    announced = await db.fetch("select wcmp2_id, revision from wis2_records where not deleted")
+    assert held == {row["wcmp2_id"]: row["revision"] for row in announced}
+    assert len(held) == 16
 
 
 async def test_an_invalid_record_is_noted_never_announced(db: asyncpg.Pool) -> None:

@@ -18,13 +18,15 @@ order by datestamp, identifier
 limit $4
 
 -- name: announced_of --
--- The WCMP2 records this node has announced for one identifier.
-select wcmp2_id, centre_id, revision, deleted from wis2_records where identifier = $1
+-- The WCMP2 records this node has announced for one identifier, and the one of the WCMP2 id
+-- its record now converts to ($2; null: none), whichever record that was announced for.
+select wcmp2_id, centre_id, revision, deleted from wis2_records
+where identifier = $1 or wcmp2_id = $2
 
 -- name: announced_of_page --
--- The WCMP2 records this node has announced for the identifiers of a page.
+-- announced_of for the identifiers of a page ($1) and the WCMP2 ids they convert to ($2).
 select identifier, wcmp2_id, centre_id, revision, deleted
-from wis2_records where identifier = any($1::text[])
+from wis2_records where identifier = any($1::text[]) or wcmp2_id = any($2::text[])
 
 -- name: put_revision --
 insert into wis2_revisions (wcmp2_id, revision, content) values ($1, $2, $3)
@@ -70,9 +72,9 @@ where o.sent_at is null and coalesce(o.retry_at, '-infinity') <= now()
   and not exists (
       select 1 from wis2_outbox e
       where e.wcmp2_id = o.wcmp2_id and e.sent_at is null
-        and (e.created_at, e.message_id) < (o.created_at, o.message_id)
+        and (e.created_at, e.queued) < (o.created_at, o.queued)
   )
-order by o.created_at, o.message_id
+order by o.created_at, o.queued
 limit $1
 
 -- name: mark_sent --
