@@ -7,8 +7,9 @@ import re
 from bench import push_bench
 
 TINY = push_bench.Size(
-    nodes=2, changes=3, two_hop=1, quiet=1.0, burst=10, burst_seconds=1.0, streams=5
-)
+    nodes=2, changes=3, two_hop=1, quiet=1.0, burst=10, burst_seconds=1.0, streams=5,
+    list_samples=20, idle_turns=1,
+)  # fmt: skip
 
 
 async def test_the_push_section_runs_and_reports_every_figure(template_ready: str) -> None:
@@ -24,4 +25,5 @@ async def test_the_push_section_runs_and_reports_every_figure(template_ready: st
     assert re.search(r"quiet mesh for 1 s: harvest runs started \| \d+ \|", text), text
     burst = re.search(r"after the last \| ([\d.]+) s; at most (\d+) run", text)
     assert burst and float(burst[1]) < 120 and int(burst[2]) >= 1, text
+    assert re.search(r"10 new records at one node, committed over [\d.]+ s", text), text
     assert re.search(r"5 idle streams on one provider \| RSS \d+ MiB before", text), text
