@@ -84,8 +84,22 @@ async def all_links(db: Executor) -> list[Link]:
     return [_link(row) for row in await db.fetch(_SQL["all_links"])]
 
 
+#: Tries of a link's removal, which PostgreSQL may end to break a deadlock with a run.
+REMOVE_TRIES = 3
+
+
 async def remove_link(db: Executor, name: str) -> bool:
-    """Delete the link ``name`` and its runs (its records stay); False if there was none."""
+    """Delete the link ``name`` and its runs (its records stay); False if there was none.
+
+    ``db`` is a pool, not a transaction. A run of the link writing a page holds rows that the
+    deletion's cascade needs, and may then wait for the link's row, which the deletion holds.
+    PostgreSQL breaks that deadlock by ending one of the two; the deletion, ended whole, is
+    tried again."""
+    for _ in range(REMOVE_TRIES - 1):
+        try:
+            return await db.fetchval(_SQL["remove_link"], name) is not None
+        except asyncpg.DeadlockDetectedError:
+            continue
     return await db.fetchval(_SQL["remove_link"], name) is not None
 
 
