@@ -195,7 +195,7 @@ def _plan(
     Catalogue that holds that id gets an update of it, not a second canonical message."""
     identifier, datestamp = row["identifier"], row["datestamp"]
     plan = _Plan([], set(), Counter())
-    keep: str | None = None
+    keep = _kept(conversion)
     if isinstance(conversion, str) or (conversion is not None and not conversion.valid):
         # never announced; what was announced of it before is deleted below: a Global
         # Discovery Catalogue must not go on serving a form the record no longer has
@@ -207,7 +207,6 @@ def _plan(
     else:
         plan.writes.append(("clear_invalid", (identifier,)))
         if conversion is not None:
-            keep = conversion.record["id"]
             _put(plan, conversion, identifier, datestamp, announced)
     for old in announced:
         if old["wcmp2_id"] != keep and not old["deleted"]:
