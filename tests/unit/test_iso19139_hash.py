@@ -227,6 +227,12 @@ def test_hash_is_c14n2_for_generated_records_and_variants() -> None:
         file_id("a") + '<gmd:x codeList="a &gt;  b" codeListValue=" &lt; "> v </gmd:x>',
         file_id("a") + '<gmd:x codeList="&#9;&#10;&#13;"/>',
         file_id("a\t") + "<gmd:x>\n<gmd:y>b</gmd:y>\t</gmd:x>",  # ASCII edges, each kind
+        # each edge alone, in a record whose other text runs need no trimming
+        *(
+            file_id("a") + f"<gmd:x>{text}</gmd:x>"
+            for space in (" ", "\t", "\n", "&#13;")
+            for text in (f"{space}t", f"t{space}")
+        ),
         file_id("a") + '<gmd:x codeList="> b"><gmd:y>c</gmd:y></gmd:x>',  # a ">" that is no edge
         file_id(" \u00a0a\u3000"),  # whitespace beyond ASCII, as str.strip() sees it
         file_id("a") + "<gmd:x>\n  <?pi  a > b < c ?>\n  t  <?other?></gmd:x>",
