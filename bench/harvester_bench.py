@@ -16,6 +16,8 @@ from bench.cpu import CpuUse
 from bench.measure import (
     CPU_GROUPS,
     OUT,
+    ROOT,
+    SOURCE_SET,
     WISCAT,
     free_port,
     load_average,
@@ -92,6 +94,22 @@ async def bench_harvester(
             f"| {stored:,.0f} | {peak:.0f} MB |"
         )
 
+        # the reference: fetch, parse, COPY, in turn, into a node's database of its own
+        reference = await pg.clone_template(server_url)
+        sequential_cpu = CpuUse(CPU_GROUPS)
+        with sequential_cpu.measured():
+            seq_seconds, seq_peak, code, out = await asyncio.to_thread(
+                timed_command,
+                [sys.executable, "-m", "bench.sequential", oai, SOURCE_SET, reference],
+                {**os.environ, "PYTHONPATH": str(ROOT)},
+            )
+        assert code == 0 and int(out) == records, out
+        sequential = records / seq_seconds
+        rows.append(
+            "| the minimal sequential harvester (fetch, parse, COPY, in turn) "
+            f"| {sequential:,.0f} | {seq_peak:.0f} MB |"
+        )
+
         settings = Settings(_env_file=None, gisc_name="SINK", database_url=sink, settle_seconds=0)  # type: ignore[call-arg]
         async with harvest_context(settings, sink) as ctx:
             # twice in one harvester context: the first run also starts its page workers, as
@@ -114,7 +132,11 @@ async def bench_harvester(
             rows.append(f"| {client}, merely iterating | {rates[client]:,.0f} | - |")
     if figures is not None:
         figures.update(
-            harvest_stored=stored, harvest_memory=peak, noop_seconds=quiet[1], pyoai=rates["pyoai"]
+            sequential=sequential,
+            harvest_stored=stored,
+            harvest_memory=peak,
+            noop_seconds=quiet[1],
+            pyoai=rates["pyoai"],
         )
     lines += [
         f"{records:,} records from the project's provider (its own process), pages of {page_size}.",
@@ -123,6 +145,8 @@ async def bench_harvester(
         "|---|---|---|",
         *rows,
         "",
+        f"- wiscat storing / the minimal sequential harvester storing: "
+        f"**{stored / sequential:.2f}x** (goal: at least 1.5x)",
         f"- wiscat storing / Sickle iterating: **{stored / rates['sickle']:.1f}x** "
         "(goal: at least 3x)",
         f"- wiscat storing / oaipmh-scythe iterating: **{stored / rates['oaipmh-scythe']:.1f}x**",
@@ -136,6 +160,9 @@ async def bench_harvester(
         "workers",
         f"- the full run as the harvester reported it: {summary}",
         *harvester_cpu_lines(harvest_cpu, pyoai_cpu, records, 0.9 * rates["pyoai"]),
+        "- CPU per record stored by the minimal sequential harvester, in µs, by process: "
+        f"{sequential_cpu.per_item(records, digits=0)[0]}; in all "
+        f"{sequential_cpu.per_item(records, digits=0)[1]:.0f} µs",
         "",
     ]
     return lines

@@ -188,6 +188,7 @@ async def loaded_database(server_url: str, records: int) -> str:
 CPU_GROUPS: list[Group] = [
     # first: this benchmark's own command line names its sections ("--only provider")
     ("this benchmark's process (its client, its sampling)", lambda name, line: "bench.run" in line),
+    ("the minimal sequential harvester", lambda name, line: "bench.sequential" in line),
     ("page workers", lambda name, line: "forkserver" in line),
     ("PostgreSQL", lambda name, line: name == "postgres"),
     ("the harvest process", lambda name, line: " harvest " in f"{line} "),

@@ -128,6 +128,7 @@ _COMPARED = (
     ("pyoai_minimal", "pyoai's server, minimal client: records/s (the machine's pace)", "{:,.0f}"),
     ("harvest_stored", "wiscat harvest, stored end to end: records/s", "{:,.0f}"),
     ("harvest_memory", "wiscat harvest peak memory, MB", "{:.0f}"),
+    ("sequential", "the minimal sequential harvester, stored: records/s", "{:,.0f}"),
     ("noop_seconds", "incremental run with no changes, s", "{:.2f}"),
     ("pyoai", "pyoai's client iterating: records/s (the machine's pace)", "{:,.0f}"),
 )
