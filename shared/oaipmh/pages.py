@@ -314,8 +314,10 @@ class PageReader:
         self.summary = PageSummary()
         self.items_seen = 0
         self._token_seen = False
-        # a provider like ours renamed some records' repeated XML IDs for the page (xmlids)
-        self._renamed_ids = xmlids.MARK.encode() in body
+        # whether a provider like ours renamed some records' repeated XML IDs for the page
+        # (xmlids): looked for as the items are read, where they are read (a page worker), not
+        # where the page arrives (a search of the whole page in the harvest process)
+        self._renamed_ids = False
 
     def items(self) -> Iterator[Item]:  # noqa: C901
         """Yield each header (ListIdentifiers) or record (ListRecords, GetRecord) in order,
@@ -326,6 +328,7 @@ class PageReader:
             raise NotOAIResponse("the peer answered with an HTML page, not OAI-PMH XML")
         if has_doctype(self.body):
             raise MalformedResponse("the response carries a DOCTYPE, which is refused")
+        self._renamed_ids = xmlids.MARK.encode() in self.body
         parser = _parser()
         root_checked = False
         in_record = False
