@@ -328,8 +328,8 @@ class PageReader:
             raise NotOAIResponse("the peer answered with an HTML page, not OAI-PMH XML")
         if has_doctype(self.body):
             raise MalformedResponse("the response carries a DOCTYPE, which is refused")
-        self._renamed_ids = xmlids.MARK.encode() in self.body
         parser = _parser()
+        self._renamed_ids = xmlids.MARK.encode() in self.body
         root_checked = False
         in_record = False
         for start in range(_content_start(self.body), len(self.body), _CHUNK):
