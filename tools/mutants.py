@@ -11,6 +11,11 @@ code that break its rule::
     replace = '''the mutated text'''
     tests = ["tests/...::test_name"]  # optional: by default the tests the row names
 
+    [[mutation.also]]  # optional: more edits of the same mutation, where a rule is held in
+    file = "..."       # two places (a trigger and the SQL that spares it the work)
+    find = '''...'''
+    replace = '''...'''
+
 Each mutation is applied in a scratch copy of the checkout (its current files, committed or
 not), and only its tests run there, importing the scratch copy's code: the ``wiscat`` package is
 laid out beside it as the editable install lays it out, first on ``PYTHONPATH``, so that the
@@ -66,16 +71,18 @@ class Mutation:
     replace: str
     tests: tuple[str, ...]
     source: str  # the TOML file it comes from
+    also: tuple[tuple[str, str, str], ...] = ()  # more edits: (file, find, replace)
 
     def apply(self, root: Path) -> str | None:
-        """Write the mutated file under root; the reason it is stale, if it is."""
-        path = root / self.file
-        if not path.is_file():
-            return f"{self.file} does not exist"
-        text = path.read_text()
-        if (count := text.count(self.find)) != 1:
-            return f"`find` occurs {count} times in {self.file}, not once"
-        path.write_text(text.replace(self.find, self.replace))
+        """Write the mutated files under root; the reason it is stale, if it is."""
+        for file, find, replace in ((self.file, self.find, self.replace), *self.also):
+            path = root / file
+            if not path.is_file():
+                return f"{file} does not exist"
+            text = path.read_text()
+            if (count := text.count(find)) != 1:
+                return f"`find` occurs {count} times in {file}, not once"
+            path.write_text(text.replace(find, replace))
         return None
 
 
@@ -112,6 +119,7 @@ def load_mutations(root: Path) -> list[Mutation]:
                     entry["replace"],
                     tuple(tests),
                     str(path.relative_to(root)),
+                    tuple((e["file"], e["find"], e["replace"]) for e in entry.get("also", ())),
                 )
             )
     return mutations
@@ -249,7 +257,7 @@ def run_controls(mutations: list[Mutation], timeout: float) -> int:
     would make every mutation of its row look caught."""
     controls = {
         mutation.tests: dataclasses.replace(
-            mutation, name="control: nothing changed", replace=mutation.find
+            mutation, name="control: nothing changed", replace=mutation.find, also=()
         )
         for mutation in mutations
     }

@@ -146,13 +146,13 @@ def test_the_mutations_parse_and_find_their_text_once() -> None:
     wrong = []
     for mutation in load_mutations(ROOT):
         where = f"{mutation.source} {mutation.name!r}"
-        file = ROOT / mutation.file
         if mutation.row not in ids or mutation.source != f"{MUTANTS}/{mutation.row}.toml":
             wrong.append(f"{where}: row {mutation.row} in the wrong file, or no such row")
-        elif not file.is_file():
-            wrong.append(f"{where}: no file {mutation.file}")
-        elif (count := file.read_text().count(mutation.find)) != 1:
-            wrong.append(f"{where}: its find occurs {count} times in {mutation.file}")
+        for edited, find, _ in ((mutation.file, mutation.find, ""), *mutation.also):
+            if not (ROOT / edited).is_file():
+                wrong.append(f"{where}: no file {edited}")
+            elif (count := (ROOT / edited).read_text().count(find)) != 1:
+                wrong.append(f"{where}: its find occurs {count} times in {edited}")
         for test in mutation.tests:
             path, _, name = test.partition("::")
             if not (ROOT / path).is_file() or name not in functions_in(ROOT / path):

@@ -68,7 +68,9 @@ classified as (
 ),
 written as (
     insert into records as r (identifier, datestamp, md_datestamp, content_hash, xml, deleted, set_specs, source)
-    select identifier, now(), md_datestamp, content_hash, ($5::text[])[position], false, array[$1::text], $8::text
+    -- the transaction's write stamp, taken once (migration 0017: the stamping trigger then skips
+    -- each row), not now(), which the trigger replaced a row at a time
+    select identifier, (select wiscat_write_stamp()), md_datestamp, content_hash, ($5::text[])[position], false, array[$1::text], $8::text
     from classified
     where outcome in ('added', 'updated', 'joined')
     order by identifier  -- every writer locks rows in one order: no deadlock
@@ -96,7 +98,7 @@ membership as (
     -- another had just written (after its snapshot) held its membership while a deletion held
     -- the record: a deadlock.
     insert into set_members as m (set_spec, identifier, datestamp, deleted)
-    select $1::text, w.identifier, now(), false
+    select $1::text, w.identifier, (select wiscat_write_stamp()), false
     from written w
     order by w.identifier
     on conflict (set_spec, identifier) do update set datestamp = excluded.datestamp, deleted = false
@@ -104,7 +106,7 @@ membership as (
 ),
 other_memberships as (
     -- a content change is news in every set the record is in
-    update set_members m set datestamp = now()
+    update set_members m set datestamp = (select wiscat_write_stamp())
     from classified c
     where m.identifier = c.identifier and c.outcome = 'updated'
       and c.identifier in (select identifier from written)  -- after the record's row
@@ -148,7 +150,7 @@ classified as (
 ),
 tombstones as (
     insert into records as r (identifier, datestamp, md_datestamp, content_hash, xml, deleted, set_specs)
-    select identifier, now(), null, null, null, true, array[$1::text]
+    select identifier, (select wiscat_write_stamp()), null, null, null, true, array[$1::text]  -- see upsert_records
     from classified
     where outcome in ('deleted', 'left_set', 'remembered')
     order by identifier  -- every writer locks rows in one order: no deadlock
@@ -168,7 +170,7 @@ tombstones as (
 membership as (
     -- from tombstones' rows: the record's row locked before its membership's (see upsert_records)
     insert into set_members as m (set_spec, identifier, datestamp, deleted)
-    select $1::text, t.identifier, now(), true
+    select $1::text, t.identifier, (select wiscat_write_stamp()), true
     from tombstones t
     order by t.identifier
     on conflict (set_spec, identifier) do update set datestamp = excluded.datestamp, deleted = true
