@@ -494,7 +494,7 @@ CREATE TRIGGER records_notify_insert AFTER INSERT ON public.records FOR EACH ROW
 
 CREATE TRIGGER records_notify_update AFTER UPDATE ON public.records FOR EACH ROW WHEN ((new.datestamp IS DISTINCT FROM old.datestamp)) EXECUTE FUNCTION public.wiscat_notify_change();
 
-CREATE TRIGGER records_write_stamp BEFORE INSERT OR UPDATE ON public.records FOR EACH ROW WHEN ((new.datestamp IS DISTINCT FROM (NULLIF(current_setting('wiscat.write_stamp'::text, true), ''::text))::timestamp with time zone)) EXECUTE FUNCTION public.wiscat_stamp_write();
+CREATE TRIGGER records_write_stamp BEFORE INSERT OR UPDATE ON public.records FOR EACH ROW WHEN ((NOT COALESCE((new.datestamp = (NULLIF(current_setting('wiscat.write_stamp'::text, true), ''::text))::timestamp with time zone), false))) EXECUTE FUNCTION public.wiscat_stamp_write();
 
 CREATE TRIGGER records_xml_mend BEFORE INSERT OR UPDATE ON public.records FOR EACH ROW WHEN ((new.xml_mend OR ((new.xml IS NOT NULL) AND (current_setting('wiscat.xml_checked'::text, true) IS DISTINCT FROM 'on'::text)))) EXECUTE FUNCTION public.records_xml_mend();
 
@@ -502,7 +502,7 @@ CREATE TRIGGER set_members_notify_insert AFTER INSERT ON public.set_members FOR 
 
 CREATE TRIGGER set_members_notify_update AFTER UPDATE ON public.set_members FOR EACH ROW WHEN ((new.datestamp IS DISTINCT FROM old.datestamp)) EXECUTE FUNCTION public.wiscat_notify_change();
 
-CREATE TRIGGER set_members_write_stamp BEFORE INSERT OR UPDATE ON public.set_members FOR EACH ROW WHEN ((new.datestamp IS DISTINCT FROM (NULLIF(current_setting('wiscat.write_stamp'::text, true), ''::text))::timestamp with time zone)) EXECUTE FUNCTION public.wiscat_stamp_write();
+CREATE TRIGGER set_members_write_stamp BEFORE INSERT OR UPDATE ON public.set_members FOR EACH ROW WHEN ((NOT COALESCE((new.datestamp = (NULLIF(current_setting('wiscat.write_stamp'::text, true), ''::text))::timestamp with time zone), false))) EXECUTE FUNCTION public.wiscat_stamp_write();
 
 ALTER TABLE ONLY public.check_reports
     ADD CONSTRAINT check_reports_check_name_fkey FOREIGN KEY (check_name) REFERENCES public.checks(name) ON DELETE SET NULL;

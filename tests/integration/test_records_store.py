@@ -421,3 +421,25 @@ async def _until(db: asyncpg.Pool, count_query: str) -> None:
             return
         await asyncio.sleep(0.02)
     raise AssertionError(f"never true: {count_query}")
+
+
+async def test_rows_written_without_the_stamp_by_other_sql_are_stamped(db: asyncpg.Pool) -> None:
+    """P17, D10: the stamping trigger is spared only rows that carry the transaction's stamp
+    already (migration 0017). A row another writer leaves without a datestamp, in a transaction
+    that has no stamp yet, or with a datestamp of its own, is stamped all the same."""
+    await setup_sets(db)
+    async with db.acquire() as conn, conn.transaction():
+        # no stamp in this transaction yet, and no datestamp given: the trigger fills it
+        await conn.execute(
+            "insert into records (identifier, xml, deleted, set_specs) values ('a', '<x/>', false,"
+            " '{S1}')"
+        )
+        # a stamp now exists; a datestamp of the writer's own is replaced by it
+        await conn.execute(
+            "insert into records (identifier, datestamp, xml, deleted, set_specs)"
+            " values ('b', '2001-01-01Z', '<x/>', false, '{S1}')"
+        )
+    rows = await db.fetch("select identifier, datestamp from records order by identifier")
+    assert [r["identifier"] for r in rows] == ["a", "b"]
+    assert rows[0]["datestamp"] is not None and rows[0]["datestamp"] == rows[1]["datestamp"]
+    assert rows[0]["datestamp"] > datetime.now(UTC) - timedelta(minutes=5)
