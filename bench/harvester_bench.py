@@ -105,6 +105,7 @@ async def bench_harvester(
             )
         assert code == 0 and int(out) == records, out
         sequential = records / seq_seconds
+        sequential_shown, sequential_total = sequential_cpu.per_item(records, digits=0)
         rows.append(
             "| the minimal sequential harvester (fetch, parse, COPY, in turn) "
             f"| {sequential:,.0f} | {seq_peak:.0f} MB |"
@@ -161,8 +162,7 @@ async def bench_harvester(
         f"- the full run as the harvester reported it: {summary}",
         *harvester_cpu_lines(harvest_cpu, pyoai_cpu, records, 0.9 * rates["pyoai"]),
         "- CPU per record stored by the minimal sequential harvester, in µs, by process: "
-        f"{sequential_cpu.per_item(records, digits=0)[0]}; in all "
-        f"{sequential_cpu.per_item(records, digits=0)[1]:.0f} µs",
+        f"{sequential_shown}; in all {sequential_total:.0f} µs",
         "",
     ]
     return lines

@@ -22,7 +22,8 @@ import aiohttp
 import asyncpg
 from lxml import etree
 
-OAI = "{http://www.openarchives.org/OAI/2.0/}"
+from wiscat.shared.oaipmh.namespaces import OAI_TAG as OAI
+
 TABLE = "sequential_records"
 
 
