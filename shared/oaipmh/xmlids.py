@@ -16,7 +16,6 @@ suffix off again, so what it stores is what the provider stores, whatever the pa
 from __future__ import annotations
 
 import hashlib
-import re
 
 from lxml import etree
 
@@ -26,18 +25,25 @@ _ID_NAMES = frozenset(
 )
 # A stored record is lxml's serialization: every attribute is written name="value", after a
 # space. _ids finds every ID attribute of a record and some attributes that are not IDs (any
-# prefix:id, or text that looks like one), which only costs a closer look. A pattern that
-# starts with the literal is about fifteen times faster than one that starts with the class.
-_ID_ATTRIBUTE = re.compile(rb'id="([^"]*)"')
+# prefix:id, or text that looks like one), which only costs a closer look. bytes.find looks
+# for the name a third quicker than a regular expression would (docs/benchmarks.md).
+_ID_OPEN = b'id="'
 _BEFORE_NAME = frozenset(b" \t\n\r:")
 
 
 def _ids(payload: bytes) -> set[bytes]:
-    return {
-        match.group(1)
-        for match in _ID_ATTRIBUTE.finditer(payload)
-        if payload[match.start() - 1] in _BEFORE_NAME
-    }
+    found = set()
+    find = payload.find
+    at = find(_ID_OPEN)
+    while at > 0:  # a record starts with "<", never with the name
+        start = at + len(_ID_OPEN)
+        end = find(b'"', start)
+        if end < 0:
+            break
+        if payload[at - 1] in _BEFORE_NAME:
+            found.add(payload[start:end])
+        at = find(_ID_OPEN, end)
+    return found
 
 
 def suffix(identifier: str) -> str:

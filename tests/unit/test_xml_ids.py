@@ -63,3 +63,18 @@ def test_p01_a_record_alone_or_without_repeats_is_served_as_stored() -> None:
     assert [ids.admit(str(n), data) for n, data in enumerate(stored)] == stored
     alone = parse_record(_with_reference(7))
     assert render.record(alone.identifier, NOW, [], False, alone.xml).count(alone.xml.encode()) == 1
+
+
+def test_p01_every_id_attribute_of_a_stored_record_is_found_and_no_other() -> None:
+    # an ID after each character that may precede an attribute's name, a value spanning lines,
+    # and names that merely end in "id", which are not IDs
+    stored = (
+        b'<a xmlns:gml="g" id="one"><b\tgml:id="two"/><c\nid="thr\nee"/><d\rid="four"/>'
+        b'<e uuid="not" xid="nor"/><f gml:id="one"/></a>'
+    )
+    assert xmlids._ids(stored) == {b"one", b"two", b"thr\nee", b"four"}
+    assert xmlids._ids(b'<a id="five"/>' + b'<b uuid="x"/>' * 3 + b'<c id="six"/>') == {
+        b"five",
+        b"six",
+    }
+    assert xmlids._ids(b'<a uuid="x" id="open') == set()
