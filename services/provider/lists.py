@@ -159,11 +159,17 @@ class Lists:
         between the two, so that its read can start while this page's documents are still
         coming.
         """
+        async with self.read_pool.acquire() as db:  # one connection (and one reset) a page
+            return await self._read_page(db, key, found)
+
+    async def _read_page(
+        self, db: store.Executor, key: PageKey, found: Callable[[PageKey], None]
+    ) -> ListPageItems:
         page_size = self.settings.page_size
         scope = key.scope
         while key.verb == "ListIdentifiers":
             rows = await store.list_page(
-                self.read_pool, scope, after=key.last, limit=page_size + 1, with_xml=False
+                db, scope, after=key.last, limit=page_size + 1, with_xml=False
             )
             following = None
             if len(rows) > page_size:
@@ -176,14 +182,14 @@ class Lists:
                 )
             key = following  # not one record of this page could be listed
         while True:
-            keys = await store.list_keys(self.read_pool, scope, after=key.last, limit=page_size + 1)
+            keys = await store.list_keys(db, scope, after=key.last, limit=page_size + 1)
             if not keys:
                 return ListPageItems(b"", 0, None)
             following = key.after(*keys[page_size - 1]) if len(keys) > page_size else None
             if following:
                 found(following)
             rows = await store.list_page(
-                self.read_pool,
+                db,
                 scope,
                 after=key.last,
                 limit=page_size,
