@@ -132,22 +132,34 @@ async def test_the_readme_tour_runs_as_written() -> None:
                 f"wiscat node LOCAL: open {site}/oai?verb=Identify, dashboard {site}/\n"
                 in local_output.read_text()
             )
-            tour = await asyncio.create_subprocess_exec(
-                "bash",
-                "tour.sh",
-                cwd=folder,
-                env={**env, "TOKYO_PORT": str(tokyo_port)},
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                start_new_session=True,  # TOKYO is its job: stopped with it, whatever happens
-            )
-            try:
-                out_bytes, err_bytes = await asyncio.wait_for(tour.communicate(), TOUR_SECONDS)
-            finally:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(tour.pid, signal.SIGINT)
-            out, err = out_bytes.decode(), err_bytes.decode()
+            # into files, not pipes: a tour that does not end still shows how far it came
+            tour_out, tour_err = folder / "var" / "tour.out", folder / "var" / "tour.err"
+            tour_out.parent.mkdir(exist_ok=True)
+            with tour_out.open("wb") as stdout, tour_err.open("wb") as stderr:
+                tour = await asyncio.create_subprocess_exec(
+                    "bash",
+                    "tour.sh",
+                    cwd=folder,
+                    env={**env, "TOKYO_PORT": str(tokyo_port)},
+                    stdin=asyncio.subprocess.DEVNULL,
+                    stdout=stdout,
+                    stderr=stderr,
+                    start_new_session=True,  # TOKYO is its job: stopped with it, whatever happens
+                )
+                try:
+                    await asyncio.wait_for(tour.wait(), TOUR_SECONDS)
+                except TimeoutError:
+                    tokyo = folder / "var" / "tokyo.log"
+                    raise AssertionError(
+                        f"the tour did not end within {TOUR_SECONDS} s; its output:\n"
+                        f"{tour_out.read_text()}\n{tour_err.read_text()}\n"
+                        f"LOCAL's log:\n{local_output.read_text()}\n"
+                        f"TOKYO's log:\n{tokyo.read_text() if tokyo.exists() else '(none)'}"
+                    ) from None
+                finally:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(tour.pid, signal.SIGINT)
+            out, err = tour_out.read_text(), tour_err.read_text()
             tokyo_log = folder / "var" / "tokyo.log"
             assert tour.returncode == 0, f"{out}\n{err}\n{tokyo_log.read_text()}"
             # the tour's last line stopped TOKYO, as a node stops
