@@ -47,7 +47,9 @@ class IngestReport:
 
 def incoming(record: Record) -> IncomingRecord:
     """The parsed ``record`` as the database writes it."""
-    return IncomingRecord(record.identifier, record.md_datestamp, record.content_hash, record.xml)
+    return IncomingRecord(
+        record.identifier, record.md_datestamp, record.content_hash, record.xml, record.xml_ids
+    )
 
 
 def xml_files(folder: Path) -> list[Path]:

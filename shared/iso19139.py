@@ -30,6 +30,7 @@ from datetime import UTC, date, datetime, time, timedelta
 
 from lxml import etree
 
+from wiscat.shared.oaipmh import xmlids
 from wiscat.shared.oaipmh.identifiers import any_uri_error
 from wiscat.shared.text import clipped
 
@@ -84,13 +85,16 @@ class Record:
 
     ``md_datestamp`` is the record's gmd:dateStamp in UTC (``None`` when the record has none);
     ``content_hash`` is :func:`canonical_hash` of the root; ``xml`` is the root element serialized
-    without XML declaration, ready to be embedded in an OAI-PMH ``<metadata>`` element.
+    without XML declaration, ready to be embedded in an OAI-PMH ``<metadata>`` element;
+    ``xml_ids``, the XML IDs ``xml`` holds, as ``records.xml_ids`` keeps them
+    (:func:`wiscat.shared.oaipmh.xmlids.stored_form`).
     """
 
     identifier: str
     md_datestamp: datetime | None
     content_hash: bytes
     xml: str
+    xml_ids: str
 
 
 def safe_parser(*, encoding: str | None = None) -> etree.XMLParser:
@@ -172,11 +176,13 @@ def record_from_element(root: etree._Element, *, safe_parsed: bool = False) -> R
         parent.remove(root)
     if root.tag != ROOT_TAG:
         raise RecordError(f"root element is {root.tag}, expected gmd:MD_Metadata")
+    xml = etree.tostring(root, encoding="unicode", with_tail=False)
     return Record(
         identifier=file_identifier(root),
         md_datestamp=md_datestamp(root),
         content_hash=canonical_hash(root),
-        xml=etree.tostring(root, encoding="unicode", with_tail=False),
+        xml=xml,
+        xml_ids=xmlids.stored_form(xml),
     )
 
 

@@ -128,7 +128,10 @@ class PageCounts:
 
 
 class IncomingRecord(NamedTuple):
-    """A record ready to store: identifier, gmd:dateStamp, canonical hash and serialized XML.
+    """A record ready to store: identifier, gmd:dateStamp, canonical hash, serialized XML and
+    the XML IDs it holds (``xml_ids``, as :func:`wiscat.shared.iso19139.record_from_element`
+    gives them; None where they are not known: the provider then searches the record for them
+    each time it serves it).
 
     ``xml`` is lxml's serialization of a parsed record
     (:func:`wiscat.shared.iso19139.parse_record`),
@@ -143,6 +146,7 @@ class IncomingRecord(NamedTuple):
     md_datestamp: datetime | None
     content_hash: bytes
     xml: str
+    xml_ids: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -126,7 +126,13 @@ class PageSorter:
             )
             return
         self.batch.append(
-            IncomingRecord(record.identifier, record.md_datestamp, record.content_hash, record.xml)
+            IncomingRecord(
+                record.identifier,
+                record.md_datestamp,
+                record.content_hash,
+                record.xml,
+                record.xml_ids,
+            )
         )
 
     def set_aside(self, item: UnreadableItem) -> None:

@@ -204,7 +204,7 @@ async def _record(client: OAIClient, link: Link, identifier: str, judge: Judge |
         )
     if judge is not None:
         incoming = IncomingRecord(
-            record.identifier, record.md_datestamp, record.content_hash, record.xml
+            record.identifier, record.md_datestamp, record.content_hash, record.xml, record.xml_ids
         )
         refused = await judge(incoming)
         if refused is not None:

@@ -61,7 +61,7 @@ def servable(stored: StoredRecord, metrics: ProviderMetrics) -> StoredRecord:
         return stored._replace(xml=None)
     metrics.records_with_invalid_characters.labels("replaced").inc()
     log.warning("%s: served with U+FFFD in %s", what, place)
-    return stored._replace(xml=mended)
+    return stored._replace(xml=mended, xml_ids=None)  # searched again as it is served
 
 
 def servable_rows(rows: list[StoredRecord], metrics: ProviderMetrics) -> None:

@@ -248,12 +248,15 @@ def render_items(
             sets = sets_of[sets_key] = header_sets(stored, metrics, listed)
         if headers_only:
             writer.add_header(stored.identifier, stored.datestamp, sets, stored.deleted)
-        else:
-            writer.add_record(
-                stored.identifier,
-                stored.datestamp,
-                sets,
-                stored.deleted,
-                metadata(key.metadata_prefix, stored),
-            )
+            continue
+        xml = metadata(key.metadata_prefix, stored)
+        writer.add_record(
+            stored.identifier,
+            stored.datestamp,
+            sets,
+            stored.deleted,
+            xml,
+            # the IDs found when the document was stored are this document's, not a crosswalk's
+            xml_ids=stored.xml_ids if xml is stored.xml else None,
+        )
     return writer.take()

@@ -30,7 +30,9 @@ Executor = asyncpg.Connection | PoolConnectionProxy | asyncpg.Pool
 class StoredRecord(NamedTuple):
     """A record (or tombstone) as the provider lists it; ``xml`` is the document in UTF-8;
     ``xml_mend``, whether it holds characters XML 1.0 does not allow (RELIABILITY P14: only a
-    row written by SQL or an older version can; migration 0009 flags it as it is written).
+    row written by SQL or an older version can; migration 0009 flags it as it is written);
+    ``xml_ids``, the XML IDs ``xml`` holds where they are known (migration 0019; None: not
+    known, or not read).
 
     A named tuple, not a frozen dataclass: a list page makes one per row, and a frozen
     dataclass takes about a microsecond to make, a named tuple half that.
@@ -42,6 +44,7 @@ class StoredRecord(NamedTuple):
     set_specs: tuple[str, ...]
     xml: bytes | None
     xml_mend: bool
+    xml_ids: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +136,7 @@ async def upsert_records(
         refuse_conflicts,
         source,
         deletions_hold,
+        [r.xml_ids for r in records],
     )
     return WriteResult(_outcomes(rows))
 
@@ -166,6 +170,7 @@ async def backup_records(
             [r.xml for r in records],
             list(datestamps),
             protected_set,
+            [r.xml_ids for r in records],
         )
         await conn.execute(_SQL["keep_datestamps"], "off")
     return WriteResult(_outcomes(rows))
@@ -217,8 +222,8 @@ def _storable(identifier: str) -> bool:
 def _stored(row: asyncpg.Record) -> StoredRecord:
     # the columns of list_all, list_set, list_tree and get_record, in this order (by position:
     # a lookup by name costs as much again, 500 rows a page)
-    identifier, datestamp, deleted, set_specs, xml, xml_mend = row
-    return StoredRecord(identifier, datestamp, deleted, tuple(set_specs), xml, xml_mend)
+    identifier, datestamp, deleted, set_specs, xml, xml_mend, xml_ids = row
+    return StoredRecord(identifier, datestamp, deleted, tuple(set_specs), xml, xml_mend, xml_ids)
 
 
 class ListScope(NamedTuple):

@@ -17,6 +17,9 @@ begin
     else
         new.xml_mend := wiscat_xml_needs_mend(new.xml);
     end if;
+    if current_setting('wiscat.xml_checked', true) is distinct from 'on' then
+        new.xml_ids := null;
+    end if;
     return new;
 end
 $$;
@@ -226,6 +229,7 @@ CREATE TABLE public.records (
     set_specs text[] DEFAULT '{}'::text[] NOT NULL,
     source text,
     xml_mend boolean DEFAULT false NOT NULL,
+    xml_ids text,
     CONSTRAINT tombstone_has_no_content CHECK ((deleted = (xml IS NULL)))
 );
 ALTER TABLE ONLY public.records ALTER COLUMN xml SET STORAGE EXTERNAL;

@@ -253,6 +253,8 @@ class PageWriter:
         set_specs: Iterable[str],
         deleted: bool,
         metadata_xml: str | bytes | None,
+        *,
+        xml_ids: str | None = None,
     ) -> None:
         """One ``<record>``, a child of ``<ListRecords>`` (§4.5) or ``<GetRecord>`` (§4.1).
 
@@ -260,13 +262,14 @@ class PageWriter:
         from an item"; a deleted record (``status="deleted"``) has no metadata element.
         ``metadata_xml`` is one serialized UTF-8 element (no document type declaration); it is
         inserted verbatim, but for XML IDs an earlier record of the page used (see
-        :mod:`wiscat.shared.oaipmh.xmlids`).
+        :mod:`wiscat.shared.oaipmh.xmlids`). ``xml_ids`` are the IDs it holds, as
+        :func:`~wiscat.shared.oaipmh.xmlids.stored_form` gave them; None: it is searched.
         """
         head = self._header(identifier, datestamp, tuple(set_specs), deleted)
         if deleted or metadata_xml is None:
             self.add(f"<record>{head}</record>".encode())
             return
-        payload = self._ids.admit(identifier, _payload(metadata_xml))
+        payload = self._ids.admit(identifier, _payload(metadata_xml), xml_ids)
         self._parts += (f"<record>{head}<metadata>".encode(), payload, _RECORD_END)
 
 

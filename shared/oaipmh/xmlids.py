@@ -11,6 +11,11 @@ SHA-256 of the record's identifier, and each same-document reference to it (an a
 value is ``#<id>``, as ``xlink:href``) renamed alike. GetRecord serves a record as stored. A
 harvester reading a page (:class:`wiscat.shared.oaipmh.pages.PageReader`) takes the record's own
 suffix off again, so what it stores is what the provider stores, whatever the page held.
+
+A record's IDs are found once, when it is written (:func:`stored_form`, kept in
+``records.xml_ids``), not each time a page serves it: the search was the largest part of the
+provider's own CPU a record served (docs/benchmarks.md). A row written without them (NULL: any
+SQL but wiscat's writers, or a row written before migration 0019) is searched as it is served.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ _ID_OPEN = b'id="'
 _BEFORE_NAME = frozenset(b" \t\n\r:")
 
 
-def _ids(payload: bytes) -> set[bytes]:
+def _ids(payload: bytes) -> set[str]:
     found = set()
     find = payload.find
     at = find(_ID_OPEN)
@@ -41,9 +46,24 @@ def _ids(payload: bytes) -> set[bytes]:
         if end < 0:
             break
         if payload[at - 1] in _BEFORE_NAME:
-            found.add(payload[start:end])
+            found.add(payload[start:end].decode("utf-8"))
         at = find(_ID_OPEN, end)
     return found
+
+
+# How records.xml_ids writes a record's IDs: each followed by this character, which no ID
+# found can hold (it ends the attribute's value).
+_END = '"'
+
+
+def stored_form(xml: str) -> str:
+    """The IDs of record ``xml`` (as stored) as ``records.xml_ids`` keeps them: each followed by
+    a double quote, in order (``'extent"time-1"'``; a record without any: ``''``)."""
+    return "".join(value + _END for value in sorted(_ids(xml.encode("utf-8"))))
+
+
+def _from_stored(text: str) -> set[str]:
+    return set(text.split(_END)[:-1])
 
 
 def suffix(identifier: str) -> str:
@@ -61,16 +81,17 @@ class PageIds:
     __slots__ = ("_seen",)
 
     def __init__(self) -> None:
-        self._seen: set[bytes] = set()
+        self._seen: set[str] = set()
 
-    def admit(self, identifier: str, payload: bytes) -> bytes:
+    def admit(self, identifier: str, payload: bytes, stored_ids: str | None = None) -> bytes:
         """``payload`` (one stored record, UTF-8) as the page must carry it: as it is, or with
-        the IDs an earlier record of the page used renamed (module docstring)."""
-        found = _ids(payload)
+        the IDs an earlier record of the page used renamed (module docstring). ``stored_ids``
+        are its IDs as :func:`stored_form` gave them for this very payload; None: search it."""
+        found = _ids(payload) if stored_ids is None else _from_stored(stored_ids)
         if self._seen.isdisjoint(found):
             self._seen |= found
             return payload
-        renamed = _rename(payload, {v.decode("utf-8") for v in found & self._seen}, identifier)
+        renamed = _rename(payload, found & self._seen, identifier)
         self._seen |= _ids(renamed)
         return renamed
 

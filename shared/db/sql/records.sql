@@ -10,13 +10,14 @@ on conflict (spec) do nothing
 -- deletion here holds against older copies (a harvest: see below). With $7, an incoming
 -- copy that differs in content but not in gmd:dateStamp from a copy another link wrote (or, where
 -- that link is not known, from a copy of other sets only) is refused: two peers that disagree on
--- it would otherwise replace each other's copy at each run.
+-- it would otherwise replace each other's copy at each run. $10 holds the XML IDs of each
+-- document (migration 0019).
 with incoming as (
     -- the identifiers are distinct (the caller keeps a repeated one's last occurrence); the
     -- documents stay in $5 until they are written, so no step of the plan copies or sorts them
-    select identifier, md_datestamp, content_hash, position
-    from unnest($2::text[], $3::timestamptz[], $4::bytea[])
-         with ordinality as t (identifier, md_datestamp, content_hash, position)
+    select identifier, md_datestamp, content_hash, xml_ids, position
+    from unnest($2::text[], $3::timestamptz[], $4::bytea[], $10::text[])
+         with ordinality as t (identifier, md_datestamp, content_hash, xml_ids, position)
 ),
 existing as (
     select r.identifier, r.deleted, r.content_hash, r.md_datestamp, r.set_specs, r.source
@@ -26,7 +27,7 @@ existing as (
     for update
 ),
 classified as (
-    select i.identifier, i.md_datestamp, i.content_hash, i.position,
+    select i.identifier, i.md_datestamp, i.content_hash, i.xml_ids, i.position,
         case
             when $6::text is not null and $6::text <> $1::text and exists (
                 select 1 from set_members p where p.set_spec = $6::text and p.identifier = i.identifier
@@ -67,10 +68,10 @@ classified as (
     left join existing e using (identifier)
 ),
 written as (
-    insert into records as r (identifier, datestamp, md_datestamp, content_hash, xml, deleted, set_specs, source)
+    insert into records as r (identifier, datestamp, md_datestamp, content_hash, xml, xml_ids, deleted, set_specs, source)
     -- the transaction's write stamp, taken once (migration 0017: the stamping trigger then skips
     -- each row), not now(), which the trigger replaced a row at a time
-    select identifier, (select wiscat_write_stamp()), md_datestamp, content_hash, ($5::text[])[position], false, array[$1::text], $8::text
+    select identifier, (select wiscat_write_stamp()), md_datestamp, content_hash, ($5::text[])[position], xml_ids, false, array[$1::text], $8::text
     from classified
     where outcome in ('added', 'updated', 'joined')
     order by identifier  -- every writer locks rows in one order: no deadlock
@@ -79,6 +80,7 @@ written as (
         md_datestamp = excluded.md_datestamp,
         content_hash = excluded.content_hash,
         xml = excluded.xml,
+        xml_ids = excluded.xml_ids,
         -- joined (the same content, newly in this set): its copy is still the first writer's
         source = case
             when not r.deleted and r.content_hash = excluded.content_hash then r.source
@@ -158,6 +160,7 @@ tombstones as (
         datestamp = excluded.datestamp,
         deleted = cardinality(array_remove(r.set_specs, $1::text)) = 0,
         xml = case when cardinality(array_remove(r.set_specs, $1::text)) = 0 then null else r.xml end,
+        xml_ids = case when cardinality(array_remove(r.set_specs, $1::text)) = 0 then null else r.xml_ids end,
         content_hash = case
             when cardinality(array_remove(r.set_specs, $1::text)) = 0 then null else r.content_hash
         end,
@@ -183,9 +186,10 @@ select identifier, outcome from classified
 -- included; the documents as UTF-8 bytes, ready to be sent. textsend gives a text's bytes in the
 -- client encoding, which asyncpg always sets to UTF-8; unlike convert_to it does not check again
 -- text the server checked when it was stored (a page's read about 10% quicker). xml_mend: the
--- document holds characters XML 1.0 does not allow (migration 0009), to mend as it is served.
+-- document holds characters XML 1.0 does not allow (migration 0009), to mend as it is served;
+-- xml_ids: its XML IDs, where known (migration 0019).
 select identifier, datestamp, deleted, set_specs, case when $6::boolean then textsend(xml) end as xml,
-       xml_mend
+       xml_mend, case when $6::boolean then xml_ids end as xml_ids
 from records
 where (datestamp, identifier) > ($1::timestamptz, $2::text)
   and (datestamp, identifier) <= ($8::timestamptz, $9::text)
@@ -212,7 +216,8 @@ where datestamp >= $1::timestamptz and datestamp < $2::timestamptz and datestamp
 -- One keyset page of one set, oldest datestamp first, up to the key ($9, $10) included; a record
 -- that left the set is deleted here.
 select m.identifier, m.datestamp, m.deleted, r.set_specs,
-       case when $7::boolean and not m.deleted then textsend(r.xml) end as xml, r.xml_mend
+       case when $7::boolean and not m.deleted then textsend(r.xml) end as xml, r.xml_mend,
+       case when $7::boolean and not m.deleted then r.xml_ids end as xml_ids
 from set_members m
 join records r using (identifier)
 where m.set_spec = $1::text
@@ -240,8 +245,9 @@ where m.set_spec = $1::text
   and m.datestamp >= $2::timestamptz and m.datestamp < $3::timestamptz and m.datestamp <= $4::timestamptz
 
 -- name: get_record --
--- One record (or tombstone) by identifier; the document as UTF-8 bytes, and xml_mend (list_all).
-select identifier, datestamp, deleted, set_specs, textsend(xml) as xml, xml_mend
+-- One record (or tombstone) by identifier; the document as UTF-8 bytes, xml_mend and xml_ids
+-- (list_all).
+select identifier, datestamp, deleted, set_specs, textsend(xml) as xml, xml_mend, xml_ids
 from records
 where identifier = $1
 
@@ -322,11 +328,11 @@ limit 1
 -- A record is taken when there is no live local copy, or when the local copy is older by oai
 -- datestamp (the ordinary condition) AND by gmd:dateStamp (an obvious difference of content);
 -- a taken record keeps the source's oai:datestamp ($6), the seed's guard against loops.
--- $7 is the protected set, as for upsert_records.
+-- $7 is the protected set, as for upsert_records; $8 the XML IDs of each document (0019).
 with incoming as (
-    select distinct on (identifier) identifier, md_datestamp, content_hash, xml, datestamp
-    from unnest($2::text[], $3::timestamptz[], $4::bytea[], $5::text[], $6::timestamptz[])
-         with ordinality as t (identifier, md_datestamp, content_hash, xml, datestamp, position)
+    select distinct on (identifier) identifier, md_datestamp, content_hash, xml, xml_ids, datestamp
+    from unnest($2::text[], $3::timestamptz[], $4::bytea[], $5::text[], $6::timestamptz[], $8::text[])
+         with ordinality as t (identifier, md_datestamp, content_hash, xml, datestamp, xml_ids, position)
     order by identifier, position desc
 ),
 existing as (
@@ -337,7 +343,7 @@ existing as (
     for update
 ),
 classified as (
-    select i.identifier, i.md_datestamp, i.content_hash, i.xml, i.datestamp,
+    select i.identifier, i.md_datestamp, i.content_hash, i.xml, i.xml_ids, i.datestamp,
         case
             when $7::text is not null and $7::text <> $1::text and exists (
                 select 1 from set_members p where p.set_spec = $7::text and p.identifier = i.identifier
@@ -358,8 +364,8 @@ classified as (
     left join existing e using (identifier)
 ),
 written as (
-    insert into records as r (identifier, datestamp, md_datestamp, content_hash, xml, deleted, set_specs)
-    select identifier, datestamp, md_datestamp, content_hash, xml, false, array[$1::text]
+    insert into records as r (identifier, datestamp, md_datestamp, content_hash, xml, xml_ids, deleted, set_specs)
+    select identifier, datestamp, md_datestamp, content_hash, xml, xml_ids, false, array[$1::text]
     from classified
     where outcome in ('taken_new', 'taken')
     order by identifier  -- every writer locks rows in one order: no deadlock
@@ -368,6 +374,7 @@ written as (
         md_datestamp = excluded.md_datestamp,
         content_hash = excluded.content_hash,
         xml = excluded.xml,
+        xml_ids = excluded.xml_ids,
         source = null,  -- newer by both dates: no link's copy to hold to
         deleted = false,
         set_specs = case
@@ -491,13 +498,13 @@ page as (
     order by lead.datestamp, lead.identifier
     limit $8
 )
-select p.identifier, p.datestamp, p.deleted, r.set_specs, r.xml, r.xml_mend
+select p.identifier, p.datestamp, p.deleted, r.set_specs, r.xml, r.xml_mend, r.xml_ids
 from page p
 -- one lookup a record, in the page's order, so that the documents are never sorted (limit 1
 -- keeps the planner from making this a hash join, which would)
 cross join lateral (
     select set_specs, case when $7::boolean and not p.deleted then textsend(xml) end as xml,
-           xml_mend
+           xml_mend, case when $7::boolean and not p.deleted then xml_ids end as xml_ids
     from records
     where identifier = p.identifier
     limit 1

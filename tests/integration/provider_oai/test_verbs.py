@@ -5,7 +5,7 @@ The provider runs over real HTTP on loopback, against a real PostgreSQL."""
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import aiohttp
 import pytest
@@ -340,6 +340,48 @@ async def test_p01_a_page_of_records_that_share_a_gml_id_is_valid(
         )
         check(got.body)
         assert [e.get(gml_id) for e in got.tree.iter() if e.get(gml_id)] == ["extent"]
+
+
+async def _xml_ids(db: Pool, identifier: str) -> str | None:
+    value: str | None = await db.fetchval(
+        "select xml_ids from records where identifier = $1", identifier
+    )
+    return value
+
+
+async def test_p01_ids_stored_with_a_record_follow_every_change_of_its_document(
+    provider: RunningProvider, db: Pool
+) -> None:
+    """P01 with the IDs found when a record is written (records.xml_ids, migration 0019), not
+    as it is served: each write of a record's document, by a harvest or ingest, by a backup
+    synchronisation or by SQL, leaves its stored IDs those of the new document or unknown. Three
+    records come to use ``extent``, each by another writer; the page still renames the repeats."""
+    spec = "WIS-GISC-IDS"
+    first, second, third = await factories.load_records(db, spec, [910, 911, 912])
+    assert await _xml_ids(db, first) == 'temporal-extent-910"'
+    # by wiscat's upsert (a harvest, an ingest), as an update of the record
+    await factories.load_records(db, spec, [910], version=1, gml_id="extent")
+    await factories.load_records(db, spec, [911], version=1, gml_id="extent")
+    assert await _xml_ids(db, second) == 'extent"'
+    # by a backup synchronisation, a newer copy replacing the record
+    newer = parse_record(generate_record(912, version=2, gml_id="spare"))
+    async with db.acquire() as conn, conn.transaction():
+        result = await store.backup_records(conn, spec, [incoming(newer)], [datetime.now(UTC)])
+    assert result.outcomes == {third: "taken"}
+    assert await _xml_ids(db, third) == 'spare"'
+    # by SQL, which cannot know the IDs: unknown, so the record is searched as it is served
+    await db.execute(
+        "update records set xml = replace(xml, 'gml:id=\"spare\"', 'gml:id=\"extent\"') "
+        "where identifier = $1",
+        third,
+    )
+    assert await _xml_ids(db, third) is None
+    answer = await oai_get(provider.oai, verb="ListRecords", metadataPrefix="iso19139", set=spec)
+    check(answer.body)
+    gml_id = "{http://www.opengis.net/gml/3.2}id"
+    served = sorted(e.get(gml_id) for e in answer.tree.iter() if e.get(gml_id))
+    assert len(served) == 3 and served[0] == "extent", served
+    assert all(value.startswith("extent.page-dup-") for value in served[1:]), served
 
 
 #: identifiers holding XPath's metacharacters, each a legal xs:anyURI (RELIABILITY X09)
