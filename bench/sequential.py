@@ -25,10 +25,22 @@ from lxml import etree
 from wiscat.shared.oaipmh.namespaces import OAI_TAG as OAI
 
 TABLE = "sequential_records"
+# the columns rows_of fills, by name: a column records gains later keeps its default
+COLUMNS = [
+    "identifier",
+    "datestamp",
+    "md_datestamp",
+    "content_hash",
+    "xml",
+    "deleted",
+    "set_specs",
+    "source",
+    "xml_mend",
+]
 
 
 def rows_of(root: etree._Element, set_spec: str) -> list[tuple[object, ...]]:
-    """The rows of one ListRecords page: ``records``' columns, without hash or md datestamp."""
+    """The rows of one ListRecords page: :data:`COLUMNS`, without hash or md datestamp."""
     rows: list[tuple[object, ...]] = []
     for record in root.iter(OAI + "record"):
         header = record.find(OAI + "header")
@@ -61,7 +73,7 @@ async def harvest(base_url: str, set_spec: str, database_url: str) -> int:
                     body = await response.read()
                 root = etree.fromstring(body, parser)
                 rows = rows_of(root, set_spec)
-                await conn.copy_records_to_table(TABLE, records=rows)
+                await conn.copy_records_to_table(TABLE, records=rows, columns=COLUMNS)
                 stored += len(rows)
                 token = root.findtext(f"{OAI}ListRecords/{OAI}resumptionToken")
                 if not token:
