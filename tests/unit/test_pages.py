@@ -454,3 +454,29 @@ def _identify_with(descriptions: str) -> bytes:
 )
 def test_identify_gives_the_peer_s_change_hint_stream(descriptions: str, url: str | None) -> None:
     assert read_identify(_identify_with(descriptions)).changes_url == url
+
+
+def test_oai_names_inside_a_record_are_its_content_not_the_list() -> None:
+    # a record's metadata may hold elements of the OAI-PMH namespace (a record about
+    # OAI-PMH, or a broken peer's template): they are the record's, never a verb's element,
+    # a header or a token of the page's own
+    oai = "http://www.openarchives.org/OAI/2.0/"
+    inside = (
+        f"<x xmlns:o='{oai}'><o:ListIdentifiers><o:header><o:identifier>urn:x:inner</o:identifier>"
+        "<o:datestamp>2024-01-01T00:00:00Z</o:datestamp></o:header>"
+        "<o:resumptionToken>inner</o:resumptionToken></o:ListIdentifiers></x>"
+    )
+    body = (
+        f"<OAI-PMH xmlns='{oai}'>"
+        "<responseDate>2024-01-02T00:00:00Z</responseDate><request>http://h/oai</request>"
+        "<ListRecords><record><header><identifier>urn:x:outer</identifier>"
+        "<datestamp>2024-01-01T00:00:00Z</datestamp></header>"
+        f"<metadata>{inside}</metadata></record>"
+        "<resumptionToken>outer</resumptionToken></ListRecords></OAI-PMH>"
+    ).encode()
+    items, reader = read_all(body)
+    assert [identifier_of(item) for item in items] == ["urn:x:outer"]
+    record = items[0]
+    assert isinstance(record, RecordItem) and record.metadata is not None
+    assert record.metadata.findtext(f".//{{{oai}}}identifier") == "urn:x:inner"
+    assert (reader.summary.verb, reader.summary.resumption_token) == ("ListRecords", "outer")
