@@ -26,6 +26,7 @@ from wiscat.harvester.client import OAIClient
 from wiscat.harvester.errors import HarvestError, reason_of
 from wiscat.harvester.plan import is_this_node
 from wiscat.harvester.transport import global_addresses_only
+from wiscat.shared.ingest import incoming
 from wiscat.shared.iso19139 import RecordError, record_from_element
 from wiscat.shared.linkspec import REGISTRY_LINK_PREFIX
 from wiscat.shared.model import IncomingRecord, Link
@@ -203,10 +204,7 @@ async def _record(client: OAIClient, link: Link, identifier: str, judge: Judge |
             f"{identifier} would be quarantined: its gmd:fileIdentifier is {record.identifier!r}",
         )
     if judge is not None:
-        incoming = IncomingRecord(
-            record.identifier, record.md_datestamp, record.content_hash, record.xml, record.xml_ids
-        )
-        refused = await judge(incoming)
+        refused = await judge(incoming(record))
         if refused is not None:
             outcome, why = refused
             return Finding("a record", outcome, f"{identifier} would be refused: {why}")
