@@ -5,7 +5,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import hashlib
+import json
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import asyncpg
 import pytest
@@ -13,6 +16,7 @@ import pytest
 from tests.support import factories
 from wiscat.shared.db import links as link_store
 from wiscat.shared.db import records as store
+from wiscat.shared.db.queries import load as load_queries
 from wiscat.shared.model import IncomingRecord, NewLink
 
 OWN = "WIS-GISC-TEST"
@@ -334,6 +338,42 @@ async def test_concurrent_writers_of_the_same_records_never_deadlock(db: asyncpg
         assert not [r for r in results if isinstance(r, BaseException)], results
     assert await db.fetchval("select count(*) from records where not deleted") == 1800
     assert await db.fetchval("select count(*) from records where deleted") == 1800
+
+
+async def test_a_page_is_sorted_for_its_locks_without_its_documents(db: asyncpg.Pool) -> None:
+    """The upsert sorts a page's rows by identifier (the lock order above) without their
+    documents, which it takes after the sort: a page's documents are more than work_mem (500
+    records of 9 KB are 4.7 MB), and sorted with them the rows spilled to a temporary file at
+    every page, about a tenth of PostgreSQL's CPU a harvested record (docs/benchmarks.md)."""
+    await setup_sets(db)
+    records = [rec(f"urn:x-wmo:md:test::big.{n:04d}", "x" * 20_000) for n in range(300)]
+    async with db.acquire() as conn, conn.transaction():
+        await conn.execute("set local work_mem = '4MB'")  # 6 MB of documents: more than that
+        await conn.execute("select set_config('wiscat.xml_checked', 'on', true)")
+        columns = zip(
+            *((r.identifier, r.md_datestamp, r.content_hash, r.xml, r.xml_ids) for r in records),
+            strict=True,
+        )
+        identifiers, stamps, hashes, documents, ids = map(list, columns)
+        statement = load_queries("records.sql")["upsert_records"]
+        # the parameters as upsert_records gives them: a local write into OWN
+        plan = await conn.fetchval(
+            "explain (analyze, format json) " + statement,
+            *(OWN, identifiers, stamps, hashes, documents, None, False, None, False, ids),
+        )
+        sorts = list(_sorts(json.loads(plan)[0]["Plan"]))
+        written = await conn.fetchval("select count(*) from records")
+    assert written == len(records)  # the plan ran: every record was written
+    assert sorts, "the upsert sorts no rows: the lock order is gone"
+    assert [s for s in sorts if s["Sort Space Type"] == "Disk"] == []
+
+
+def _sorts(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """Every Sort node of an EXPLAIN (format json) plan that ran."""
+    if node["Node Type"] == "Sort" and "Sort Space Type" in node:
+        yield node
+    for child in node.get("Plans", []):
+        yield from _sorts(child)
 
 
 async def test_a_link_moves_to_another_local_set_only_without_records(db: asyncpg.Pool) -> None:
