@@ -423,8 +423,8 @@ def dockerfile_problems(dockerfile: str, pyproject: str) -> list[str]:
     """The image installs the project and starts the ``wiscat`` console script."""
     problems = []
     scripts = tomllib.loads(pyproject).get("project", {}).get("scripts", {})
-    if scripts.get("wiscat") != "wiscat.cli:main":
-        problems.append(f"pyproject.toml has no wiscat = wiscat.cli:main script: {scripts}")
+    if scripts.get("wiscat") != "wiscat.__main__:main":
+        problems.append(f"pyproject.toml has no wiscat = wiscat.__main__:main script: {scripts}")
     runs = [rest for word, rest in dockerfile_instructions(dockerfile) if word == "RUN"]
     if not any(re.search(r"pip install\b[^&;]*\s'?\.(\[[a-z,]+\])?'?(\s|$)", run) for run in runs):
         problems.append("Dockerfile does not pip install the project (no wiscat script)")
