@@ -340,31 +340,39 @@ async def test_concurrent_writers_of_the_same_records_never_deadlock(db: asyncpg
     assert await db.fetchval("select count(*) from records where deleted") == 1800
 
 
-async def test_a_page_is_sorted_for_its_locks_without_its_documents(db: asyncpg.Pool) -> None:
-    """The upsert sorts a page's rows by identifier (the lock order above) without their
+@pytest.mark.parametrize("statement", ["upsert_records", "backup_records"])
+async def test_a_page_is_sorted_for_its_locks_without_its_documents(
+    db: asyncpg.Pool, statement: str
+) -> None:
+    """A writer sorts a page's rows by identifier (the lock order above) without their
     documents, which it takes after the sort: a page's documents are more than work_mem (500
     records of 9 KB are 4.7 MB), and sorted with them the rows spilled to a temporary file at
     every page, about a tenth of PostgreSQL's CPU a harvested record (docs/benchmarks.md)."""
     await setup_sets(db)
     records = [rec(f"urn:x-wmo:md:test::big.{n:04d}", "x" * 20_000) for n in range(300)]
+    columns = zip(
+        *((r.identifier, r.md_datestamp, r.content_hash, r.xml, r.xml_ids) for r in records),
+        strict=True,
+    )
+    identifiers, stamps, hashes, documents, ids = map(list, columns)
+    # the parameters as the writer gives them: a local write into OWN, or a synchronisation
+    # keeping the source's datestamps
+    arguments = {
+        "upsert_records": (OWN, identifiers, stamps, hashes, documents, None, False, None, False),
+        "backup_records": (OWN, identifiers, stamps, hashes, documents, stamps, None),
+    }[statement]
     async with db.acquire() as conn, conn.transaction():
         await conn.execute("set local work_mem = '4MB'")  # 6 MB of documents: more than that
         await conn.execute("select set_config('wiscat.xml_checked', 'on', true)")
-        columns = zip(
-            *((r.identifier, r.md_datestamp, r.content_hash, r.xml, r.xml_ids) for r in records),
-            strict=True,
-        )
-        identifiers, stamps, hashes, documents, ids = map(list, columns)
-        statement = load_queries("records.sql")["upsert_records"]
-        # the parameters as upsert_records gives them: a local write into OWN
         plan = await conn.fetchval(
-            "explain (analyze, format json) " + statement,
-            *(OWN, identifiers, stamps, hashes, documents, None, False, None, False, ids),
+            "explain (analyze, format json) " + load_queries("records.sql")[statement],
+            *arguments,
+            ids,
         )
         sorts = list(_sorts(json.loads(plan)[0]["Plan"]))
         written = await conn.fetchval("select count(*) from records")
     assert written == len(records)  # the plan ran: every record was written
-    assert sorts, "the upsert sorts no rows: the lock order is gone"
+    assert sorts, "the statement sorts no rows: the lock order is gone"
     assert [s for s in sorts if s["Sort Space Type"] == "Disk"] == []
 
 

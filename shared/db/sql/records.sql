@@ -337,10 +337,11 @@ limit 1
 -- datestamp (the ordinary condition) AND by gmd:dateStamp (an obvious difference of content);
 -- a taken record keeps the source's oai:datestamp ($6), the seed's guard against loops.
 -- $7 is the protected set, as for upsert_records; $8 the XML IDs of each document (0019).
+-- The documents stay in $5 until they are written, as in upsert_records: no sort carries them.
 with incoming as (
-    select distinct on (identifier) identifier, md_datestamp, content_hash, xml, xml_ids, datestamp
-    from unnest($2::text[], $3::timestamptz[], $4::bytea[], $5::text[], $6::timestamptz[], $8::text[])
-         with ordinality as t (identifier, md_datestamp, content_hash, xml, datestamp, xml_ids, position)
+    select distinct on (identifier) identifier, md_datestamp, content_hash, xml_ids, datestamp, position
+    from unnest($2::text[], $3::timestamptz[], $4::bytea[], $6::timestamptz[], $8::text[])
+         with ordinality as t (identifier, md_datestamp, content_hash, datestamp, xml_ids, position)
     order by identifier, position desc
 ),
 existing as (
@@ -351,7 +352,7 @@ existing as (
     for update
 ),
 classified as (
-    select i.identifier, i.md_datestamp, i.content_hash, i.xml, i.xml_ids, i.datestamp,
+    select i.identifier, i.md_datestamp, i.content_hash, i.xml_ids, i.datestamp, i.position,
         case
             when $7::text is not null and $7::text <> $1::text and exists (
                 select 1 from set_members p where p.set_spec = $7::text and p.identifier = i.identifier
@@ -373,10 +374,14 @@ classified as (
 ),
 written as (
     insert into records as r (identifier, datestamp, md_datestamp, content_hash, xml, xml_ids, deleted, set_specs)
-    select identifier, datestamp, md_datestamp, content_hash, xml, xml_ids, false, array[$1::text]
-    from classified
-    where outcome in ('taken_new', 'taken')
-    order by identifier  -- every writer locks rows in one order: no deadlock
+    select identifier, datestamp, md_datestamp, content_hash, ($5::text[])[position], xml_ids, false, array[$1::text]
+    from (
+        select identifier, datestamp, md_datestamp, content_hash, xml_ids, position
+        from classified
+        where outcome in ('taken_new', 'taken')
+        order by identifier  -- every writer locks rows in one order: no deadlock
+        offset 0  -- the subquery whole: each document taken after the sort
+    ) as sorted
     on conflict (identifier) do update set
         datestamp = excluded.datestamp,
         md_datestamp = excluded.md_datestamp,
