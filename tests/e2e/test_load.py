@@ -258,7 +258,7 @@ async def _harvest_memory(
                     memory = load.tree_mib(harvest.pid), load.own_mib(harvest.pid)
                     count = await stored.fetchval("select count(*) from records")
                     samples.append((count, *memory))
-                await asyncio.wait([finished], timeout=0.2)
+                await asyncio.wait([finished], timeout=0.05)
             out, err = await finished
             seconds = time.monotonic() - started
             references.append(await _reference_walk(source.oai, catalogue.size))
