@@ -111,6 +111,15 @@ def _start_resource_tracker() -> None:
             signal.signal(signal.SIGHUP, previous)
 
 
+def _read_here(page: Page, spooled: str | None) -> PageContent:
+    """Read ``page`` in this process, from its spool file if it has one (its body is there)."""
+    if spooled is None:
+        return read_page(page)
+    content, summary, items_seen = read_spooled(read_copy, page.url, spooled)
+    page.adopt(summary, items_seen)
+    return content
+
+
 class PageReaders:
     """Where a harvester process reads its pages: ``workers`` processes shared by all its runs,
     or a thread when ``workers`` is 0.
@@ -153,16 +162,27 @@ class PageReaders:
         return max(1, self.workers) + 1
 
     async def read(self, page: Page) -> PageContent:
-        if self.workers == 0 or len(page.reader.body) < self.min_bytes:
+        if self.workers == 0 or page.bytes < self.min_bytes:
             return await asyncio.to_thread(read_page, page)
+        await self.warm()
+        # written once, kept until the page is read (read again, if its reader died)
+        spooled = await asyncio.to_thread(self._spool_page, page)
+        try:
+            return await self._in_workers(page, spooled)
+        finally:
+            if spooled is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(spooled)
+
+    async def _in_workers(self, page: Page, spooled: str | None) -> PageContent:
         died = False
         while True:
             await self.warm()
             executor = self._executor
             if executor is None:  # no worker processes could start
-                return await asyncio.to_thread(read_page, page)
+                return await asyncio.to_thread(_read_here, page, spooled)
             try:
-                return await self._in_worker(executor, page)
+                return await self._in_worker(executor, page, spooled)
             except _BrokenBeforeSent:
                 self._discard(executor)  # fresh workers, and this page goes to them
             except BrokenProcessPool as exc:
@@ -239,18 +259,14 @@ class PageReaders:
             raise
         return executor
 
-    async def _in_worker(self, executor: ProcessPoolExecutor, page: Page) -> PageContent:
-        path = await asyncio.to_thread(self._spool_page, page)
+    async def _in_worker(
+        self, executor: ProcessPoolExecutor, page: Page, path: str | None
+    ) -> PageContent:
         try:
-            try:
-                future = self._submit(executor, page, path)
-            except BrokenProcessPool as exc:
-                raise _BrokenBeforeSent(str(exc)) from exc
-            content, summary, items_seen = await asyncio.wrap_future(future)
-        finally:
-            if path is not None:
-                with contextlib.suppress(OSError):
-                    os.unlink(path)
+            future = self._submit(executor, page, path)
+        except BrokenProcessPool as exc:
+            raise _BrokenBeforeSent(str(exc)) from exc
+        content, summary, items_seen = await asyncio.wrap_future(future)
         page.adopt(summary, items_seen)
         return content
 
@@ -262,8 +278,9 @@ class PageReaders:
         return executor.submit(read_spooled, self.reader, page.url, path)
 
     def _spool_page(self, page: Page) -> str | None:
-        """Write ``page`` to a new file in the spool folder; None (the page then goes through the
-        pipe) when that fails, a full ``/dev/shm`` most likely."""
+        """Write ``page`` to a new file in the spool folder, and let go of its body (a page is
+        megabytes, and a harvest holds several while they are read); None (the page then goes
+        through the pipe) when that fails, a full ``/dev/shm`` most likely."""
         if self._spool is None:
             return None
         path = None
@@ -277,6 +294,7 @@ class PageReaders:
                 with contextlib.suppress(OSError):
                     os.unlink(path)
             return None
+        page.reader.body = b""
         return path
 
     def _discard(self, executor: ProcessPoolExecutor) -> None:

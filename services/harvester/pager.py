@@ -150,6 +150,7 @@ class Pager(Generic[T]):
         # a broken page's reason names the token it was asked with, to ask for it again
         where = self.shown if slot.asked_with is None else with_token(self.shown, slot.asked_with)
         page = Page(where, len(body), PageReader(body), verb=self.verb)
+        del body  # the page's alone: a worker's reading may let go of it (page_workers)
         return page, await self.read(page)
 
     def drop_all(self) -> None:

@@ -10,6 +10,8 @@ import os
 import shutil
 import signal
 import sys
+import time
+import tracemalloc
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -22,7 +24,8 @@ from tests.support.pg import clone_template, drop_database
 from tests.support.servers import list_records_page
 from wiscat.harvester.errors import BadResponse
 from wiscat.harvester.page_content import Page, PageContent, read_copy
-from wiscat.harvester.page_workers import PageReaders
+from wiscat.harvester.page_workers import PageReaders, _read_here
+from wiscat.harvester.pager import Pager
 from wiscat.harvester.service import harvest_context
 from wiscat.shared.generator import generate_record, identifier_for
 from wiscat.shared.oaipmh import render
@@ -118,6 +121,85 @@ async def test_a_page_that_kills_its_reader_fails_and_the_next_page_is_read() ->
         assert len((await readers.read(after)).sorter.batch) == 4
     finally:
         readers.close()
+
+
+def held_while_marked(url: str, body: bytes) -> tuple[PageContent, PageSummary, int]:
+    """A worker's reader that waits, before reading, while the file a page's comment names
+    (``<!-- hold:PATH -->``) exists."""
+    hold = body[body.index(b"<!-- hold:") + 10 : body.index(b" -->")].decode()
+    while os.path.exists(hold):
+        time.sleep(0.01)
+    return read_copy(url, body)
+
+
+async def test_a_page_a_worker_reads_is_not_held_by_the_harvest_process(tmp_path: Path) -> None:
+    """L04: a harvest holds several pages at once while its workers read them (one per worker
+    and one more fetched), each megabytes: their bodies are in the spool, and the harvest
+    process lets go of its own copies, so that it holds none of them twice."""
+    hold = tmp_path / "hold"
+    hold.touch()
+    pieces = [
+        render.record(identifier_for(n), datetime.now(UTC), [SOURCE_SET], False, generate_record(n))
+        for n in range(200)
+    ]
+    token = render.resumption_token("next", cursor=0, complete_list_size=400, expiration=None)
+    last = render.resumption_token(None, cursor=200, complete_list_size=400, expiration=None)
+    size = len(list_records_page(pieces))
+
+    async def fetch(base_url: str, query: dict[str, str]) -> bytes:
+        # a new body each time, as the client's, held by nothing else
+        end = last if "resumptionToken" in query else token
+        return list_records_page([*pieces, end]) + f"<!-- hold:{hold} -->".encode()
+
+    readers = PageReaders(1, min_bytes=0, reader=held_while_marked)
+    await readers.warm()
+    spool = readers.spool
+    assert spool is not None
+    pager = Pager(
+        fetch,
+        "http://peer/oai",
+        "ListRecords",
+        readers.read,
+        metadata_prefix="iso19139",
+        set_spec=None,
+        from_=None,
+        until=None,
+        day_granularity=False,
+        ahead=readers.ahead,
+        max_requests=10,
+        max_empty_pages=3,
+    )
+    tracemalloc.start()
+    try:
+        pages = pager.pages()
+        first = asyncio.create_task(anext(pages))
+        while len(os.listdir(spool)) < 2:  # both pages fetched and spooled, neither read
+            await asyncio.sleep(0.01)
+        held, _ = tracemalloc.get_traced_memory()
+        hold.unlink()
+        _, content = await first
+        rest = [content async for _, content in pages]
+    finally:
+        tracemalloc.stop()
+        readers.close()
+    assert [len(c.sorter.batch) for c in (content, *rest)] == [200, 200]
+    assert held < size / 2, (held, size)
+
+
+async def test_a_spooled_page_is_read_from_its_file_when_no_worker_can_read_it() -> None:
+    # the harvest process let go of the body once it was spooled: should the workers then be
+    # gone for good (a broken pool that cannot start again), the page is read from its file
+    readers = PageReaders(1, min_bytes=0)
+    try:
+        await readers.warm()
+        page = page_of(range(4))
+        spooled = readers._spool_page(page)
+        assert spooled is not None and page.reader.body == b""
+        content = await asyncio.to_thread(_read_here, page, spooled)
+    finally:
+        readers.close()
+    assert [r.identifier for r in content.sorter.batch] == [identifier_for(n) for n in range(4)]
+    assert page.consumed and page.reader.items_seen == 4
 
 
 async def report_of(script: str) -> Any:
