@@ -173,9 +173,15 @@ async def test_a_page_a_worker_reads_is_not_held_by_the_harvest_process(tmp_path
     try:
         pages = pager.pages()
         first = asyncio.create_task(anext(pages))
-        while len(os.listdir(spool)) < 2:  # both pages fetched and spooled, neither read
+        # both pages fetched and spooled, neither read: a file is listed as soon as it is
+        # made, before its page is written and let go, so what is held is watched a while
+        deadline = time.monotonic() + 10
+        while True:
+            spooled = len(os.listdir(spool))
+            held, _ = tracemalloc.get_traced_memory()
+            if (spooled == 2 and held < size / 2) or time.monotonic() > deadline:
+                break
             await asyncio.sleep(0.01)
-        held, _ = tracemalloc.get_traced_memory()
         hold.unlink()
         _, content = await first
         rest = [content async for _, content in pages]
@@ -183,7 +189,7 @@ async def test_a_page_a_worker_reads_is_not_held_by_the_harvest_process(tmp_path
         tracemalloc.stop()
         readers.close()
     assert [len(c.sorter.batch) for c in (content, *rest)] == [200, 200]
-    assert held < size / 2, (held, size)
+    assert spooled == 2 and held < size / 2, (spooled, held, size)
 
 
 async def test_a_spooled_page_is_read_from_its_file_when_no_worker_can_read_it() -> None:
