@@ -10,6 +10,7 @@ import sys
 import time
 
 import aiohttp
+import asyncpg
 
 from bench import peers
 from bench.cpu import CpuUse
@@ -82,10 +83,12 @@ async def bench_harvester(
     ):
         sink, env = await sink_node(server_url, oai, page_size)
         harvest_cpu = CpuUse(CPU_GROUPS)
+        written = await server_writes(server_url)
         with harvest_cpu.measured():
             seconds, peak, code, summary = await asyncio.to_thread(
                 timed_command, [WISCAT, "harvest", "bench", "--full"], env
             )
+        written = {k: v - written[k] for k, v in (await server_writes(server_url)).items()}
         summary = summary.strip()
         assert code == 0, summary
         stored = records / seconds
@@ -161,11 +164,39 @@ async def bench_harvester(
         "workers",
         f"- the full run as the harvester reported it: {summary}",
         *harvester_cpu_lines(harvest_cpu, pyoai_cpu, records, 0.9 * rates["pyoai"]),
+        f"- what the server wrote during the full harvest: {written['wal_bytes'] / records:,.0f}"
+        f" bytes of write-ahead log a record stored ({written['wal_records'] / records:.1f} WAL "
+        f"records); {written['buffers']:,.0f} buffers written (backends, background writer and "
+        f"checkpoints), {written['checkpoints']:.0f} checkpoints (the last forced at its end, so "
+        "that every buffer it left to write is counted)",
         "- CPU per record stored by the minimal sequential harvester, in µs, by process: "
         f"{sequential_shown}; in all {sequential_total:.0f} µs",
         "",
     ]
     return lines
+
+
+# What a server has written since it started: its write-ahead log, its buffers, its checkpoints
+# (the views of PostgreSQL 14 to 16).
+_WRITES = """
+select w.wal_bytes::float8, w.wal_records::float8,
+       (b.buffers_backend + b.buffers_clean + b.buffers_checkpoint)::float8 as buffers,
+       (b.checkpoints_timed + b.checkpoints_req)::float8 as checkpoints
+from pg_stat_wal w, pg_stat_bgwriter b
+"""
+
+
+async def server_writes(server_url: str) -> dict[str, float]:
+    """What the server at ``server_url`` has written so far (:data:`_WRITES`), after a
+    checkpoint, so that what a measure then counts is its own."""
+    conn = await asyncpg.connect(server_url)
+    try:
+        await conn.execute("checkpoint")
+        row = await conn.fetchrow(_WRITES)
+        assert row is not None
+        return {name: float(value) for name, value in row.items()}
+    finally:
+        await conn.close()
 
 
 def harvester_cpu_lines(
