@@ -93,13 +93,18 @@ def dies_on_poison(url: str, body: bytes) -> tuple[PageContent, PageSummary, int
     return read_copy(url, body)
 
 
-def page_of(numbers: range, *, poison: bool = False) -> Page:
+def records_of(numbers: range) -> list[bytes]:
+    """The ``<record>`` elements of generated records ``numbers``, as a ListRecords page holds
+    them."""
     now = datetime.now(UTC)
-    pieces = [
+    return [
         render.record(identifier_for(n), now, [SOURCE_SET], False, generate_record(n))
         for n in numbers
     ]
-    body = list_records_page(pieces)
+
+
+def page_of(numbers: range, *, poison: bool = False) -> Page:
+    body = list_records_page(records_of(numbers))
     if poison:
         body += b"<!-- poison -->"
     return Page("http://peer/oai", len(body), PageReader(body))
@@ -138,10 +143,7 @@ async def test_a_page_a_worker_reads_is_not_held_by_the_harvest_process(tmp_path
     process lets go of its own copies, so that it holds none of them twice."""
     hold = tmp_path / "hold"
     hold.touch()
-    pieces = [
-        render.record(identifier_for(n), datetime.now(UTC), [SOURCE_SET], False, generate_record(n))
-        for n in range(200)
-    ]
+    pieces = records_of(range(200))
     token = render.resumption_token("next", cursor=0, complete_list_size=400, expiration=None)
     last = render.resumption_token(None, cursor=200, complete_list_size=400, expiration=None)
     size = len(list_records_page(pieces))
