@@ -22,8 +22,10 @@ _TICKS = os.sysconf("SC_CLK_TCK")
 Group = tuple[str, Callable[[str, str], bool]]
 
 
-def _scan() -> dict[int, tuple[str, float]]:
-    """Every process's command name and CPU seconds (user and system) so far."""
+def _scan() -> dict[tuple[int, int], tuple[str, float]]:
+    """Every process, as its pid and start time (which together name one process: a pid may be
+    given again once its process ends), with its command name and CPU seconds (user and system)
+    so far."""
     found = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -32,7 +34,8 @@ def _scan() -> dict[int, tuple[str, float]]:
             stat = (entry / "stat").read_text()
             name = stat[stat.index("(") + 1 : stat.rindex(")")]
             fields = stat[stat.rindex(")") + 2 :].split()
-            found[int(entry.name)] = (name, (int(fields[11]) + int(fields[12])) / _TICKS)
+            seconds = (int(fields[11]) + int(fields[12])) / _TICKS
+            found[int(entry.name), int(fields[19])] = (name, seconds)
     return found
 
 
@@ -53,15 +56,15 @@ class CpuUse:
     def measured(self) -> Iterator[None]:
         first = _scan()
         last = dict(first)
-        lines: dict[int, str] = {}
+        lines: dict[tuple[int, int], str] = {}
         done = threading.Event()
 
         def watch() -> None:
             while not done.wait(0.25):
-                for pid, seen in _scan().items():
-                    if pid not in lines:
-                        lines[pid] = _command_line(pid)
-                    last[pid] = seen
+                for process, seen in _scan().items():
+                    if process not in lines:
+                        lines[process] = _command_line(process[0])
+                    last[process] = seen
 
         watcher = threading.Thread(target=watch, name="cpu-use", daemon=True)
         watcher.start()
@@ -71,12 +74,13 @@ class CpuUse:
             done.set()
             watcher.join()
             last.update(_scan())
-            for pid, (name, seconds) in last.items():
-                before = first.get(pid)
-                spent = seconds - (before[1] if before and before[0] == name else 0.0)
+            for process, (name, seconds) in last.items():
+                # a process's name may change meanwhile (a kernel worker takes the name of each
+                # queue it serves): only its start time tells it from a new process
+                spent = seconds - first.get(process, (name, 0.0))[1]
                 if spent <= 0:
                     continue
-                line = lines.get(pid) or _command_line(pid)
+                line = lines.get(process) or _command_line(process[0])
                 group = next((g for g, belongs in self.groups if belongs(name, line)), "other")
                 self.seconds[group] = self.seconds.get(group, 0.0) + spent
 
