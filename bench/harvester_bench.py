@@ -14,6 +14,7 @@ import asyncpg
 
 from bench import peers
 from bench.cpu import CpuUse
+from bench.floor import floor_lines, library_costs
 from bench.measure import (
     CPU_GROUPS,
     OUT,
@@ -134,6 +135,7 @@ async def bench_harvester(
                 count = await asyncio.to_thread(iterate_with, client, oai)
             rates[client] = count / (time.perf_counter() - t)
             rows.append(f"| {client}, merely iterating | {rates[client]:,.0f} | - |")
+    costs = library_costs()
     if figures is not None:
         figures.update(
             sequential=sequential,
@@ -171,6 +173,11 @@ async def bench_harvester(
         "that every buffer it left to write is counted)",
         "- CPU per record stored by the minimal sequential harvester, in µs, by process: "
         f"{sequential_shown}; in all {sequential_total:.0f} µs",
+        *floor_lines(
+            costs,
+            sequential_cpu.seconds.get("PostgreSQL", 0.0) / records * 1e6,
+            harvest_cpu.seconds.get("the provider", 0.0) / records * 1e6,
+        ),
         "",
     ]
     return lines
