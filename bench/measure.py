@@ -194,6 +194,7 @@ CPU_GROUPS: list[Group] = [
     ("the harvest process", lambda name, line: " harvest " in f"{line} "),
     ("the provider", lambda name, line: " provider " in f"{line} "),
     ("the zero-cost provider", lambda name, line: "bench.static_server" in line),
+    ("the minimal provider", lambda name, line: "bench.minimal_provider" in line),
 ]
 
 

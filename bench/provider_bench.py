@@ -176,7 +176,7 @@ async def bench_provider(
     small = await loaded_database(server_url, small_size)
     memory = {}
     results: dict[str, tuple[Harvest, Harvest]] = {}
-    wiscat_cpu, zero_cpu = CpuUse(CPU_GROUPS), CpuUse(CPU_GROUPS)
+    wiscat_cpu, zero_cpu, minimal_cpu = CpuUse(CPU_GROUPS), CpuUse(CPU_GROUPS), CpuUse(CPU_GROUPS)
     static = OUT / "static-pages"
     shutil.rmtree(static, ignore_errors=True)
     static.mkdir(parents=True)
@@ -206,6 +206,16 @@ async def bench_provider(
             f"http://127.0.0.1:{port}/oai", records, cpu=zero_cpu
         )
     shutil.rmtree(static, ignore_errors=True)
+
+    port = free_port()
+    async with process(
+        [sys.executable, "-m", "bench.minimal_provider", source, str(port), str(page_size)],
+        f"http://127.0.0.1:{port}/oai",
+    ) as proc:
+        least_minimal, least_parsing = await both_clients(
+            f"http://127.0.0.1:{port}/oai", records, cpu=minimal_cpu
+        )
+        least_memory = peak_rss_mb(proc.pid)
 
     sqlite_path = OUT / "pyoai.sqlite"
     pool = await create_pool(source, max_size=1)
@@ -261,24 +271,41 @@ async def bench_provider(
         "|---|---|---|---|---|---|---|",
         _row("wiscat provider", wiscat_minimal, wiscat_parsing, f"{memory['full']:.0f} MB"),
         _row("zero-cost provider (pages on disk, sendfile)", zero_minimal, zero_parsing, "-"),
+        _row(
+            "the minimal provider (keyset pages from PostgreSQL, in turn)",
+            least_minimal,
+            least_parsing,
+            f"{least_memory:.0f} MB",
+        ),
         _row("pyoai's server (sqlite)", pyoai_minimal, pyoai_parsing, f"{pyoai_memory:.0f} MB"),
         "",
         ratios("minimal client", wiscat_minimal, zero_minimal, pyoai_minimal),
         ratios("parsing client", wiscat_parsing, zero_parsing, pyoai_parsing),
         f"- provider peak memory: {memory['small']:.0f} MB serving {small_size:,} records, "
         f"{memory['full']:.0f} MB serving {records:,} (pages are keyset reads)",
-        *provider_cpu_lines(wiscat_cpu, zero_cpu, records, 0.65 * zero_minimal.rate),
+        f"- the minimal provider: **{least_minimal.rate / zero_minimal.rate:.0%}** of the "
+        "zero-cost provider's rate to the minimal client; wiscat's provider "
+        f"**{wiscat_minimal.rate / least_minimal.rate:.0%}** of the minimal provider's",
+        *provider_cpu_lines(
+            {
+                "wiscat provider": wiscat_cpu,
+                "zero-cost provider": zero_cpu,
+                "minimal provider": minimal_cpu,
+            },
+            records,
+            0.65 * zero_minimal.rate,
+        ),
         "",
     ]
     return lines
 
 
-def provider_cpu_lines(wiscat: CpuUse, zero: CpuUse, records: int, goal_rate: float) -> list[str]:
-    """Where the CPU of the minimal client's harvests went, and what 65% of the zero-cost
-    provider's rate leaves per record on this machine's cores."""
+def provider_cpu_lines(uses: dict[str, CpuUse], records: int, goal_rate: float) -> list[str]:
+    """Where the CPU of the minimal client's harvests of each server (by its name) went, and what
+    65% of the zero-cost provider's rate leaves per record on this machine's cores."""
     cores = os.cpu_count() or 1
     lines = []
-    for label, use in (("wiscat provider", wiscat), ("zero-cost provider", zero)):
+    for label, use in uses.items():
         shown, total = use.per_item(records, digits=1)
         lines.append(
             f"- CPU per record served to the minimal client by the {label}, in µs: {shown}; in "
