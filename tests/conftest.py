@@ -70,7 +70,9 @@ def postgres_server_url() -> Iterator[str]:
         return
     # Not under pytest's basetemp: a later pytest session on the same machine prunes old
     # basetemps, and would pull the data folder from under a server that is still running.
-    folder = Path(tempfile.mkdtemp(prefix="wiscat-test-pg-"))
+    # WISCAT_TEST_PG_PARENT: where the mutation runner looks for a server its kill left.
+    parent = os.environ.get("WISCAT_TEST_PG_PARENT")
+    folder = Path(tempfile.mkdtemp(prefix="wiscat-test-pg-", dir=parent))
     server = EmbeddedPostgres(folder)
     url = server.start()
     asyncio.run(without_fsync(url))

@@ -173,6 +173,7 @@ def run(root: Path, mutation: Mutation, timeout: float) -> Outcome:
             os.environ,
             PYTHONPATH=os.pathsep.join([str(path), str(scratch)]),
             WISCAT_HYPOTHESIS_PROFILE="mutants",  # a failure is enough: no shrinking
+            WISCAT_TEST_PG_PARENT=str(scratch),  # where stop_servers finds the tests' server
         )
         command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-x"]
         with subprocess.Popen(  # noqa: S603 - the test names of the checkout's own files
@@ -193,6 +194,7 @@ def run(root: Path, mutation: Mutation, timeout: float) -> Outcome:
                 if pytest.poll() is None:  # timed out, or this run was stopped
                     os.killpg(pytest.pid, signal.SIGKILL)
                     pytest.communicate()
+                    stop_servers(scratch)
         if output is None:
             return Outcome(mutation, "timeout", time.monotonic() - started)
     seconds = time.monotonic() - started
@@ -204,6 +206,33 @@ def run(root: Path, mutation: Mutation, timeout: float) -> Outcome:
     # -ra's summary names what failed: the evidence that the mutation, not the copy, failed it
     failed = [line for line in lines if line.startswith(("FAILED ", "ERROR "))]
     return Outcome(mutation, result, seconds, (failed[:1] or lines[-1:])[0][:200])
+
+
+def stop_servers(folder: Path, wait: float = 30.0) -> list[int]:
+    """Stop the PostgreSQL servers that killed tests left in ``folder`` (their embedded server,
+    ``WISCAT_TEST_PG_PARENT``): pg_ctl starts a server in a session of its own, which the kill
+    of the tests' process group does not reach. Each is told to shut down at once (SIGQUIT),
+    which ends its own processes, and waited for up to ``wait`` seconds; the pids told."""
+    told = []
+    for pid_file in folder.glob("wiscat-test-pg-*/*/postmaster.pid"):
+        try:
+            pid = int(pid_file.read_text().split()[0])
+            os.kill(pid, signal.SIGQUIT)
+        except (OSError, ValueError, IndexError):
+            continue  # stopped meanwhile, or a file half written
+        told.append(pid)
+    deadline = time.monotonic() + wait
+    while told and time.monotonic() < deadline and any(running(pid) for pid in told):
+        time.sleep(0.1)
+    return told
+
+
+def running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"  # a zombie has ended, though its parent has not waited for it yet
 
 
 def rotation(mutations: list[Mutation], seed: str) -> list[Mutation]:
