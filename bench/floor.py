@@ -62,9 +62,12 @@ def library_costs(pages: int = 10, page_size: int = 500, rounds: int = 3) -> dic
         assert len(content.sorter.batch) == page_size, content.sorter.quarantined[:1]
 
     parser = etree.XMLParser(
-        resolve_entities=False, no_network=True, load_dtd=False,
-        remove_comments=True, remove_blank_text=True,
-    )  # fmt: skip
+        resolve_entities=False,
+        no_network=True,
+        load_dtd=False,
+        remove_comments=True,
+        remove_blank_text=True,
+    )
     trees = [etree.fromstring(body, parser) for body in bodies]
     elements = [md[0] for tree in trees for md in tree.iter(f"{OAI_TAG}metadata")]
     for element in elements:  # taken out of the page, as the worker takes each record

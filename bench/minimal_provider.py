@@ -62,8 +62,8 @@ def main() -> None:
         if len(rows) == page_size:
             last = rows[-1]
             token = f"{last['datestamp'].isoformat()}|{last['identifier']}"
-            parts.append(render.resumption_token(token, cursor=0, complete_list_size=0,
-                                                 expiration=None))  # fmt: skip
+            end = render.resumption_token(token, cursor=0, complete_list_size=0, expiration=None)
+            parts.append(end)
         parts.append(render.response_end("ListRecords"))
         return web.Response(body=b"".join(parts), content_type="text/xml", charset="utf-8")
 
