@@ -15,28 +15,19 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 
 from lxml import etree
 
-from tests.support.servers import list_records_page
+from tests.support.servers import list_records_page, records_of
 from wiscat.harvester.page_content import read_copy
-from wiscat.shared.generator import generate_record, identifier_for
-from wiscat.shared.oaipmh import render
 from wiscat.shared.oaipmh.namespaces import OAI_TAG
 
 
 def generated_pages(pages: int, page_size: int) -> list[bytes]:
     """``pages`` ListRecords pages of ``page_size`` generated records each, as a provider sends
     them."""
-    now = datetime.now(UTC)
     return [
-        list_records_page(
-            [
-                render.record(identifier_for(n), now, ["S"], False, generate_record(n))
-                for n in range(first, first + page_size)
-            ]
-        )
+        list_records_page(records_of(range(first, first + page_size), "S"))
         for first in range(0, pages * page_size, page_size)
     ]
 
@@ -105,8 +96,11 @@ def library_costs(pages: int = 10, page_size: int = 500, rounds: int = 3) -> dic
     return {name: _best(rounds, run) / records * 1e6 for name, run in work.items()}
 
 
-def floor_lines(costs: dict[str, float], postgresql: float, provider: float) -> list[str]:
-    """The harvester section's lines on :func:`library_costs`' ``costs``, with the CPU a record
+def floor_lines(
+    costs: dict[str, float], page_size: int, postgresql: float, provider: float
+) -> list[str]:
+    """The harvester section's lines on :func:`library_costs`' ``costs`` (on pages of
+    ``page_size``), with the CPU a record
     of PostgreSQL storing the same documents by COPY alone (the minimal sequential harvester's
     share) and of the provider serving them, both in µs, from the same run."""
     calls = {part: us for part, us in costs.items() if part != "page worker"}
@@ -114,7 +108,7 @@ def floor_lines(costs: dict[str, float], postgresql: float, provider: float) -> 
     parts = ", ".join(f"{part} {us:.1f}" for part, us in calls.items())
     floor = libraries + postgresql + provider
     return [
-        f"- a page worker's work a record, in this process on generated pages of 500: "
+        f"- a page worker's work a record, in this process on generated pages of {page_size}: "
         f"{costs['page worker']:.0f} µs; the calls into libxml2 and OpenSSL it must make, each "
         f"alone at the cheapest lxml offers, in µs: {parts}; {libraries:.0f} in all "
         f"({libraries / costs['page worker']:.0%} of it)",

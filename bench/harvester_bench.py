@@ -135,7 +135,7 @@ async def bench_harvester(
                 count = await asyncio.to_thread(iterate_with, client, oai)
             rates[client] = count / (time.perf_counter() - t)
             rows.append(f"| {client}, merely iterating | {rates[client]:,.0f} | - |")
-    costs = library_costs()
+    costs = library_costs(page_size=page_size)
     if figures is not None:
         figures.update(
             sequential=sequential,
@@ -175,6 +175,7 @@ async def bench_harvester(
         f"{sequential_shown}; in all {sequential_total:.0f} µs",
         *floor_lines(
             costs,
+            page_size,
             sequential_cpu.seconds.get("PostgreSQL", 0.0) / records * 1e6,
             harvest_cpu.seconds.get("the provider", 0.0) / records * 1e6,
         ),

@@ -22,7 +22,6 @@ import asyncpg
 from aiohttp import web
 
 from wiscat.shared.oaipmh import render
-from wiscat.shared.oaipmh.dates import format_datestamp
 
 _PAGE = """
 select identifier, datestamp, textsend(xml) as xml
@@ -53,12 +52,8 @@ def main() -> None:
         rows = await request.app["db"].fetch(_PAGE, *after, page_size)
         parts = [render.response_start(datetime.now(UTC), "bench", None, "ListRecords")]
         for identifier, datestamp, xml in rows:
-            parts += (
-                f"<record><header><identifier>{render.escape_text(identifier)}</identifier><datestamp>"
-                f"{format_datestamp(datestamp)}</datestamp></header><metadata>".encode(),
-                xml,
-                b"</metadata></record>",
-            )
+            header = render.header(identifier, datestamp, (), deleted=False)
+            parts += (b"<record>", header, b"<metadata>", xml, b"</metadata></record>")
         if len(rows) == page_size:
             last = rows[-1]
             token = f"{last['datestamp'].isoformat()}|{last['identifier']}"

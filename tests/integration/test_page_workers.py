@@ -12,7 +12,6 @@ import signal
 import sys
 import time
 import tracemalloc
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -21,13 +20,13 @@ import pytest
 from tests.support import factories
 from tests.support.harvest_pair import SOURCE_SET, Pair, add_link, content, run, sink_settings
 from tests.support.pg import clone_template, drop_database
-from tests.support.servers import list_records_page
+from tests.support.servers import list_records_page, records_of
 from wiscat.harvester.errors import BadResponse
 from wiscat.harvester.page_content import Page, PageContent, read_copy
 from wiscat.harvester.page_workers import PageReaders, _read_here
 from wiscat.harvester.pager import Pager
 from wiscat.harvester.service import harvest_context
-from wiscat.shared.generator import generate_record, identifier_for
+from wiscat.shared.generator import identifier_for
 from wiscat.shared.oaipmh import render
 from wiscat.shared.oaipmh.pages import PageReader, PageSummary
 
@@ -93,18 +92,8 @@ def dies_on_poison(url: str, body: bytes) -> tuple[PageContent, PageSummary, int
     return read_copy(url, body)
 
 
-def records_of(numbers: range) -> list[bytes]:
-    """The ``<record>`` elements of generated records ``numbers``, as a ListRecords page holds
-    them."""
-    now = datetime.now(UTC)
-    return [
-        render.record(identifier_for(n), now, [SOURCE_SET], False, generate_record(n))
-        for n in numbers
-    ]
-
-
 def page_of(numbers: range, *, poison: bool = False) -> Page:
-    body = list_records_page(records_of(numbers))
+    body = list_records_page(records_of(numbers, SOURCE_SET))
     if poison:
         body += b"<!-- poison -->"
     return Page("http://peer/oai", len(body), PageReader(body))
@@ -143,7 +132,7 @@ async def test_a_page_a_worker_reads_is_not_held_by_the_harvest_process(tmp_path
     process lets go of its own copies, so that it holds none of them twice."""
     hold = tmp_path / "hold"
     hold.touch()
-    pieces = records_of(range(200))
+    pieces = records_of(range(200), SOURCE_SET)
     token = render.resumption_token("next", cursor=0, complete_list_size=400, expiration=None)
     last = render.resumption_token(None, cursor=200, complete_list_size=400, expiration=None)
     size = len(list_records_page(pieces))

@@ -17,6 +17,7 @@ from fastapi import FastAPI
 
 from wiscat.provider.app import create_app
 from wiscat.provider.serving import provider_config
+from wiscat.shared.generator import generate_record, identifier_for
 from wiscat.shared.oaipmh import render
 from wiscat.shared.settings import Settings
 
@@ -138,6 +139,16 @@ async def serving_app(
         yield f"{'https' if tls else 'http'}://127.0.0.1:{port}"
     finally:
         await runner.cleanup()
+
+
+def records_of(numbers: range, set_spec: str) -> list[bytes]:
+    """The ``<record>`` elements of generated records ``numbers`` in set ``set_spec``, as a
+    ListRecords page holds them."""
+    now = datetime.now(UTC)
+    return [
+        render.record(identifier_for(n), now, [set_spec], False, generate_record(n))
+        for n in numbers
+    ]
 
 
 def list_records_page(pieces: list[bytes]) -> bytes:

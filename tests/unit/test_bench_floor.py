@@ -16,7 +16,7 @@ def test_each_library_call_is_measured_on_pages_the_worker_reads_whole() -> None
         "SHA-256",
     ]
     assert all(us > 0 for us in costs.values()), costs
-    worker, floor = floor_lines(costs, postgresql=50.0, provider=20.0)
+    worker, floor = floor_lines(costs, 5, postgresql=50.0, provider=20.0)
     calls = sum(us for part, us in costs.items() if part != "page worker")
     assert f"**{calls + 70:.0f} µs**" in floor
     assert f"{costs['page worker']:.0f} µs" in worker
